@@ -1,0 +1,81 @@
+/*
+ * rmqlua_ffi.h -- the only declarations Lua sees (ffi.cdef). Plain C, no preprocessor lines
+ * between the BEGIN/END markers, so the text can be handed to ffi.cdef as it is.
+ *
+ * Ownership: a rmq_msg_t is a view over a pulled buffer owned by the loop thread's process
+ * queue; a consume thread borrows a batch from the moment it is dispatched until it posts the
+ * result. Nothing here may be kept by Lua after the handler returns.
+ * Threads: message views are read on the consume thread that holds the batch.
+ */
+#ifndef RMQLUA_FFI_H
+#define RMQLUA_FFI_H
+
+#include <stdint.h>
+
+#define RMQ_FFI_ABI_VERSION 1
+
+/* RMQ_FFI_BEGIN */
+typedef struct rmq_msg {
+    /* Strings are pointer + length into the pulled frame (not NUL-terminated); len 0 = absent. */
+    const char *topic;      /* the real topic (RETRY_TOPIC restored for retried messages) */
+    const char *store_topic;/* the topic as stored (%RETRY%group for a retried message) */
+    const char *tags;
+    const char *keys;
+    const char *body;       /* decompressed body */
+    const char *props;      /* raw properties string, name\1value\2... */
+    const char *uniq_key;   /* UNIQ_KEY property (the msg_id a Java consumer reports) */
+    const char *broker_name;
+    uint32_t topic_len, store_topic_len, tags_len, keys_len, body_len, props_len, uniq_key_len,
+        broker_name_len;
+    int64_t queue_offset;
+    int64_t commit_log_offset;
+    int64_t born_timestamp;
+    int64_t store_timestamp;
+    int64_t prepared_tx_offset;
+    int64_t min_offset; /* from the pull response (Java adds MIN_OFFSET/MAX_OFFSET properties) */
+    int64_t max_offset;
+    int32_t queue_id;
+    int32_t flag;
+    int32_t sys_flag;
+    int32_t body_crc;
+    int32_t reconsume_times;
+    int32_t born_port;
+    int32_t store_port;
+    uint8_t born_host[16]; /* 4 bytes used unless sys_flag has 0x10 (BORNHOST_V6) */
+    uint8_t store_host[16];/* 4 bytes used unless sys_flag has 0x20 (STOREHOSTADDRESS_V6) */
+    void *owner;           /* internal: what keeps the bytes alive */
+} rmq_msg_t;
+
+/* Consume status, the same values as the Lua constants rmq.SUCCESS etc. */
+enum {
+    RMQ_CONSUME_SUCCESS = 0,
+    RMQ_CONSUME_RECONSUME_LATER = 1, /* concurrent: send back messages after ack_index */
+    RMQ_CONSUME_DLQ = 2,             /* send the unacknowledged messages straight to the DLQ */
+    RMQ_CONSUME_SUSPEND = 3,         /* orderly: SUSPEND_CURRENT_QUEUE_A_MOMENT */
+    RMQ_CONSUME_COMMIT = 4           /* orderly, deprecated Java COMMIT: treated as SUCCESS */
+};
+
+typedef struct rmq_batch {
+    rmq_msg_t **msgs;  /* n borrowed views */
+    int32_t n;
+    int32_t orderly;   /* 1 for consume_orderly batches */
+    /* Result, filled by the consume thread before the batch goes back. */
+    int32_t status;         /* RMQ_CONSUME_* */
+    int32_t ack_count;      /* messages acknowledged from the front (Lua ctx.ack_index) */
+    int32_t delay_level;    /* ctx.delay_level: 0 = broker decides (Java default) */
+    int64_t suspend_millis; /* orderly SUSPEND: -1 = suspend_current_queue_time_millis */
+    int32_t thread_index;   /* which consume thread ran it (0-based) */
+    void *internal;         /* engine bookkeeping (process queue, generation) */
+} rmq_batch_t;
+
+/* Leaf functions for Lua (never raise, never block, never re-enter Lua). */
+int rmq_ffi_abi_version(void);
+/* offsetMsgId (uppercase hex, 32 or 56 chars) into out (at least 57 bytes); returns its length. */
+int rmq_msg_offset_msg_id(const rmq_msg_t *m, char *out);
+/* Dotted/colon text "1.2.3.4:5678" of the born or store host into out (>= 64 bytes). */
+int rmq_msg_host(const rmq_msg_t *m, int store, char *out);
+/* Find a property value in m->props: returns its pointer and sets *len, or NULL. */
+const char *rmq_msg_prop(const rmq_msg_t *m, const char *key, uint32_t *len);
+/* RMQ_FFI_END */
+
+#endif
