@@ -1,0 +1,61 @@
+/*
+ * consume_pool.h -- the consume threads: the one narrow interface between the client engine
+ * (loop thread) and the Lua handlers.
+ *
+ * Each consume thread owns one LuaJIT state for life (the script loaded once, hooks held as
+ * registry refs). The loop thread submits batches; a thread runs the script's hook once per
+ * batch under lua_pcall, fills the batch's result fields and posts it back; the done callback
+ * then runs on the loop thread (queue + uv_async_t; uv_async_send coalesces, the callback drains
+ * the whole queue).
+ *
+ * Ownership: the pool owns its threads and their Lua states. A submitted batch (and the messages
+ * it points to) stays owned by the engine; the pool only borrows it until done() is called.
+ * Threads: rmq__pool_start/submit/stop are called on the loop thread only; done() runs there too.
+ */
+#ifndef RMQ_CONSUME_POOL_H
+#define RMQ_CONSUME_POOL_H
+
+#include "common.h"
+#include "rmqlua_ffi.h"
+
+#include <uv.h>
+
+typedef struct rmq_pool rmq_pool_t;
+
+/* batch->status of a batch the pool never ran (shutdown). */
+#define RMQ_CONSUME_NOT_RUN (-1)
+
+/* Called on the loop thread for every batch that was submitted, exactly once. */
+typedef void (*rmq_pool_done_cb)(void *ud, rmq_batch_t *batch);
+
+typedef struct rmq_pool_opts {
+    const char *script_path; /* the consumer script */
+    int nthreads;            /* consume_thread_min */
+    uv_loop_t *loop;         /* the loop thread's loop */
+    rmq_pool_done_cb done;
+    void *ud;
+    const char *consumer_group; /* for ctx and logs */
+} rmq_pool_opts_t;
+
+/*
+ * Start nthreads consume threads, each loading the script into its own state and running its
+ * init hook. Returns 0, or an error with errstr naming file:line (no thread is left running).
+ */
+int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
+                    size_t errstr_size);
+/* Queue a batch for any idle thread (concurrent consumption). */
+void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b);
+/* Queue a batch for one given thread (orderly consumption: a queue sticks to a thread). */
+void rmq__pool_submit_to(rmq_pool_t *p, int thread_index, rmq_batch_t *b);
+/* Batches queued or running. */
+int rmq__pool_pending(const rmq_pool_t *p);
+/*
+ * Stop: wait up to await_ms for running batches (0 = do not wait for queued ones), run each
+ * state's shutdown hook, join the threads, close the async handle. Batches that were never run
+ * are returned through done() with status RMQ_CONSUME_NOT_RUN, so the engine neither
+ * acknowledges nor sends them back (their offsets stay uncommitted).
+ * close_cb runs on the loop once the pool is freed.
+ */
+void rmq__pool_stop(rmq_pool_t *p, int64_t await_ms, void (*close_cb)(void *ud), void *ud);
+
+#endif
