@@ -1,0 +1,176 @@
+/*
+ * test_process_queue.c -- the process queue against a plain reference model (a sorted array):
+ * Java ProcessQueue semantics for putMessage/removeMessage, the committed offset never passing
+ * an unresolved message, ring growth, gaps, duplicates and clear.
+ */
+#include "../../runtime/process_queue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int failures;
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static rmq_msg_t *mk(int64_t off, uint32_t body_len)
+{
+    rmq_msg_t *m = calloc(1, sizeof(*m));
+    m->queue_offset = off;
+    m->body_len = body_len;
+    return m;
+}
+
+static void test_java_semantics(void)
+{
+    rmq_pq_t pq;
+    rmq__pq_init(&pq, "T@b#0");
+    rmq_msg_t *m[10];
+    for (int i = 0; i < 10; i++) m[i] = mk(100 + i, 10);
+    CHECK(rmq__pq_remove(&pq, m, 1) == -1); /* empty before: -1 */
+    for (int i = 0; i < 10; i++) CHECK(rmq__pq_put(&pq, m[i]) == 1);
+    CHECK(pq.count == 10 && pq.bytes == 100);
+    CHECK(rmq__pq_max_span(&pq) == 9);
+    CHECK(rmq__pq_put(&pq, m[3]) == 0); /* duplicate offset */
+    rmq_msg_t *dup = mk(103, 99);
+    CHECK(rmq__pq_put(&pq, dup) == 0);
+    CHECK(pq.count == 10);
+    /* Removing a later message leaves the first one: offset stays at the smallest held. */
+    CHECK(rmq__pq_remove(&pq, &m[5], 1) == 100);
+    /* A view that is not the held one is skipped. */
+    CHECK(rmq__pq_remove(&pq, &dup, 1) == 100 && pq.count == 9);
+    CHECK(rmq__pq_remove(&pq, &m[0], 1) == 101);
+    CHECK(rmq__pq_remove(&pq, m + 1, 4) == 106); /* 101..104 gone, 105 already gone */
+    CHECK(rmq__pq_first(&pq) == m[6]);
+    CHECK(rmq__pq_remove(&pq, m + 6, 4) == 110); /* empty: queueOffsetMax + 1 */
+    CHECK(pq.count == 0 && pq.bytes == 0);
+    CHECK(rmq__pq_max_span(&pq) == 0);
+    CHECK(rmq__pq_first(&pq) == NULL);
+    rmq__pq_free(&pq);
+    for (int i = 0; i < 10; i++) free(m[i]);
+    free(dup);
+}
+
+static void test_gaps_and_growth(void)
+{
+    rmq_pq_t pq;
+    rmq__pq_init(&pq, "T@b#1");
+    rmq_msg_t *a = mk(5, 1), *b = mk(5000, 2), *c = mk(70000, 3), *d = mk(4, 4);
+    CHECK(rmq__pq_put(&pq, a) == 1);
+    CHECK(rmq__pq_put(&pq, b) == 1);
+    CHECK(rmq__pq_put(&pq, c) == 1);
+    CHECK(pq.cap >= 70000 - 5 + 1);
+    CHECK(rmq__pq_get(&pq, 5000) == b);
+    CHECK(rmq__pq_get(&pq, 5001) == NULL);
+    CHECK(rmq__pq_max_span(&pq) == 69995);
+    /* An offset below the first key (a resubmitted, older message) is accepted. */
+    CHECK(rmq__pq_put(&pq, d) == 1);
+    CHECK(rmq__pq_first(&pq) == d);
+    CHECK(pq.queue_offset_max == 4); /* Java: the last newly inserted */
+    CHECK(rmq__pq_remove(&pq, &d, 1) == 5);
+    CHECK(rmq__pq_remove(&pq, &a, 1) == 5000);
+    CHECK(rmq__pq_remove(&pq, &c, 1) == 5000);
+    CHECK(rmq__pq_max_span(&pq) == 0);
+    CHECK(rmq__pq_remove(&pq, &b, 1) == 5); /* queue_offset_max + 1 */
+    rmq__pq_free(&pq);
+    free(a), free(b), free(c), free(d);
+}
+
+static int cleared;
+static void on_clear(void *ud, rmq_msg_t *m)
+{
+    int64_t *last = ud;
+    CHECK(m->queue_offset > *last);
+    *last = m->queue_offset;
+    cleared++;
+}
+
+static void test_clear_and_state(void)
+{
+    rmq_pq_t pq;
+    rmq__pq_init(&pq, "T@b#2");
+    CHECK(pq.state == RMQ_PQ_STARTING);
+    rmq__pq_set_state(&pq, RMQ_PQ_ACTIVE);
+    CHECK(strcmp(rmq__pq_state_name(pq.state), "ACTIVE") == 0);
+    rmq_msg_t *m[5];
+    for (int i = 0; i < 5; i++) m[i] = mk(i * 3, 1), rmq__pq_put(&pq, m[i]);
+    int64_t last = -1;
+    rmq__pq_clear(&pq, on_clear, &last);
+    CHECK(cleared == 5 && pq.count == 0 && pq.bytes == 0);
+    rmq__pq_set_state(&pq, RMQ_PQ_DROPPED);
+    CHECK(strcmp(rmq__pq_state_name(pq.state), "DROPPED") == 0);
+    rmq__pq_free(&pq);
+    for (int i = 0; i < 5; i++) free(m[i]);
+}
+
+/* Random puts/removes against a reference: the committed offset is exactly Java's. */
+static void test_random_model(void)
+{
+    enum { N = 20000 };
+    rmq_pq_t pq;
+    rmq__pq_init(&pq, "T@b#3");
+    rmq_msg_t **all = calloc(N, sizeof(*all));
+    char *held = calloc(N, 1);
+    int64_t next = 0, qmax = 0;
+    int nheld = 0;
+    unsigned seed = 12345;
+    for (int step = 0; step < 200000; step++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned r = (seed >> 16) & 0x7fff;
+        if ((r % 3 == 0 || nheld == 0) && next < N) {
+            /* Pull a batch of up to 32 with gaps (filtered offsets). */
+            int k = 1 + (int)(r % 32);
+            for (int i = 0; i < k && next < N; i++) {
+                if ((r + (unsigned)i) % 7 != 0) {
+                    all[next] = mk(next, 1 + (uint32_t)(next % 13));
+                    CHECK(rmq__pq_put(&pq, all[next]) == 1);
+                    held[next] = 1;
+                    nheld++;
+                    qmax = next;
+                }
+                next++;
+            }
+        } else if (nheld > 0) {
+            /* Resolve a random held message. */
+            int64_t pick = (int64_t)(r * 7919u % (unsigned)next);
+            while (!held[pick]) pick = (pick + 1) % next;
+            int64_t got = rmq__pq_remove(&pq, &all[pick], 1);
+            held[pick] = 0;
+            nheld--;
+            free(all[pick]);
+            all[pick] = NULL;
+            int64_t want = qmax + 1;
+            for (int64_t o = 0; o < next; o++)
+                if (held[o]) {
+                    want = o;
+                    break;
+                }
+            CHECK(got == want);
+            if (got != want) break;
+        }
+        CHECK(pq.count == nheld);
+        if (next >= N && nheld == 0) break;
+    }
+    for (int64_t o = 0; o < N; o++) free(all[o]);
+    free(all);
+    free(held);
+    rmq__pq_free(&pq);
+}
+
+int main(void)
+{
+    test_java_semantics();
+    test_gaps_and_growth();
+    test_clear_and_state();
+    test_random_model();
+    if (failures) {
+        fprintf(stderr, "test_process_queue: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_process_queue: ok\n");
+    return 0;
+}
