@@ -35,11 +35,23 @@ typedef struct rmq_pool_opts {
     rmq_pool_done_cb done;
     void *ud;
     const char *consumer_group; /* for ctx and logs */
+    /* A handler running longer than this is interrupted (its batch comes back with
+     * handler_error = 1 and RECONSUME_LATER, or SUSPEND when orderly). 0 = the Java default
+     * consumeTimeout, 15 minutes. See rmq__pool_start() for what cannot be interrupted. */
+    int64_t consume_timeout_ms;
 } rmq_pool_opts_t;
 
 /*
  * Start nthreads consume threads, each loading the script into its own state and running its
  * init hook. Returns 0, or an error with errstr naming file:line (no thread is left running).
+ *
+ * Result of a batch (set before done() runs): status, ack_count, delay_level, suspend_millis,
+ * thread_index, handler_error, and sends/nsends (messages the handler queued with rmq.send();
+ * the engine sends them, and treats the batch as RECONSUME_LATER / SUSPEND if one fails).
+ * A handler error is logged by the pool with the batch's message ids (subsystem "lua").
+ * consume_timeout: a watchdog interrupts a handler through a Lua hook; a handler stuck in a
+ * JIT-compiled loop or in a blocking C call cannot be interrupted (LuaJIT does not run hooks in
+ * compiled traces): it is logged once per batch and keeps its thread.
  */
 int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
                     size_t errstr_size);
@@ -47,8 +59,18 @@ int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
 void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b);
 /* Queue a batch for one given thread (orderly consumption: a queue sticks to a thread). */
 void rmq__pool_submit_to(rmq_pool_t *p, int thread_index, rmq_batch_t *b);
-/* Batches queued or running. */
+/* Batches queued or running. Any thread. */
 int rmq__pool_pending(const rmq_pool_t *p);
+/* Number of consume threads. */
+int rmq__pool_nthreads(const rmq_pool_t *p);
+/* Handler errors (raised or timed out) since start. Any thread. */
+int64_t rmq__pool_errors(const rmq_pool_t *p);
+/*
+ * Free what the consume thread attached to a batch (its sends) and clear those fields. The
+ * engine calls it once it is done with the sends (or right away when there are none); calling it
+ * on a batch without sends is a no-op. Loop thread.
+ */
+void rmq__pool_batch_release(rmq_batch_t *b);
 /*
  * Stop: wait up to await_ms for running batches (0 = do not wait for queued ones), run each
  * state's shutdown hook, join the threads, close the async handle. Batches that were never run

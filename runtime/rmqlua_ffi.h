@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#define RMQ_FFI_ABI_VERSION 1
+#define RMQ_FFI_ABI_VERSION 2
 
 /* RMQ_FFI_BEGIN */
 typedef struct rmq_msg {
@@ -55,6 +55,22 @@ enum {
     RMQ_CONSUME_COMMIT = 4           /* orderly, deprecated Java COMMIT: treated as SUCCESS */
 };
 
+/*
+ * A message queued by rmq.send() inside a handler. The consume thread fills it (one allocation
+ * holds the array and every string); the engine's producer sends it on the loop thread after the
+ * batch came back and stores the outcome in result. Strings are not NUL-terminated.
+ */
+typedef struct rmq_send {
+    const char *topic;
+    const char *body;
+    const char *tags;  /* len 0 = none */
+    const char *keys;  /* len 0 = none; several keys separated by spaces (Java KEY_SEPARATOR) */
+    const char *props; /* user properties, name\1value\2... (len 0 = none) */
+    uint32_t topic_len, body_len, tags_len, keys_len, props_len;
+    int32_t delay_level; /* DELAY property; 0 = none */
+    int32_t result;      /* set by the engine: 0 sent, else an error code */
+} rmq_send_t;
+
 typedef struct rmq_batch {
     rmq_msg_t **msgs;  /* n borrowed views */
     int32_t n;
@@ -66,6 +82,10 @@ typedef struct rmq_batch {
     int64_t suspend_millis; /* orderly SUSPEND: -1 = suspend_current_queue_time_millis */
     int32_t thread_index;   /* which consume thread ran it (0-based) */
     void *internal;         /* engine bookkeeping (process queue, generation) */
+    /* ABI 2: also set by the consume thread. */
+    int32_t handler_error;  /* 1 when the handler raised (or timed out); status says what follows */
+    int32_t nsends;         /* messages queued by rmq.send() during the handler */
+    rmq_send_t *sends;      /* owned by the batch until rmq__pool_batch_release() (consume_pool.h) */
 } rmq_batch_t;
 
 /* Leaf functions for Lua (never raise, never block, never re-enter Lua). */
