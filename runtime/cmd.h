@@ -42,7 +42,36 @@ typedef struct rmq_cmd {
     const char *body; /* NULL when absent */
     size_t body_len;
     rmq_rbuf_t *frame; /* decoded commands: the whole frame (body points into it); else NULL */
+    /* -- encoding details (zero is right for almost everything) -- */
+    uint8_t fast;      /* RMQ_FAST_*: Java FastCodesHeader field order of a ROCKETMQ header */
+    uint8_t fast_dup;  /* ROCKETMQ + fast: also repeat the fast-coded fields in the map part, as
+                        * Java does once an RPC hook (ACL) filled extFields; set by decode when a
+                        * key appeared twice */
+    uint8_t ext_empty; /* JSON: write "extFields":{} even when n_ext == 0 (Java: a custom header
+                        * whose fields are all null); set by decode */
+    char *strings;     /* decoded commands: one block holding the decoded strings; ext/remark
+                        * strings inside it are not freed one by one */
+    size_t strings_len;
 } rmq_cmd_t;
+
+/*
+ * FastCodesHeader (4.9.4 NettyEncoder): for these header classes a ROCKETMQ header carries the
+ * class's fields first, in a fixed order, then the remaining extFields in HashMap order. JSON
+ * headers are not affected. rmq__cmd_init/_init_response pick the kind from the request code;
+ * a decoded request gets it from its code, a decoded response has RMQ_FAST_NONE (its request
+ * code is not on the wire): set c->fast before re-encoding it if the order matters.
+ */
+enum {
+    RMQ_FAST_NONE = 0,
+    RMQ_FAST_PULL_REQ,  /* PullMessageRequestHeader: PULL_MESSAGE request */
+    RMQ_FAST_SEND_REQ,  /* SendMessageRequestHeaderV2: SEND_MESSAGE_V2, SEND_BATCH_MESSAGE,
+                         * SEND_REPLY_MESSAGE_V2 requests */
+    RMQ_FAST_PULL_RESP, /* PullMessageResponseHeader: any response to PULL_MESSAGE */
+    RMQ_FAST_SEND_RESP  /* SendMessageResponseHeader: any response to a SEND_* request */
+};
+
+/* Fast kind of a request with this code (is_response 0) or of a response to it (1). */
+int rmq__cmd_fast_kind(int32_t request_code, int is_response);
 
 /* A request with code, language JAVA, version 401, flag 0, opaque 0 (the transport assigns it). */
 void rmq__cmd_init(rmq_cmd_t *c, int32_t code, int serialize);
@@ -96,18 +125,26 @@ typedef struct rmq_framer {
     size_t lenhave;
     rmq_rbuf_t *cur;    /* frame being filled, or NULL */
     size_t have;        /* bytes of cur filled */
+    unsigned epoch;     /* bumped by rmq__framer_reset: a callback may reset to stop the feed */
+    int err;            /* sticky error after a bad length word (0 when healthy) */
     char scratch[65536];/* read buffer used between frames (small frames, several per read) */
 } rmq_framer_t;
 
+/* max_frame 0 means RMQ_FRAME_MAX_DEFAULT. */
 void rmq__framer_init(rmq_framer_t *f, size_t max_frame);
-void rmq__framer_reset(rmq_framer_t *f); /* drop any partial frame */
+void rmq__framer_reset(rmq_framer_t *f); /* drop any partial frame (also the way to free it) */
 /* Where the next read should land: inside the current frame when its length is known,
  * else the scratch buffer. */
 void rmq__framer_alloc(rmq_framer_t *f, char **base, size_t *len);
 /*
  * Account for n bytes that were read into the area rmq__framer_alloc() returned, or feed bytes
  * from anywhere else (rmq__framer_feed). Calls cb for each complete frame. Returns 0, or
- * RMQ_ERR_TOO_LARGE / RMQ_ERR_BAD_FRAME (errstr says why); the stream is then unusable.
+ * RMQ_ERR_TOO_LARGE / RMQ_ERR_BAD_FRAME / RMQ_ERR_NOMEM (errstr says why); the stream is then
+ * unusable and every later call fails the same way until rmq__framer_reset().
+ * The callback must not free the framer; it may call rmq__framer_reset() (e.g. before closing the
+ * connection), and then no further frame of this feed is delivered and the call returns 0.
+ * Validated here: frameLength >= 4 and 4 + frameLength <= max_frame. The rest is
+ * rmq__cmd_decode's job.
  */
 int rmq__framer_commit(rmq_framer_t *f, const char *base, size_t n, rmq_frame_cb cb, void *ud,
                        char *errstr, size_t errstr_size);
