@@ -1,0 +1,468 @@
+/*
+ * route.c -- TopicRouteData parse/write, broker address lookup, the subscribe set and the
+ * MessageQueue ordering (see route.h).
+ *
+ * Ownership: routes and mq lists are plain heap trees owned by the caller.
+ * Threads: no shared state.
+ */
+#include "route.h"
+
+#include <stdlib.h>
+
+#include "fjson.h"
+
+/* ---- Java string order ------------------------------------------------------------------- */
+
+typedef struct u16iter {
+    const uint8_t *p, *end;
+    unsigned pending; /* low surrogate still to return, or 0 */
+} u16iter_t;
+
+/* Next UTF-16 code unit of a UTF-8 string, or -1 at the end. Invalid bytes count as one unit. */
+static long next_unit(u16iter_t *it)
+{
+    unsigned c, cp, need, k;
+    if (it->pending) {
+        unsigned u = it->pending;
+        it->pending = 0;
+        return u;
+    }
+    if (it->p >= it->end) return -1;
+    c = *it->p;
+    need = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
+    if (need == 0 || (size_t)(it->end - it->p) <= need) {
+        it->p++;
+        return c;
+    }
+    cp = c & (0x3Fu >> need);
+    for (k = 1; k <= need; k++) cp = cp << 6 | (it->p[k] & 0x3Fu);
+    it->p += need + 1;
+    if (cp >= 0x10000) {
+        it->pending = 0xDC00 + ((cp - 0x10000) & 0x3FF);
+        return 0xD800 + ((cp - 0x10000) >> 10);
+    }
+    return cp;
+}
+
+int rmq__java_strcmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    u16iter_t x = {(const uint8_t *)a, (const uint8_t *)a + alen, 0};
+    u16iter_t y = {(const uint8_t *)b, (const uint8_t *)b + blen, 0};
+    for (;;) {
+        long u = next_unit(&x), v = next_unit(&y);
+        if (u != v) return u < v ? -1 : 1; /* the shorter string (-1) sorts first */
+        if (u < 0) return 0;
+    }
+}
+
+int rmq__mq_cmp(const rmq_mq_t *a, const rmq_mq_t *b)
+{
+    int c = rmq__java_strcmp(a->topic, strlen(a->topic), b->topic, strlen(b->topic));
+    if (c) return c;
+    c = rmq__java_strcmp(a->broker_name, strlen(a->broker_name), b->broker_name,
+                         strlen(b->broker_name));
+    if (c) return c;
+    return a->queue_id < b->queue_id ? -1 : a->queue_id > b->queue_id;
+}
+
+int rmq__mq_qsort_cmp(const void *a, const void *b)
+{
+    return rmq__mq_cmp(a, b);
+}
+
+/* ---- free / dup ------------------------------------------------------------------------- */
+
+void rmq__route_free(rmq_route_t *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->n_qds; i++) free(r->qds[i].broker_name);
+    for (int i = 0; i < r->n_bds; i++) {
+        rmq_broker_data_t *bd = &r->bds[i];
+        free(bd->cluster);
+        free(bd->broker_name);
+        for (int j = 0; j < bd->n_addrs; j++) free(bd->addrs[j].addr);
+        free(bd->addrs);
+    }
+    free(r->qds);
+    free(r->bds);
+    free(r->order_topic_conf);
+    free(r);
+}
+
+static char *dupstr(const char *s, int *oom)
+{
+    char *d;
+    if (!s) return NULL;
+    d = strdup(s);
+    if (!d) *oom = 1;
+    return d;
+}
+
+rmq_route_t *rmq__route_dup(const rmq_route_t *r)
+{
+    int oom = 0;
+    rmq_route_t *d = calloc(1, sizeof(*d));
+    if (!d) return NULL;
+    d->order_topic_conf = dupstr(r->order_topic_conf, &oom);
+    d->qds = r->n_qds ? calloc((size_t)r->n_qds, sizeof(*d->qds)) : NULL;
+    d->bds = r->n_bds ? calloc((size_t)r->n_bds, sizeof(*d->bds)) : NULL;
+    if ((r->n_qds && !d->qds) || (r->n_bds && !d->bds)) {
+        rmq__route_free(d);
+        return NULL;
+    }
+    d->n_qds = r->n_qds;
+    for (int i = 0; i < r->n_qds; i++) {
+        d->qds[i] = r->qds[i];
+        d->qds[i].broker_name = dupstr(r->qds[i].broker_name, &oom);
+    }
+    d->n_bds = r->n_bds;
+    for (int i = 0; i < r->n_bds; i++) {
+        const rmq_broker_data_t *s = &r->bds[i];
+        rmq_broker_data_t *bd = &d->bds[i];
+        bd->cluster = dupstr(s->cluster, &oom);
+        bd->broker_name = dupstr(s->broker_name, &oom);
+        bd->addrs = s->n_addrs ? calloc((size_t)s->n_addrs, sizeof(*bd->addrs)) : NULL;
+        if (s->n_addrs && !bd->addrs) {
+            oom = 1;
+            continue;
+        }
+        bd->n_addrs = s->n_addrs;
+        for (int j = 0; j < s->n_addrs; j++) {
+            bd->addrs[j].id = s->addrs[j].id;
+            bd->addrs[j].addr = dupstr(s->addrs[j].addr, &oom);
+        }
+    }
+    if (oom) {
+        rmq__route_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* ---- parse ------------------------------------------------------------------------------ */
+
+static int addr_cmp(const void *a, const void *b)
+{
+    const rmq_broker_addr_t *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int i32_field(const rmq_fj_t *o, const char *name, int32_t *out, const char *where,
+                     int idx, char *errstr, size_t errstr_size)
+{
+    int rc = rmq__fj_get_i32(o, name, out);
+    if (rc == RMQ_ERR_NOT_FOUND) {
+        *out = 0;
+        return 0;
+    }
+    if (rc) rmq__seterr(errstr, errstr_size, "route: %s[%d].%s is not an int", where, idx, name);
+    return rc ? RMQ_ERR_BAD_JSON : 0;
+}
+
+int rmq__route_parse(const char *json, size_t len, rmq_route_t **out, char *errstr,
+                     size_t errstr_size)
+{
+    char why[192];
+    rmq_fjdoc_t *doc = rmq__fj_parse(json, len, why, sizeof(why));
+    const rmq_fj_t *root, *qds, *bds, *v;
+    const char *otc;
+    rmq_route_t *r;
+    int i, oom = 0, rc = RMQ_ERR_BAD_JSON;
+
+    *out = NULL;
+    if (!doc) {
+        rmq__seterr(errstr, errstr_size, "route: %s", why);
+        return RMQ_ERR_BAD_JSON;
+    }
+    root = rmq__fj_root(doc);
+    if (root->type != RMQ_FJ_OBJECT) {
+        rmq__fj_free(doc);
+        rmq__seterr(errstr, errstr_size, "route: body is not a JSON object");
+        return RMQ_ERR_BAD_JSON;
+    }
+    qds = rmq__fj_get(root, "queueDatas");
+    bds = rmq__fj_get(root, "brokerDatas");
+    if ((qds && qds->type != RMQ_FJ_ARRAY && qds->type != RMQ_FJ_NULL) ||
+        (bds && bds->type != RMQ_FJ_ARRAY && bds->type != RMQ_FJ_NULL)) {
+        rmq__fj_free(doc);
+        rmq__seterr(errstr, errstr_size, "route: queueDatas/brokerDatas is not an array");
+        return RMQ_ERR_BAD_JSON;
+    }
+    r = calloc(1, sizeof(*r));
+    if (!r) goto nomem;
+    otc = rmq__fj_get_str(root, "orderTopicConf");
+    r->order_topic_conf = dupstr(otc, &oom);
+    if (qds && qds->type == RMQ_FJ_ARRAY && qds->len) {
+        r->qds = calloc(qds->len, sizeof(*r->qds));
+        if (!r->qds) goto nomem;
+        for (i = 0, v = qds->child; v; v = v->next, i++) {
+            rmq_queue_data_t *qd = &r->qds[i];
+            const char *bn = rmq__fj_get_str(v, "brokerName");
+            if (v->type != RMQ_FJ_OBJECT || !bn) {
+                rmq__seterr(errstr, errstr_size, "route: queueDatas[%d] has no brokerName", i);
+                goto bad;
+            }
+            r->n_qds = i + 1;
+            qd->broker_name = dupstr(bn, &oom);
+            if (i32_field(v, "readQueueNums", &qd->read_queue_nums, "queueDatas", i, errstr,
+                          errstr_size) ||
+                i32_field(v, "writeQueueNums", &qd->write_queue_nums, "queueDatas", i, errstr,
+                          errstr_size) ||
+                i32_field(v, "perm", &qd->perm, "queueDatas", i, errstr, errstr_size))
+                goto bad;
+            if (rmq__fj_get(v, "topicSysFlag")) {
+                if (i32_field(v, "topicSysFlag", &qd->topic_sys_flag, "queueDatas", i, errstr,
+                              errstr_size))
+                    goto bad;
+            } else if (i32_field(v, "topicSynFlag", &qd->topic_sys_flag, "queueDatas", i, errstr,
+                                 errstr_size)) {
+                goto bad;
+            }
+        }
+    }
+    if (bds && bds->type == RMQ_FJ_ARRAY && bds->len) {
+        r->bds = calloc(bds->len, sizeof(*r->bds));
+        if (!r->bds) goto nomem;
+        for (i = 0, v = bds->child; v; v = v->next, i++) {
+            rmq_broker_data_t *bd = &r->bds[i];
+            const char *bn = rmq__fj_get_str(v, "brokerName");
+            const rmq_fj_t *addrs = rmq__fj_get(v, "brokerAddrs"), *a;
+            int j;
+            if (v->type != RMQ_FJ_OBJECT || !bn) {
+                rmq__seterr(errstr, errstr_size, "route: brokerDatas[%d] has no brokerName", i);
+                goto bad;
+            }
+            r->n_bds = i + 1;
+            bd->broker_name = dupstr(bn, &oom);
+            bd->cluster = dupstr(rmq__fj_get_str(v, "cluster"), &oom);
+            if (addrs && addrs->type == RMQ_FJ_NULL) addrs = NULL;
+            if (addrs && addrs->type != RMQ_FJ_OBJECT) {
+                rmq__seterr(errstr, errstr_size, "route: brokerDatas[%d].brokerAddrs is not a map",
+                            i);
+                goto bad;
+            }
+            if (!addrs || !addrs->len) continue;
+            bd->addrs = calloc(addrs->len, sizeof(*bd->addrs));
+            if (!bd->addrs) goto nomem;
+            for (j = 0, a = addrs->child; a; a = a->next, j++) {
+                int64_t id;
+                if (rmq__fj_i64(a->key, &id) || a->type != RMQ_FJ_STRING) {
+                    rmq__seterr(errstr, errstr_size,
+                                "route: brokerDatas[%d].brokerAddrs entry %d is not id:\"addr\"",
+                                i, j);
+                    goto bad;
+                }
+                bd->n_addrs = j + 1;
+                bd->addrs[j].id = id;
+                bd->addrs[j].addr = dupstr(a->s, &oom);
+            }
+            qsort(bd->addrs, (size_t)bd->n_addrs, sizeof(*bd->addrs), addr_cmp);
+        }
+    }
+    if (oom) goto nomem;
+    rmq__fj_free(doc);
+    *out = r;
+    return 0;
+nomem:
+    rmq__seterr(errstr, errstr_size, "route: out of memory");
+    rc = RMQ_ERR_NOMEM;
+bad:
+    rmq__route_free(r);
+    rmq__fj_free(doc);
+    return rc;
+}
+
+/* ---- write ------------------------------------------------------------------------------ */
+
+int rmq__route_write(const rmq_route_t *r, int standard, rmq_buf_t *out)
+{
+    int f = standard ? RMQ_FJ_ASCII : 0, rc = 0;
+#define S(lit) rc |= rmq__buf_append(out, lit, sizeof(lit) - 1)
+#define STR(s) rc |= rmq__fj_write_str(out, s, strlen(s), f)
+    S("{\"brokerDatas\":[");
+    for (int i = 0; i < r->n_bds; i++) {
+        const rmq_broker_data_t *bd = &r->bds[i];
+        if (i) S(",");
+        S("{\"brokerAddrs\":{");
+        for (int j = 0; j < bd->n_addrs; j++) {
+            rc |= rmq__buf_appendf(out, standard ? "%s\"%lld\":" : "%s%lld:", j ? "," : "",
+                                   (long long)bd->addrs[j].id);
+            STR(bd->addrs[j].addr);
+        }
+        S("},\"brokerName\":");
+        STR(bd->broker_name);
+        if (bd->cluster) {
+            S(",\"cluster\":");
+            STR(bd->cluster);
+        }
+        S("}");
+    }
+    S("],\"filterServerTable\":{},");
+    if (r->order_topic_conf) {
+        S("\"orderTopicConf\":");
+        STR(r->order_topic_conf);
+        S(",");
+    }
+    S("\"queueDatas\":[");
+    for (int i = 0; i < r->n_qds; i++) {
+        const rmq_queue_data_t *qd = &r->qds[i];
+        if (i) S(",");
+        S("{\"brokerName\":");
+        STR(qd->broker_name);
+        rc |= rmq__buf_appendf(out,
+                               ",\"perm\":%d,\"readQueueNums\":%d,\"topicSysFlag\":%d,"
+                               "\"writeQueueNums\":%d}",
+                               qd->perm, qd->read_queue_nums, qd->topic_sys_flag,
+                               qd->write_queue_nums);
+    }
+    S("]}");
+#undef S
+#undef STR
+    return rc ? RMQ_ERR_NOMEM : 0;
+}
+
+/* ---- equality --------------------------------------------------------------------------- */
+
+static int nstrcmp(const char *a, const char *b)
+{
+    if (!a || !b) return a == b ? 0 : a ? 1 : -1;
+    return strcmp(a, b);
+}
+
+static int qd_ptr_cmp(const void *a, const void *b)
+{
+    const rmq_queue_data_t *x = *(const rmq_queue_data_t *const *)a;
+    const rmq_queue_data_t *y = *(const rmq_queue_data_t *const *)b;
+    int c = strcmp(x->broker_name, y->broker_name);
+    if (c) return c;
+    if (x->read_queue_nums != y->read_queue_nums) return x->read_queue_nums < y->read_queue_nums ? -1 : 1;
+    if (x->write_queue_nums != y->write_queue_nums) return x->write_queue_nums < y->write_queue_nums ? -1 : 1;
+    if (x->perm != y->perm) return x->perm < y->perm ? -1 : 1;
+    return x->topic_sys_flag < y->topic_sys_flag ? -1 : x->topic_sys_flag > y->topic_sys_flag;
+}
+
+static int bd_cmp(const rmq_broker_data_t *x, const rmq_broker_data_t *y)
+{
+    int c = strcmp(x->broker_name, y->broker_name);
+    if (c) return c;
+    if ((c = nstrcmp(x->cluster, y->cluster))) return c;
+    if (x->n_addrs != y->n_addrs) return x->n_addrs < y->n_addrs ? -1 : 1;
+    for (int i = 0; i < x->n_addrs; i++) {
+        if (x->addrs[i].id != y->addrs[i].id) return x->addrs[i].id < y->addrs[i].id ? -1 : 1;
+        if ((c = strcmp(x->addrs[i].addr, y->addrs[i].addr))) return c;
+    }
+    return 0;
+}
+
+static int bd_ptr_cmp(const void *a, const void *b)
+{
+    return bd_cmp(*(const rmq_broker_data_t *const *)a, *(const rmq_broker_data_t *const *)b);
+}
+
+int rmq__route_equal(const rmq_route_t *a, const rmq_route_t *b)
+{
+    int n = a->n_qds > a->n_bds ? a->n_qds : a->n_bds, eq = 1;
+    const void **pa, **pb;
+    if (a->n_qds != b->n_qds || a->n_bds != b->n_bds ||
+        nstrcmp(a->order_topic_conf, b->order_topic_conf))
+        return 0;
+    if (n == 0) return 1;
+    pa = malloc(sizeof(*pa) * (size_t)n * 2);
+    if (!pa) return 0; /* unknown: report a change, the caller re-applies the route */
+    pb = pa + n;
+    for (int i = 0; i < a->n_qds; i++) {
+        pa[i] = &a->qds[i];
+        pb[i] = &b->qds[i];
+    }
+    qsort(pa, (size_t)a->n_qds, sizeof(*pa), qd_ptr_cmp);
+    qsort(pb, (size_t)a->n_qds, sizeof(*pb), qd_ptr_cmp);
+    for (int i = 0; i < a->n_qds && eq; i++) eq = qd_ptr_cmp(&pa[i], &pb[i]) == 0;
+    for (int i = 0; i < a->n_bds; i++) {
+        pa[i] = &a->bds[i];
+        pb[i] = &b->bds[i];
+    }
+    qsort(pa, (size_t)a->n_bds, sizeof(*pa), bd_ptr_cmp);
+    qsort(pb, (size_t)a->n_bds, sizeof(*pb), bd_ptr_cmp);
+    for (int i = 0; i < a->n_bds && eq; i++) eq = bd_ptr_cmp(&pa[i], &pb[i]) == 0;
+    free(pa);
+    return eq;
+}
+
+/* ---- lookups ------------------------------------------------------------------------------- */
+
+const rmq_broker_data_t *rmq__route_broker(const rmq_route_t *r, const char *broker_name)
+{
+    for (int i = 0; i < r->n_bds; i++)
+        if (strcmp(r->bds[i].broker_name, broker_name) == 0) return &r->bds[i];
+    return NULL;
+}
+
+const char *rmq__route_master_addr(const rmq_route_t *r, const char *broker_name)
+{
+    const rmq_broker_data_t *bd = rmq__route_broker(r, broker_name);
+    if (!bd) return NULL;
+    for (int j = 0; j < bd->n_addrs; j++)
+        if (bd->addrs[j].id == RMQ_MASTER_ID) return bd->addrs[j].addr;
+    return NULL;
+}
+
+const char *rmq__route_any_addr(const rmq_route_t *r, const char *broker_name)
+{
+    const rmq_broker_data_t *bd = rmq__route_broker(r, broker_name);
+    const char *m;
+    if (!bd || bd->n_addrs == 0) return NULL;
+    m = rmq__route_master_addr(r, broker_name);
+    return m ? m : bd->addrs[0].addr; /* addrs are sorted by id */
+}
+
+void rmq__mqs_free(rmq_mq_t *mqs, int n)
+{
+    if (!mqs) return;
+    for (int i = 0; i < n; i++) {
+        free(mqs[i].topic);
+        free(mqs[i].broker_name);
+    }
+    free(mqs);
+}
+
+int rmq__route_subscribe_mqs(const rmq_route_t *r, const char *topic, rmq_mq_t **out, int *n)
+{
+    size_t total = 0, k = 0;
+    rmq_mq_t *mqs;
+    *out = NULL;
+    *n = 0;
+    for (int i = 0; i < r->n_qds; i++)
+        if ((r->qds[i].perm & RMQ_PERM_READ) && r->qds[i].read_queue_nums > 0)
+            total += (size_t)r->qds[i].read_queue_nums;
+    if (total == 0) return 0;
+    if (total > INT32_MAX) return RMQ_ERR_INVALID;
+    mqs = calloc(total, sizeof(*mqs));
+    if (!mqs) return RMQ_ERR_NOMEM;
+    for (int i = 0; i < r->n_qds; i++) {
+        const rmq_queue_data_t *qd = &r->qds[i];
+        if (!(qd->perm & RMQ_PERM_READ)) continue;
+        for (int q = 0; q < qd->read_queue_nums; q++, k++) {
+            mqs[k].topic = strdup(topic);
+            mqs[k].broker_name = strdup(qd->broker_name);
+            mqs[k].queue_id = q;
+            if (!mqs[k].topic || !mqs[k].broker_name) {
+                rmq__mqs_free(mqs, (int)k + 1);
+                return RMQ_ERR_NOMEM;
+            }
+        }
+    }
+    qsort(mqs, total, sizeof(*mqs), rmq__mq_qsort_cmp);
+    /* Java collects into a HashSet: a broker listed twice gives its queues once. */
+    k = total ? 1 : 0;
+    for (size_t i = 1; i < total; i++) {
+        if (rmq__mq_cmp(&mqs[i], &mqs[k - 1]) == 0) {
+            free(mqs[i].topic);
+            free(mqs[i].broker_name);
+        } else {
+            mqs[k++] = mqs[i];
+        }
+    }
+    *out = mqs;
+    *n = (int)k;
+    return 0;
+}
