@@ -12,9 +12,3 @@ int rmq__cli_broker(int argc, char **argv)
     fprintf(stderr, "rmqlua broker: not available in this build yet\n");
     return 2;
 }
-
-int rmq__cli_send(int argc, char **argv)
-{
-    fprintf(stderr, "rmqlua send: not available in this build yet\n");
-    return 2;
-}

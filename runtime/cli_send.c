@@ -1,0 +1,490 @@
+/*
+ * cli_send.c -- rmqlua send: produce messages to a topic through the name server's route
+ * (the producer of producer.c), from generated bodies, a file, or lines of standard input.
+ *
+ * Ownership: everything is owned by this command's run: its own libuv loop, the transport, the
+ * producer, the message source. Standard input is read with uv_fs_read (thread pool), so the
+ * loop never blocks; reading pauses while the send window is full.
+ * Threads: the main thread, which runs the loop.
+ */
+#include "cli.h"
+#include "common.h"
+#include "producer.h"
+#include "remoting.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <uv.h>
+
+#define MAX_PROPS 64
+#define MAX_REPORTED_FAILURES 10
+
+enum { SRC_STDIN = 0, SRC_COUNT, SRC_FILE };
+
+typedef struct send_run {
+    uv_loop_t loop;
+    rmq_remoting_t *t;
+    rmq_producer_t *p;
+
+    /* options */
+    const char *namesrv;
+    const char *topic;
+    const char *tags;
+    const char *keys; /* "{n}" replaced by the message number */
+    int delay;
+    rmq_prop_t props[MAX_PROPS];
+    int n_props;
+    int src;
+    int64_t count;
+    int64_t size;
+    const char *file;
+    int window;
+    int verbose;
+
+    /* source state */
+    int64_t next;     /* messages handed to the producer */
+    int eof;          /* no more messages will come */
+    char *filebuf;
+    size_t file_len;
+    rmq_buf_t body;   /* generated body */
+    rmq_buf_t kbuf;   /* keys with {n} replaced */
+    uv_fs_t rd;
+    int reading;
+    char rdbuf[65536];
+    rmq_buf_t line;   /* the incomplete last line of stdin */
+
+    /* results */
+    int64_t sent, failed;
+    int64_t started_ms;
+    int stopping;
+} send_run_t;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: rmqlua send --namesrv ADDR --topic TOPIC [options]\n"
+            "\n"
+            "Produce messages with SEND_MESSAGE_V2 to the masters of the topic's route (looked up\n"
+            "on the name server; an unknown topic is created by the broker from TBW102).\n"
+            "\n"
+            "message source (one of):\n"
+            "  (default)            every line of standard input is one message (empty lines skipped)\n"
+            "  --count N [--size S] N generated messages of S bytes each (default 100)\n"
+            "  --file F             the whole file F as one message\n"
+            "\n"
+            "options:\n"
+            "  --namesrv ADDR       name server list \"host:port[;host:port]\" (default: $NAMESRV_ADDR)\n"
+            "  --topic T            target topic\n"
+            "  --tags A             TAGS property\n"
+            "  --keys K             KEYS property (space-separated keys); \"{n}\" becomes the message number\n"
+            "  --property k=v       a user property (repeatable)\n"
+            "  --delay LEVEL        delay level 1..18 (DELAY property)\n"
+            "  --group G            producer group (default %s)\n"
+            "  --window N           sends in flight at once (default %d)\n"
+            "  --timeout MS         send timeout over all attempts (default %d)\n"
+            "  --retries N          extra attempts on another queue/broker (default %d)\n"
+            "  --compress-over N    zlib-compress bodies of at least N bytes (default %d)\n"
+            "  --no-compress        never compress\n"
+            "  --verbose            print one line per message sent (status, ids, queue, offset)\n"
+            "  --log-debug CATS     debug logging (\"remoting,namesrv\" or \"all\")\n"
+            "  --help               this text\n"
+            "\n"
+            "Prints \"sent N, failed M in X s (R msg/s)\" on stderr at the end.\n"
+            "exit codes: 0 all sent, 1 some failed, 2 usage error\n",
+            RMQ_PRODUCER_GROUP_DEFAULT, RMQ_PRODUCER_MAX_INFLIGHT, RMQ_PRODUCER_SEND_TIMEOUT_MS,
+            RMQ_PRODUCER_RETRY_TIMES, RMQ_PRODUCER_COMPRESS_OVER);
+}
+
+static int parse_i64(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < min || v > max) {
+        fprintf(stderr, "rmqlua send: %s needs an integer in %lld..%lld, got '%s'\n", opt,
+                (long long)min, (long long)max, s ? s : "");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void finish(send_run_t *r);
+static void feed(send_run_t *r);
+
+static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char *errmsg)
+{
+    send_run_t *r = ud;
+    if (err == 0) {
+        r->sent++;
+        if (r->verbose)
+            printf("%s msgId=%s offsetMsgId=%s queue=%s:%s:%d queueOffset=%lld\n",
+                   rmq__send_status_name(res->status), res->msg_id, res->offset_msg_id,
+                   res->topic, res->broker_name, res->queue_id, (long long)res->queue_offset);
+    } else {
+        r->failed++;
+        if (r->failed <= MAX_REPORTED_FAILURES)
+            fprintf(stderr, "rmqlua send: %s (%s)\n", errmsg, rmq_err_name(err));
+        else if (r->failed == MAX_REPORTED_FAILURES + 1)
+            fprintf(stderr, "rmqlua send: more failures not shown\n");
+    }
+    feed(r);
+}
+
+/* Hand one message to the producer; a message the producer rejects counts as failed. */
+static void send_one(send_run_t *r, const char *body, size_t len)
+{
+    const char *keys = r->keys;
+    if (keys && strstr(keys, "{n}")) {
+        r->kbuf.len = 0;
+        for (const char *s = keys; *s;) {
+            const char *hit = strstr(s, "{n}");
+            if (!hit) {
+                rmq__buf_append(&r->kbuf, s, strlen(s));
+                break;
+            }
+            rmq__buf_append(&r->kbuf, s, (size_t)(hit - s));
+            rmq__buf_appendf(&r->kbuf, "%lld", (long long)r->next);
+            s = hit + 3;
+        }
+        rmq__buf_append_u8(&r->kbuf, 0);
+        keys = r->kbuf.data;
+    }
+    rmq_send_msg_t m = {
+        .topic = r->topic,
+        .body = body,
+        .body_len = len,
+        .tags = r->tags,
+        .keys = keys,
+        .delay_level = r->delay,
+        .props = r->props,
+        .n_props = r->n_props,
+    };
+    char err[256];
+    r->next++;
+    int rc = rmq__producer_send(r->p, &m, on_sent, r, err, sizeof(err));
+    if (rc) {
+        r->failed++;
+        if (r->failed <= MAX_REPORTED_FAILURES)
+            fprintf(stderr, "rmqlua send: message %lld not sent: %s\n", (long long)r->next, err);
+    }
+}
+
+/* ---- standard input ---------------------------------------------------------------------- */
+
+static void send_line(send_run_t *r, const char *s, size_t n)
+{
+    if (n && s[n - 1] == '\r') n--;
+    if (n) send_one(r, s, n);
+}
+
+static void on_read(uv_fs_t *req)
+{
+    send_run_t *r = req->data;
+    ssize_t n = req->result;
+    uv_fs_req_cleanup(req);
+    r->reading = 0;
+    if (n < 0) {
+        fprintf(stderr, "rmqlua send: reading standard input: %s\n", uv_strerror((int)n));
+        r->failed++;
+        n = 0;
+    }
+    if (n == 0) {
+        if (r->line.len) send_line(r, r->line.data, r->line.len);
+        r->line.len = 0;
+        r->eof = 1;
+    } else {
+        const char *s = r->rdbuf, *end = r->rdbuf + n;
+        while (s < end) {
+            const char *nl = memchr(s, '\n', (size_t)(end - s));
+            if (!nl) {
+                rmq__buf_append(&r->line, s, (size_t)(end - s));
+                break;
+            }
+            if (r->line.len) {
+                rmq__buf_append(&r->line, s, (size_t)(nl - s));
+                send_line(r, r->line.data, r->line.len);
+                r->line.len = 0;
+            } else {
+                send_line(r, s, (size_t)(nl - s));
+            }
+            s = nl + 1;
+        }
+    }
+    feed(r);
+}
+
+/* ---- the feed loop ------------------------------------------------------------------------ */
+
+static void make_body(send_run_t *r)
+{
+    /* "<n>:" then a repeating pattern up to size bytes: distinct and checkable. */
+    r->body.len = 0;
+    rmq__buf_appendf(&r->body, "%lld:", (long long)r->next);
+    rmq__buf_reserve(&r->body, (size_t)r->size);
+    while (r->body.len < (size_t)r->size)
+        r->body.data[r->body.len] = (char)('a' + (r->body.len % 26)), r->body.len++;
+    if (r->body.len > (size_t)r->size) r->body.len = (size_t)r->size;
+}
+
+/* Keep the producer's window full; finish when the source is exhausted and all sends are done. */
+static void feed(send_run_t *r)
+{
+    if (r->stopping) return;
+    size_t window = (size_t)r->window;
+    while (!r->eof && rmq__producer_outstanding(r->p) < window) {
+        if (r->src == SRC_COUNT) {
+            if (r->next >= r->count) {
+                r->eof = 1;
+                break;
+            }
+            make_body(r);
+            send_one(r, r->body.data, r->body.len);
+        } else if (r->src == SRC_FILE) {
+            send_one(r, r->filebuf, r->file_len);
+            r->eof = 1;
+        } else {
+            if (!r->reading) {
+                r->reading = 1;
+                uv_buf_t b = uv_buf_init(r->rdbuf, sizeof(r->rdbuf));
+                r->rd.data = r;
+                if (uv_fs_read(&r->loop, &r->rd, 0, &b, 1, -1, on_read)) {
+                    r->reading = 0;
+                    r->eof = 1;
+                }
+            }
+            break;
+        }
+    }
+    if (r->eof && !r->reading && rmq__producer_outstanding(r->p) == 0) finish(r);
+}
+
+static void finish(send_run_t *r)
+{
+    r->stopping = 1;
+    rmq__producer_destroy(r->p);
+    r->p = NULL;
+    rmq__remoting_destroy(r->t, NULL, NULL);
+    r->t = NULL;
+}
+
+static int read_file(send_run_t *r)
+{
+    FILE *f = fopen(r->file, "rb");
+    if (!f) {
+        fprintf(stderr, "rmqlua send: cannot open %s: %s\n", r->file, strerror(errno));
+        return -1;
+    }
+    rmq_buf_t b;
+    rmq__buf_init(&b);
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0) rmq__buf_append(&b, tmp, n);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        fprintf(stderr, "rmqlua send: cannot read %s\n", r->file);
+        rmq__buf_free(&b);
+        return -1;
+    }
+    if (b.len == 0) {
+        fprintf(stderr, "rmqlua send: %s is empty (a message body cannot be empty)\n", r->file);
+        rmq__buf_free(&b);
+        return -1;
+    }
+    r->filebuf = b.data;
+    r->file_len = b.len;
+    return 0;
+}
+
+static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t *po)
+{
+    int have_size = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+#define NEED_VALUE()                                                                               \
+    do {                                                                                           \
+        if (!v) {                                                                                  \
+            fprintf(stderr, "rmqlua send: %s needs a value\n", a);                                 \
+            return 2;                                                                              \
+        }                                                                                          \
+        i++;                                                                                       \
+    } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(a, "--namesrv") || !strcmp(a, "-n")) {
+            NEED_VALUE();
+            r->namesrv = v;
+        } else if (!strcmp(a, "--topic") || !strcmp(a, "-t")) {
+            NEED_VALUE();
+            r->topic = v;
+        } else if (!strcmp(a, "--tags")) {
+            NEED_VALUE();
+            r->tags = v;
+        } else if (!strcmp(a, "--keys")) {
+            NEED_VALUE();
+            r->keys = v;
+        } else if (!strcmp(a, "--property") || !strcmp(a, "-p")) {
+            NEED_VALUE();
+            const char *eq = strchr(v, '=');
+            if (!eq || eq == v || !eq[1]) {
+                fprintf(stderr, "rmqlua send: --property needs key=value with both non-empty, "
+                                "got '%s'\n", v);
+                return 2;
+            }
+            if (r->n_props == MAX_PROPS) {
+                fprintf(stderr, "rmqlua send: at most %d --property options\n", MAX_PROPS);
+                return 2;
+            }
+            char *k = rmq__xstrndup(v, (size_t)(eq - v));
+            r->props[r->n_props].key = k;
+            r->props[r->n_props].val = eq + 1;
+            r->n_props++;
+        } else if (!strcmp(a, "--delay")) {
+            NEED_VALUE();
+            if (parse_i64(a, v, 1, 18, &n)) return 2;
+            r->delay = (int)n;
+        } else if (!strcmp(a, "--count")) {
+            NEED_VALUE();
+            if (parse_i64(a, v, 1, INT64_MAX, &n)) return 2;
+            r->count = n;
+        } else if (!strcmp(a, "--size")) {
+            NEED_VALUE();
+            if (parse_i64(a, v, 1, RMQ_PRODUCER_MAX_MESSAGE_SIZE, &n)) return 2;
+            r->size = n;
+            have_size = 1;
+        } else if (!strcmp(a, "--file")) {
+            NEED_VALUE();
+            r->file = v;
+        } else if (!strcmp(a, "--group")) {
+            NEED_VALUE();
+            po->group = v;
+        } else if (!strcmp(a, "--window")) {
+            NEED_VALUE();
+            if (parse_i64(a, v, 1, 65536, &n)) return 2;
+            r->window = (int)n;
+        } else if (!strcmp(a, "--timeout")) {
+            NEED_VALUE();
+            if (parse_i64(a, v, 1, 3600000, &n)) return 2;
+            po->send_timeout_ms = n;
+        } else if (!strcmp(a, "--retries")) {
+            NEED_VALUE();
+            if (parse_i64(a, v, 0, 100, &n)) return 2;
+            po->retry_times = (int)n;
+        } else if (!strcmp(a, "--compress-over")) {
+            NEED_VALUE();
+            if (parse_i64(a, v, 1, INT32_MAX, &n)) return 2;
+            po->compress_over = (int)n;
+        } else if (!strcmp(a, "--no-compress")) {
+            po->compress_over = -1;
+        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+            r->verbose = 1;
+        } else if (!strcmp(a, "--log-debug")) {
+            NEED_VALUE();
+            char err[128];
+            if (rmq_log_set_debug(v, err, sizeof(err)) < 0) {
+                fprintf(stderr, "rmqlua send: --log-debug: %s\n", err);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "rmqlua send: unknown option '%s' (see rmqlua send --help)\n", a);
+            return 2;
+        }
+#undef NEED_VALUE
+    }
+    if (!r->namesrv) r->namesrv = getenv("NAMESRV_ADDR");
+    if (!r->namesrv || !*r->namesrv) {
+        fprintf(stderr, "rmqlua send: --namesrv is required (or set NAMESRV_ADDR)\n");
+        return 2;
+    }
+    if (!r->topic) {
+        fprintf(stderr, "rmqlua send: --topic is required\n");
+        return 2;
+    }
+    if (r->file && r->count) {
+        fprintf(stderr, "rmqlua send: --file and --count exclude each other\n");
+        return 2;
+    }
+    if (have_size && !r->count) {
+        fprintf(stderr, "rmqlua send: --size needs --count\n");
+        return 2;
+    }
+    r->src = r->file ? SRC_FILE : r->count ? SRC_COUNT : SRC_STDIN;
+    if (!have_size) r->size = 100;
+    return 0;
+}
+
+int rmq__cli_send(int argc, char **argv)
+{
+    send_run_t *r = rmq__xcalloc(1, sizeof(*r));
+    rmq_producer_opts_t po;
+    memset(&po, 0, sizeof(po));
+    po.retry_times = -1;
+    r->window = RMQ_PRODUCER_MAX_INFLIGHT;
+    rmq__buf_init(&r->body);
+    rmq__buf_init(&r->kbuf);
+    rmq__buf_init(&r->line);
+    int rc = parse_args(r, argc, argv, &po);
+    char err[256];
+    if (rc == 0 && r->src == SRC_FILE && read_file(r)) rc = 2;
+    if (rc == 0) {
+        /* Check the topic and properties before connecting anywhere (usage errors). */
+        const char *bad = NULL;
+        for (const char *s = r->topic; *s; s++)
+            if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+                  (*s >= '0' && *s <= '9') || *s == '%' || *s == '|' || *s == '_' || *s == '-'))
+                bad = s;
+        if (!*r->topic || bad || strlen(r->topic) > RMQ_PRODUCER_TOPIC_MAX_LEN) {
+            fprintf(stderr,
+                    "rmqlua send: bad topic '%s': 1..%d characters of [%%|a-zA-Z0-9_-]\n",
+                    r->topic, RMQ_PRODUCER_TOPIC_MAX_LEN);
+            rc = 2;
+        }
+    }
+    if (rc == 0) po.max_inflight = r->window < RMQ_PRODUCER_MAX_INFLIGHT ? r->window
+                                                                         : RMQ_PRODUCER_MAX_INFLIGHT;
+    if (rc == 0) {
+        uv_loop_init(&r->loop);
+        rmq_remoting_opts_t ro;
+        memset(&ro, 0, sizeof(ro));
+        ro.loop = &r->loop;
+        ro.name = "send";
+        if (rmq__remoting_new(&ro, &r->t, err, sizeof(err)) ||
+            rmq__remoting_set_namesrv(r->t, r->namesrv, err, sizeof(err))) {
+            fprintf(stderr, "rmqlua send: --namesrv: %s\n", err);
+            rc = 2;
+        } else if (rmq__producer_new(&r->loop, r->t, &po, &r->p, err, sizeof(err))) {
+            fprintf(stderr, "rmqlua send: %s\n", err);
+            rc = 2;
+        }
+        if (rc == 0) {
+            r->started_ms = rmq__mono_ms();
+            feed(r);
+            uv_run(&r->loop, UV_RUN_DEFAULT);
+            double secs = (double)(rmq__mono_ms() - r->started_ms) / 1000.0;
+            fflush(stdout);
+            fprintf(stderr, "sent %lld, failed %lld in %.3f s (%.0f msg/s)\n",
+                    (long long)r->sent, (long long)r->failed, secs,
+                    secs > 0 ? (double)r->sent / secs : 0.0);
+            rc = r->failed ? 1 : 0;
+        } else {
+            if (r->p) rmq__producer_destroy(r->p);
+            if (r->t) rmq__remoting_destroy(r->t, NULL, NULL);
+            uv_run(&r->loop, UV_RUN_DEFAULT);
+        }
+        uv_loop_close(&r->loop);
+    } else if (rc == 1) {
+        rc = 0; /* --help */
+    }
+    for (int i = 0; i < r->n_props; i++) free((char *)r->props[i].key);
+    free(r->filebuf);
+    rmq__buf_free(&r->body);
+    rmq__buf_free(&r->kbuf);
+    rmq__buf_free(&r->line);
+    free(r);
+    return rc;
+}
