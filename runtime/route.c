@@ -11,59 +11,7 @@
 
 #include "fjson.h"
 
-/* ---- Java string order ------------------------------------------------------------------- */
-
-typedef struct u16iter {
-    const uint8_t *p, *end;
-    unsigned pending; /* low surrogate still to return, or 0 */
-} u16iter_t;
-
-/* Next UTF-16 code unit of a UTF-8 string, or -1 at the end. Invalid bytes count as one unit. */
-static long next_unit(u16iter_t *it)
-{
-    unsigned c, cp, need, k;
-    if (it->pending) {
-        unsigned u = it->pending;
-        it->pending = 0;
-        return u;
-    }
-    if (it->p >= it->end) return -1;
-    c = *it->p;
-    need = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
-    if (need == 0 || (size_t)(it->end - it->p) <= need) {
-        it->p++;
-        return c;
-    }
-    cp = c & (0x3Fu >> need);
-    for (k = 1; k <= need; k++) cp = cp << 6 | (it->p[k] & 0x3Fu);
-    it->p += need + 1;
-    if (cp >= 0x10000) {
-        it->pending = 0xDC00 + ((cp - 0x10000) & 0x3FF);
-        return 0xD800 + ((cp - 0x10000) >> 10);
-    }
-    return cp;
-}
-
-int rmq__java_strcmp(const char *a, size_t alen, const char *b, size_t blen)
-{
-    u16iter_t x = {(const uint8_t *)a, (const uint8_t *)a + alen, 0};
-    u16iter_t y = {(const uint8_t *)b, (const uint8_t *)b + blen, 0};
-    for (;;) {
-        long u = next_unit(&x), v = next_unit(&y);
-        if (u != v) return u < v ? -1 : 1; /* the shorter string (-1) sorts first */
-        if (u < 0) return 0;
-    }
-}
-
-int rmq__mq_cmp(const rmq_mq_t *a, const rmq_mq_t *b)
-{
-    int c = rmq__java_strcmp(a->topic, strlen(a->topic), b->topic, strlen(b->topic));
-    if (c) return c;
-    c = rmq__java_strcmp(a->broker_name, strlen(a->broker_name), b->broker_name,
-                         strlen(b->broker_name));
-    if (c) return c;
-    return a->queue_id < b->queue_id ? -1 : a->queue_id > b->queue_id;
-}
+/* ---- MessageQueue order (rmq__mq_cmp and rmq__java_strcmp live in allocate.c) ---------- */
 
 int rmq__mq_qsort_cmp(const void *a, const void *b)
 {
