@@ -1,0 +1,395 @@
+/*
+ * consume.c -- concurrent consumption (ConsumeMessageConcurrentlyService, PROTOCOL.md 6.10-6.12):
+ * pulled messages are indexed in the process queue and cut into batches of
+ * consume_message_batch_max_size for the consume pool; results are applied on the loop thread:
+ * acknowledged messages leave the process queue (the offset moves to the smallest unresolved
+ * one), the others are sent back with CONSUMER_SEND_MSG_BACK to the broker they came from, re-sent
+ * to %RETRY%<group> through the producer when that fails, and retried locally after 5 s when
+ * that fails too. A message never leaves the process queue unresolved, so the committed offset
+ * never passes it.
+ *
+ * Ownership: every message is owned by exactly one of: a batch in the pool, a send-back in
+ * flight, a batch on the retry-later list, or (after the pool returned it NOT_RUN at shutdown,
+ * or a send-back was abandoned) its queue's process queue, which releases what it still holds
+ * when the queue is freed. A batch / send-back holds one reference on its queue.
+ * Threads: loop thread only; the pool's done callback runs here too.
+ */
+#include "consumer_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static rmq_cbatch_t *batch_new(rmq_qent_t *q, rmq_msg_t **msgs, int n)
+{
+    rmq_cbatch_t *cb = rmq__xcalloc(1, sizeof(*cb) + sizeof(rmq_msg_t *) * (size_t)n);
+    memcpy(cb->msgs, msgs, sizeof(rmq_msg_t *) * (size_t)n);
+    cb->b.msgs = cb->msgs;
+    cb->b.n = n;
+    cb->b.internal = cb;
+    cb->q = rmq__qent_keep(q);
+    return cb;
+}
+
+static void batch_free(rmq_cbatch_t *cb)
+{
+    rmq__qent_release(cb->q);
+    free(cb);
+}
+
+static void batch_submit(rmq_consumer_t *c, rmq_cbatch_t *cb)
+{
+    cb->b.status = RMQ_CONSUME_SUCCESS;
+    cb->b.ack_count = cb->b.n;
+    cb->b.delay_level = 0;
+    cb->b.suspend_millis = -1;
+    cb->submit_ms = rmq__mono_ms();
+    c->inflight_batches++;
+    rmq__pool_submit(c->pool, &cb->b);
+}
+
+void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n)
+{
+    int bs = c->conf->consume_message_batch_max_size;
+    if (bs < 1) bs = 1;
+    size_t rlen = strlen(c->retry_topic);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        rmq_msg_t *m = msgs[i];
+        int rc = rmq__pq_put(&q->pq, m);
+        if (rc != 1) {
+            if (rc < 0)
+                rmq_log_error("consume", "%s: cannot index offset %" PRId64 ": %s", q->name,
+                              m->queue_offset, rmq_err_str(rc));
+            rmq__msg_release(m);
+            continue;
+        }
+        rmq__msg_restore_retry_topic_for(m, c->retry_topic, rlen);
+        msgs[k++] = m;
+    }
+    for (int i = 0; i < k; i += bs) {
+        int cnt = k - i < bs ? k - i : bs;
+        batch_submit(c, batch_new(q, msgs + i, cnt));
+    }
+}
+
+/* Resolve messages: out of the process queue, offset moved (unless dropped), released. */
+static void resolve(rmq_qent_t *q, rmq_msg_t **msgs, int n)
+{
+    if (n <= 0) return;
+    int64_t off = rmq__pq_remove(&q->pq, msgs, n);
+    if (off >= 0 && q->pq.state != RMQ_PQ_DROPPED) rmq__offset_update(q, off, 1);
+    for (int i = 0; i < n; i++) rmq__msg_release(msgs[i]);
+}
+
+/* ---- local retry (both send-back paths failed) ---------------------------------------------- */
+
+static void retry_arm(rmq_consumer_t *c)
+{
+    if (!c->retry_list) return;
+    int64_t d = c->retry_list->due_ms - rmq__mono_ms();
+    uv_timer_start(&c->t_retry, rmq__consume_retry_timer, (uint64_t)(d > 0 ? d : 0), 0);
+}
+
+static void retry_later(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m)
+{
+    m->reconsume_times++;
+    rmq_cbatch_t *cb = batch_new(q, &m, 1);
+    cb->due_ms = rmq__mono_ms() + RMQ_SENDBACK_RETRY_DELAY_MS;
+    rmq_cbatch_t **pp = &c->retry_list;
+    while (*pp) pp = &(*pp)->next; /* constant delay: FIFO is due order */
+    *pp = cb;
+    if (c->retry_list == cb) retry_arm(c);
+}
+
+void rmq__consume_retry_timer(uv_timer_t *t)
+{
+    rmq_consumer_t *c = t->data;
+    int64_t now = rmq__mono_ms();
+    while (c->retry_list && c->retry_list->due_ms <= now) {
+        rmq_cbatch_t *cb = c->retry_list;
+        c->retry_list = cb->next;
+        cb->next = NULL;
+        if (c->state != RMQ_CLIENT_RUNNING && c->state != RMQ_CLIENT_DRAINING) {
+            batch_free(cb); /* messages stay in the process queue, released with it */
+            continue;
+        }
+        if (cb->q->pq.state == RMQ_PQ_DROPPED) {
+            resolve(cb->q, cb->msgs, cb->b.n);
+            batch_free(cb);
+            continue;
+        }
+        batch_submit(c, cb);
+    }
+    retry_arm(c);
+}
+
+void rmq__consume_abandon_retries(rmq_consumer_t *c)
+{
+    while (c->retry_list) {
+        rmq_cbatch_t *cb = c->retry_list;
+        c->retry_list = cb->next;
+        batch_free(cb);
+    }
+    uv_timer_stop(&c->t_retry);
+}
+
+/* ---- send back ----------------------------------------------------------------------------- */
+
+typedef struct sendback {
+    rmq_consumer_t *c;
+    rmq_qent_t *q; /* one reference */
+    rmq_msg_t *m;
+    int delay_level;
+} sendback_t;
+
+static void sendback_finish(sendback_t *sb, int ok)
+{
+    rmq_consumer_t *c = sb->c;
+    c->inflight_sendbacks--;
+    if (ok) {
+        if (sb->delay_level < 0)
+            c->n_dlq++;
+        else
+            c->n_retried++;
+        resolve(sb->q, &sb->m, 1);
+    } else if (c->state != RMQ_CLIENT_RUNNING && c->state != RMQ_CLIENT_DRAINING) {
+        /* Shutting down: leave it unresolved in the process queue (offset stays before it). */
+    } else if (sb->q->pq.state == RMQ_PQ_DROPPED) {
+        resolve(sb->q, &sb->m, 1);
+    } else {
+        rmq_log_warn("consume", "%s: send back of offset %" PRId64 " failed twice; consuming it"
+                     " again in %d ms", sb->q->name, sb->m->queue_offset,
+                     RMQ_SENDBACK_RETRY_DELAY_MS);
+        retry_later(c, sb->q, sb->m);
+    }
+    rmq__qent_release(sb->q);
+    free(sb);
+}
+
+static void msg_id_of(const rmq_msg_t *m, char *out)
+{
+    if (m->uniq_key_len > 0 && m->uniq_key_len < 57) {
+        memcpy(out, m->uniq_key, m->uniq_key_len);
+        out[m->uniq_key_len] = 0;
+    } else {
+        rmq_msg_offset_msg_id(m, out);
+    }
+}
+
+static void on_fallback(void *ud, int err, const rmq_send_result_t *res, const char *errmsg)
+{
+    sendback_t *sb = ud;
+    (void)res;
+    if (err)
+        rmq_log_warn("consume", "%s: re-send of offset %" PRId64 " to %s failed: %s",
+                     sb->q->name, sb->m->queue_offset, sb->c->retry_topic, errmsg);
+    sendback_finish(sb, err == 0);
+}
+
+static void fallback(sendback_t *sb)
+{
+    rmq_consumer_t *c = sb->c;
+    rmq_msg_t *m = sb->m;
+    if (!c->producer || (c->state != RMQ_CLIENT_RUNNING && c->state != RMQ_CLIENT_DRAINING)) {
+        sendback_finish(sb, 0);
+        return;
+    }
+    char id[64], topic[512], err[256];
+    msg_id_of(m, id);
+    size_t tl = m->topic_len < sizeof(topic) - 1 ? m->topic_len : sizeof(topic) - 1;
+    memcpy(topic, m->topic, tl);
+    topic[tl] = 0;
+    int rt = m->reconsume_times;
+    if (sb->delay_level < 0 && rt < c->max_reconsume - 1) rt = c->max_reconsume - 1; /* DLQ */
+    int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len, m->flag,
+                                      m->props, m->props_len, id, rt, c->max_reconsume,
+                                      on_fallback, sb, err, sizeof(err));
+    if (rc) {
+        rmq_log_warn("consume", "%s: cannot re-send offset %" PRId64 ": %s", sb->q->name,
+                     m->queue_offset, err);
+        sendback_finish(sb, 0);
+    }
+}
+
+static void on_sendback(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
+{
+    sendback_t *sb = ud;
+    if (!err && resp->code == RMQ_RESP_SUCCESS) {
+        sendback_finish(sb, 1);
+        return;
+    }
+    rmq_log_warn("consume", "%s: CONSUMER_SEND_MSG_BACK of offset %" PRId64 " failed: %s; "
+                 "re-sending to %s", sb->q->name, sb->m->queue_offset,
+                 err ? errmsg : (resp->remark ? resp->remark : rmq_err_name(resp->code)),
+                 sb->c->retry_topic);
+    fallback(sb);
+}
+
+static void send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, int delay_level)
+{
+    sendback_t *sb = rmq__xcalloc(1, sizeof(*sb));
+    sb->c = c;
+    sb->q = rmq__qent_keep(q);
+    sb->m = m;
+    sb->delay_level = delay_level;
+    c->inflight_sendbacks++;
+    const char *addr = rmq__c_master_addr(c, q->mq.broker_name);
+    if (!addr) {
+        fallback(sb);
+        return;
+    }
+    char id[64];
+    msg_id_of(m, id);
+    rmq_cmd_t cmd;
+    rmq__cmd_init(&cmd, RMQ_REQ_CONSUMER_SEND_MSG_BACK, RMQ_SERIALIZE_JSON);
+    rmq__cmd_set_ext_i64(&cmd, "offset", m->commit_log_offset);
+    rmq__cmd_set_ext(&cmd, "group", c->group);
+    rmq__cmd_set_ext_i64(&cmd, "delayLevel", delay_level);
+    rmq__cmd_set_ext(&cmd, "originMsgId", id);
+    char *topic = rmq__xstrndup(m->topic, m->topic_len);
+    rmq__cmd_set_ext(&cmd, "originTopic", topic);
+    free(topic);
+    rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);
+    rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
+    int rc = rmq__remoting_request(c->rt, addr, &cmd, RMQ_SENDBACK_TIMEOUT_MS, on_sendback, sb);
+    rmq__cmd_free(&cmd);
+    if (rc) fallback(sb);
+}
+
+/* ---- results ---------------------------------------------------------------------------------- */
+
+static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
+{
+    rmq_batch_t *b = &cb->b;
+    rmq_qent_t *q = cb->q;
+    rmq__pool_batch_release(b);
+    if (q->pq.state == RMQ_PQ_DROPPED) {
+        rmq_dbg(RMQ_DBG_CONSUME, "consume", "%s: result of a dropped queue discarded", q->name);
+        resolve(q, cb->msgs, b->n);
+        batch_free(cb);
+        return;
+    }
+    int n = b->n, ack;
+    int delay = b->delay_level;
+    switch (b->status) {
+    case RMQ_CONSUME_SUCCESS:
+    case RMQ_CONSUME_COMMIT:
+        ack = b->ack_count;
+        break;
+    case RMQ_CONSUME_DLQ:
+        ack = b->ack_count < n ? b->ack_count : 0;
+        delay = -1;
+        break;
+    default: /* RECONSUME_LATER, SUSPEND or anything unknown */
+        ack = 0;
+        break;
+    }
+    if (ack < 0) ack = 0;
+    if (ack > n) ack = n;
+    c->n_consumed += ack;
+    c->n_failed += n - ack;
+    if (c->conf->message_model == RMQ_MODEL_BROADCASTING) {
+        for (int i = ack; i < n; i++)
+            rmq_log_warn("consume", "%s: BROADCASTING, consume failed, drop it: offset %" PRId64,
+                         q->name, cb->msgs[i]->queue_offset);
+        resolve(q, cb->msgs, n);
+        batch_free(cb);
+        return;
+    }
+    for (int i = ack; i < n; i++) send_back(c, q, cb->msgs[i], delay);
+    resolve(q, cb->msgs, ack);
+    batch_free(cb);
+}
+
+/* ---- messages the handler queued with rmq.send() ------------------------------------------- */
+
+typedef struct hsend {
+    rmq_consumer_t *c;
+    rmq_cbatch_t *cb;
+    rmq_send_t *s;
+} hsend_t;
+
+static void hsend_one_done(rmq_consumer_t *c, rmq_cbatch_t *cb)
+{
+    if (--cb->n_pending > 0) return;
+    rmq_batch_t *b = &cb->b;
+    for (int i = 0; i < b->nsends; i++)
+        if (b->sends[i].result != 0) {
+            rmq_log_warn("consume", "%s: a message sent by the handler failed (%s); the batch"
+                         " is consumed again", cb->q->name, rmq_err_name(b->sends[i].result));
+            b->status = RMQ_CONSUME_RECONSUME_LATER;
+            break;
+        }
+    apply_result(c, cb);
+}
+
+static void on_hsend(void *ud, int err, const rmq_send_result_t *res, const char *errmsg)
+{
+    hsend_t *h = ud;
+    (void)res;
+    h->s->result = err;
+    if (err) rmq_log_warn("consume", "rmq.send failed: %s", errmsg);
+    rmq_consumer_t *c = h->c;
+    rmq_cbatch_t *cb = h->cb;
+    free(h);
+    hsend_one_done(c, cb);
+}
+
+static void start_sends(rmq_consumer_t *c, rmq_cbatch_t *cb)
+{
+    rmq_batch_t *b = &cb->b;
+    cb->n_pending = 1;
+    for (int i = 0; i < b->nsends; i++) {
+        rmq_send_t *s = &b->sends[i];
+        char *topic = rmq__xstrndup(s->topic, s->topic_len);
+        char *tags = s->tags_len ? rmq__xstrndup(s->tags, s->tags_len) : NULL;
+        char *keys = s->keys_len ? rmq__xstrndup(s->keys, s->keys_len) : NULL;
+        rmq_send_msg_t m = {0};
+        m.topic = topic;
+        m.body = s->body;
+        m.body_len = s->body_len;
+        m.tags = tags;
+        m.keys = keys;
+        m.delay_level = s->delay_level;
+        m.props_raw = s->props;
+        m.props_raw_len = s->props_len;
+        hsend_t *h = rmq__xcalloc(1, sizeof(*h));
+        h->c = c, h->cb = cb, h->s = s;
+        char err[256];
+        int rc = c->producer ? rmq__producer_send(c->producer, &m, on_hsend, h, err, sizeof(err))
+                             : RMQ_ERR_STATE;
+        free(topic), free(tags), free(keys);
+        if (rc) {
+            rmq_log_warn("consume", "rmq.send to %.*s rejected: %s", (int)s->topic_len, s->topic,
+                         c->producer ? err : "no producer");
+            s->result = rc;
+            free(h);
+            continue;
+        }
+        cb->n_pending++;
+    }
+    hsend_one_done(c, cb);
+}
+
+void rmq__consume_done(void *ud, rmq_batch_t *b)
+{
+    rmq_consumer_t *c = ud;
+    rmq_cbatch_t *cb = b->internal;
+    c->inflight_batches--;
+    if (b->status == RMQ_CONSUME_NOT_RUN) {
+        /* Never ran (shutdown): neither acknowledged nor sent back; the process queue keeps the
+         * messages so the offset cannot pass them. */
+        rmq__pool_batch_release(b);
+        batch_free(cb);
+        return;
+    }
+    c->consume_rt_sum += (double)(rmq__mono_ms() - cb->submit_ms);
+    c->consume_rt_n++;
+    if (b->nsends > 0 && cb->q->pq.state != RMQ_PQ_DROPPED &&
+        (b->status == RMQ_CONSUME_SUCCESS || b->status == RMQ_CONSUME_COMMIT)) {
+        start_sends(c, cb);
+        return;
+    }
+    apply_result(c, cb);
+}

@@ -1,0 +1,214 @@
+/*
+ * consumer_int.h -- private state of the push consumer engine, shared by client.c (instance,
+ * routes, heartbeats, broker requests, start/stop), rebalance.c, pull.c, consume.c and
+ * offset_store.c.
+ *
+ * Ownership: the consumer owns everything reachable from rmq_consumer_t. An owned queue
+ * (rmq_qent_t) is reference-counted: one reference for the queue table, one per pull in flight,
+ * one per batch or send-back in flight and one per locally retried batch. A dropped queue leaves
+ * the table at once; it is freed when its last reference goes. Messages are owned by whichever
+ * batch / send-back holds them (the process queue only indexes them), and released with
+ * rmq__msg_release() when resolved or abandoned.
+ * Threads: everything here is touched on the loop thread only, except the fields marked
+ * "any thread" (stop flag, stats snapshot under stats_mu).
+ */
+#ifndef RMQ_CONSUMER_INT_H
+#define RMQ_CONSUMER_INT_H
+
+#include "allocate.h"
+#include "codes.h"
+#include "conf.h"
+#include "consume_pool.h"
+#include "consumer.h"
+#include "message.h"
+#include "process_queue.h"
+#include "producer.h"
+#include "remoting.h"
+#include "script.h"
+#include "subscription.h"
+
+#include <uv.h>
+
+/* Java constants (PROTOCOL.md 5, 6). */
+#define RMQ_PULL_SUSPEND_MS 15000          /* BROKER_SUSPEND_MAX_TIME_MILLIS */
+#define RMQ_PULL_TIMEOUT_MS 30000          /* CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND */
+#define RMQ_FLOW_CONTROL_DELAY_MS 50       /* PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL */
+#define RMQ_OFFSET_ILLEGAL_DELAY_MS 10000
+#define RMQ_SENDBACK_RETRY_DELAY_MS 5000   /* submitConsumeRequestLater */
+#define RMQ_REBALANCE_INTERVAL_MS 20000    /* rocketmq.client.rebalance.waitInterval */
+#define RMQ_PULL_MAX_IDLE_MS 120000        /* rocketmq.client.pull.pullMaxIdleTime */
+#define RMQ_OFFSET_TIMEOUT_MS 5000         /* QUERY/UPDATE_CONSUMER_OFFSET */
+#define RMQ_ADMIN_TIMEOUT_MS 6000          /* GET_MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP */
+#define RMQ_SENDBACK_TIMEOUT_MS 5000       /* CONSUMER_SEND_MSG_BACK */
+#define RMQ_MAX_RECONSUME_DEFAULT 16
+
+/* ---- client state machine ------------------------------------------------------------------- */
+
+typedef enum {
+    RMQ_CLIENT_CREATED = 0,
+    RMQ_CLIENT_STARTING,  /* pool started, first routes/heartbeats in flight */
+    RMQ_CLIENT_RUNNING,
+    RMQ_CLIENT_DRAINING,  /* stop requested: no more pulls, waiting for in-flight batches */
+    RMQ_CLIENT_CLOSING,   /* offsets persisted, unregistering, closing handles */
+    RMQ_CLIENT_STOPPED
+} rmq_client_state_t;
+
+/* ---- rebalance state machine ---------------------------------------------------------------- */
+
+typedef enum {
+    RMQ_RB_IDLE = 0,
+    RMQ_RB_RUNNING, /* consumer lists / start offsets being fetched */
+} rmq_rb_state_t;
+
+/* ---- subscriptions ---------------------------------------------------------------------------- */
+
+typedef struct rmq_csub {
+    rmq_sub_t *sd;    /* SubscriptionData: topic (wire, namespace-wrapped), tags, subVersion */
+    /* The subscribe set from the last route: readable queues, sorted Java order. */
+    rmq_mq_t *mqs;
+    int n_mqs;
+    int have_route;
+    int route_inflight;
+} rmq_csub_t;
+
+/* ---- owned queue ------------------------------------------------------------------------------ */
+
+typedef struct rmq_qent {
+    rmq_consumer_t *c;
+    struct rmq_qent *next; /* queue table (singly linked) */
+    rmq_mq_t mq;           /* owned strings */
+    char name[320];        /* "topic@broker#qid" for logs */
+    rmq_pq_t pq;
+    int refs;
+    int in_table;
+    uint64_t gen;          /* unique per assignment; results for another gen are ignored */
+    int64_t next_offset;   /* next offset to pull */
+    int64_t offset;        /* in-memory committed offset, -1 = none */
+    int64_t broker_max;    /* maxOffset from the last pull response, -1 unknown */
+    int64_t suggest_broker_id;
+    int pull_inflight;
+    int timer_armed;
+    uv_timer_t timer;      /* pull later */
+    int64_t last_pull_ms;  /* monotonic */
+} rmq_qent_t;
+
+/* ---- batch in flight -------------------------------------------------------------------------- */
+
+typedef struct rmq_cbatch {
+    rmq_batch_t b;          /* b.internal = this; b.msgs = msgs */
+    rmq_qent_t *q;          /* one reference */
+    struct rmq_cbatch *next;/* retry-later list */
+    int64_t due_ms;         /* retry-later: monotonic time to resubmit */
+    int64_t submit_ms;
+    int n_pending;          /* send-backs still in flight for this batch */
+    int n_retry;            /* messages collected for the local retry */
+    rmq_msg_t *msgs[];      /* b.n views */
+} rmq_cbatch_t;
+
+/* ---- the consumer ---------------------------------------------------------------------------- */
+
+struct rmq_consumer {
+    rmq_conf_t *conf;       /* own copy */
+    char *script_path;
+    rmq_script_t *script;   /* control state (allocate / on_assign / on_revoke hooks) */
+    unsigned hooks;
+    uv_loop_t loop;
+    uv_async_t stop_async;
+    volatile int stop_requested; /* any thread */
+    rmq_remoting_t *rt;
+    rmq_producer_t *producer;
+    rmq_pool_t *pool;
+    rmq_client_state_t state;
+    int exit_code;
+
+    char client_id[256];
+    char *group;            /* wire group (namespace-wrapped) */
+    char *retry_topic;      /* "%RETRY%" + group */
+    int max_reconsume;      /* -1 -> 16 */
+    int64_t start_ms;
+
+    rmq_csub_t *subs;
+    int n_subs;
+    struct rmq_route **routes; /* index-aligned with subs: last route of each topic, or NULL */
+    int paused;             /* RESET_CONSUMER_CLIENT_OFFSET in progress: no rebalance */
+
+    rmq_qent_t *queues;
+    int n_queues;
+    uint64_t next_gen;
+    int thr_queue;          /* effective pull_threshold_for_queue */
+    int thr_size_queue;     /* effective pull_threshold_size_for_queue (MiB) */
+
+    rmq_cbatch_t *retry_list;
+    int inflight_batches;
+    int inflight_sendbacks;
+
+    rmq_rb_state_t rb_state;
+    int rb_again;           /* a wake-up came while running: run once more */
+    int rb_outstanding;     /* async steps of the running rebalance */
+    int rb_changed;
+
+    uv_timer_t t_route, t_heartbeat, t_rebalance, t_persist, t_stats, t_retry, t_drain;
+    int n_open_handles;
+
+    /* stats (loop thread counters; snapshot copied under stats_mu) */
+    int64_t n_consumed, n_failed, n_retried, n_dlq, n_pulled;
+    int64_t last_consumed, last_pulled, last_stats_ms;
+    uv_mutex_t stats_mu;
+    rmq_consumer_stats_t snap;
+    /* ConsumeStatus for GET_CONSUMER_RUNNING_INFO */
+    double pull_rt_sum;
+    int64_t pull_rt_n;
+    double consume_rt_sum;
+    int64_t consume_rt_n;
+};
+
+/* client.c */
+const char *rmq__client_state_name(rmq_client_state_t s);
+void rmq__client_set_state(rmq_consumer_t *c, rmq_client_state_t s);
+rmq_csub_t *rmq__c_sub(rmq_consumer_t *c, const char *topic);
+/* Master address of broker_name, or NULL. */
+const char *rmq__c_master_addr(rmq_consumer_t *c, const char *broker_name);
+/* findBrokerAddressInSubscribe (PROTOCOL 5.2): addr or NULL; *slave set. */
+const char *rmq__c_sub_addr(rmq_consumer_t *c, const char *broker_name, int64_t id, int *slave);
+/* Any address of some broker serving topic (random BrokerData, master preferred), or NULL. */
+const char *rmq__c_topic_addr(rmq_consumer_t *c, const char *topic);
+void rmq__c_heartbeat_all(rmq_consumer_t *c);
+void rmq__c_refresh_routes(rmq_consumer_t *c);
+int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
+
+/* rebalance.c */
+void rmq__rb_wakeup(rmq_consumer_t *c);
+void rmq__rb_timer_start(rmq_consumer_t *c);
+const char *rmq__rb_state_name(rmq_rb_state_t s);
+/* Drop a queue: mark dropped, persist + remove its offset, leave the table. */
+void rmq__rb_drop_queue(rmq_consumer_t *c, rmq_qent_t *q, int persist);
+
+/* qent lifetime (rebalance.c) */
+rmq_qent_t *rmq__qent_keep(rmq_qent_t *q);
+void rmq__qent_release(rmq_qent_t *q);
+
+/* pull.c */
+void rmq__pull_now(rmq_qent_t *q);
+void rmq__pull_later(rmq_qent_t *q, int64_t delay_ms);
+
+/* consume.c */
+/* Put pulled messages into q's process queue and submit them in batches; takes the messages'
+ * references (duplicates are released). */
+void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n);
+void rmq__consume_done(void *ud, rmq_batch_t *b);
+void rmq__consume_retry_timer(uv_timer_t *t);
+/* Release every locally retried batch (shutdown). */
+void rmq__consume_abandon_retries(rmq_consumer_t *c);
+
+/* offset_store.c */
+void rmq__offset_update(rmq_qent_t *q, int64_t off, int increase_only);
+void rmq__offset_persist(rmq_consumer_t *c, rmq_qent_t *q);
+void rmq__offset_persist_all(rmq_consumer_t *c);
+/* READ_FROM_STORE: cb(ud, offset) with offset >= 0, -1 (no offset) or -2 (error). */
+typedef void (*rmq_offset_cb)(void *ud, int64_t offset);
+int rmq__offset_query(rmq_consumer_t *c, const rmq_mq_t *mq, rmq_offset_cb cb, void *ud);
+/* GET_MAX_OFFSET (code RMQ_REQ_GET_MAX_OFFSET) / SEARCH_OFFSET_BY_TIMESTAMP (ts >= 0). */
+int rmq__offset_admin(rmq_consumer_t *c, const rmq_mq_t *mq, int64_t ts, rmq_offset_cb cb,
+                      void *ud);
+
+#endif

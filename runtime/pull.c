@@ -1,0 +1,274 @@
+/*
+ * pull.c -- one pull loop per owned queue (DefaultMQPushConsumerImpl.pullMessage,
+ * PullAPIWrapper, PROTOCOL.md 5): flow control, PULL_MESSAGE with long polling, result handling
+ * (FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL), client-side tag filter, retries after
+ * pull_time_delay_mills_when_exception.
+ *
+ * Each queue has exactly one pull in flight, or one armed timer, or neither (dropped).
+ * Ownership: an in-flight pull and an armed timer each hold one reference on the queue.
+ * Threads: loop thread only.
+ */
+#include "consumer_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MiB (1024 * 1024)
+
+static void on_timer(uv_timer_t *t)
+{
+    rmq_qent_t *q = t->data;
+    q->timer_armed = 0;
+    rmq__pull_now(q);
+    rmq__qent_release(q);
+}
+
+void rmq__pull_later(rmq_qent_t *q, int64_t delay_ms)
+{
+    if (q->pq.state == RMQ_PQ_DROPPED || q->timer_armed) return;
+    if (delay_ms <= 0) {
+        rmq__pull_now(q);
+        return;
+    }
+    q->timer_armed = 1;
+    rmq__qent_keep(q);
+    uv_timer_start(&q->timer, on_timer, (uint64_t)delay_ms, 0);
+}
+
+static void on_pull_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg);
+
+static void exception_later(rmq_qent_t *q)
+{
+    rmq__pull_later(q, q->c->conf->pull_time_delay_mills_when_exception);
+}
+
+void rmq__pull_now(rmq_qent_t *q)
+{
+    rmq_consumer_t *c = q->c;
+    const rmq_conf_t *cf = c->conf;
+    if (q->pq.state != RMQ_PQ_ACTIVE || q->pull_inflight) return;
+    q->last_pull_ms = rmq__mono_ms();
+    q->pq.last_pull_ms = q->last_pull_ms;
+    if (c->state != RMQ_CLIENT_RUNNING) {
+        if (c->state == RMQ_CLIENT_STARTING) exception_later(q);
+        return; /* draining: pulling has stopped */
+    }
+    if (q->pq.count > c->thr_queue) {
+        rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, %d cached > %d", q->name, q->pq.count,
+                c->thr_queue);
+        rmq__pull_later(q, RMQ_FLOW_CONTROL_DELAY_MS);
+        return;
+    }
+    if (q->pq.bytes / MiB > c->thr_size_queue) {
+        rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, %" PRId64 " MiB cached", q->name,
+                q->pq.bytes / MiB);
+        rmq__pull_later(q, RMQ_FLOW_CONTROL_DELAY_MS);
+        return;
+    }
+    if (rmq__pq_max_span(&q->pq) > cf->consume_concurrently_max_span) {
+        rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, span %" PRId64, q->name,
+                rmq__pq_max_span(&q->pq));
+        rmq__pull_later(q, RMQ_FLOW_CONTROL_DELAY_MS);
+        return;
+    }
+    rmq_csub_t *s = rmq__c_sub(c, q->mq.topic);
+    if (!s) {
+        exception_later(q);
+        return;
+    }
+    int slave = 0;
+    const char *addr = rmq__c_sub_addr(c, q->mq.broker_name, q->suggest_broker_id, &slave);
+    if (!addr) {
+        rmq_log_warn("pull", "%s: the broker[%s] not exist", q->name, q->mq.broker_name);
+        rmq__c_refresh_routes(c);
+        exception_later(q);
+        return;
+    }
+    int sys_flag = 0x2; /* SUSPEND */
+    int64_t commit = 0;
+    if (q->offset > 0 && !slave) {
+        sys_flag |= 0x1; /* COMMIT_OFFSET */
+        commit = q->offset;
+    }
+    if (cf->post_subscription_when_pull) sys_flag |= 0x4;
+    rmq_cmd_t cmd;
+    rmq__cmd_init(&cmd, RMQ_REQ_PULL_MESSAGE, RMQ_SERIALIZE_JSON);
+    rmq__cmd_set_ext(&cmd, "consumerGroup", c->group);
+    rmq__cmd_set_ext(&cmd, "topic", q->mq.topic);
+    rmq__cmd_set_ext_i64(&cmd, "queueId", q->mq.queue_id);
+    rmq__cmd_set_ext_i64(&cmd, "queueOffset", q->next_offset);
+    rmq__cmd_set_ext_i64(&cmd, "maxMsgNums", cf->pull_batch_size);
+    rmq__cmd_set_ext_i64(&cmd, "sysFlag", sys_flag);
+    rmq__cmd_set_ext_i64(&cmd, "commitOffset", commit);
+    rmq__cmd_set_ext_i64(&cmd, "suspendTimeoutMillis", RMQ_PULL_SUSPEND_MS);
+    if (sys_flag & 0x4) rmq__cmd_set_ext(&cmd, "subscription", s->sd->sub_string);
+    rmq__cmd_set_ext_i64(&cmd, "subVersion", s->sd->sub_version);
+    rmq__cmd_set_ext(&cmd, "expressionType", s->sd->expression_type);
+    rmq__qent_keep(q);
+    q->pull_inflight = 1;
+    int rc = rmq__remoting_request(c->rt, addr, &cmd, RMQ_PULL_TIMEOUT_MS, on_pull_resp, q);
+    rmq__cmd_free(&cmd);
+    rmq_dbg(RMQ_DBG_PULL, "pull", "%s: PULL offset=%" PRId64 " sysFlag=%d commit=%" PRId64
+            " -> %s", q->name, q->next_offset, sys_flag, commit, addr);
+    if (rc) {
+        q->pull_inflight = 0;
+        rmq_log_warn("pull", "%s: cannot send PULL_MESSAGE to %s: %s", q->name, addr,
+                     rmq_err_str(rc));
+        exception_later(q);
+        rmq__qent_release(q);
+    }
+}
+
+/* correctTagsOffset: with nothing cached, the offset follows the pull position. */
+static void correct_tags_offset(rmq_qent_t *q)
+{
+    if (q->pq.count == 0) rmq__offset_update(q, q->next_offset, 1);
+}
+
+static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp, int64_t min_off, int64_t max_off)
+{
+    rmq_consumer_t *c = q->c;
+    char err[256] = "";
+    rmq_msgset_t *set = NULL;
+    int rc = rmq__msgset_decode(resp->frame, resp->body, resp->body_len, q->mq.broker_name,
+                                min_off, max_off, &set, err, sizeof(err));
+    if (!set) {
+        rmq_log_error("pull", "%s: cannot decode pull body: %s", q->name, rmq_err_str(rc));
+        exception_later(q);
+        return;
+    }
+    if (rc) rmq_log_error("pull", "%s: pull body decoded partly: %s", q->name, err);
+    rmq_csub_t *s = rmq__c_sub(c, q->mq.topic);
+    rmq_msg_t *stack[64];
+    rmq_msg_t **keep = set->n <= 64 ? stack : rmq__xmalloc(sizeof(*keep) * (size_t)set->n);
+    int nk = 0;
+    for (int i = 0; i < set->n; i++) {
+        rmq_msg_t *m = &set->msgs[i];
+        if (s && !rmq__c_tag_match(s, m)) {
+            rmq__msg_release(m);
+            continue;
+        }
+        keep[nk++] = m;
+    }
+    c->n_pulled += nk;
+    if (rc && set->n == 0) {
+        /* Nothing decodable: do not move past it silently; try again later. */
+        rmq__msgset_release(set);
+        if (keep != stack) free(keep);
+        exception_later(q);
+        return;
+    }
+    if (nk > 0 && keep[0]->queue_offset < q->next_offset)
+        rmq_log_warn("pull", "[BUG] %s: first message offset %" PRId64 " < pulled offset %"
+                     PRId64, q->name, keep[0]->queue_offset, q->next_offset);
+    int64_t next = 0;
+    if (rmq__cmd_ext_i64(resp, "nextBeginOffset", &next) == 0) {
+        if (rc && set->n > 0) {
+            /* Partly decoded: continue right after the last good message. */
+            int64_t after = set->msgs[set->n - 1].queue_offset + 1;
+            if (after < next) next = after;
+        }
+        q->next_offset = next;
+    }
+    if (nk > 0) rmq__consume_submit(c, q, keep, nk);
+    rmq__msgset_release(set);
+    if (keep != stack) free(keep);
+    if (nk == 0) {
+        rmq__pull_now(q);
+        return;
+    }
+    rmq__pull_later(q, c->conf->pull_interval);
+}
+
+typedef struct illegal_ctx {
+    uv_timer_t t;
+    rmq_qent_t *q;
+} illegal_ctx_t;
+
+static void illegal_close(uv_handle_t *h) { free(h); }
+
+static void on_illegal(uv_timer_t *t)
+{
+    illegal_ctx_t *x = (illegal_ctx_t *)t;
+    rmq_qent_t *q = x->q;
+    rmq_consumer_t *c = q->c;
+    /* updateOffset(mq, nextOffset, false), persist, then remove the process queue. */
+    q->offset = q->next_offset;
+    rmq__offset_persist(c, q);
+    rmq_log_warn("pull", "%s: offset illegal, corrected to %" PRId64 ", queue dropped until the"
+                 " next rebalance", q->name, q->next_offset);
+    if (q->in_table) rmq__rb_drop_queue(c, q, 1);
+    rmq__qent_release(q);
+    t->data = NULL;
+    uv_close((uv_handle_t *)t, illegal_close);
+}
+
+static void handle_illegal(rmq_qent_t *q)
+{
+    rmq_consumer_t *c = q->c;
+    rmq_log_warn("pull", "%s: PULL_OFFSET_MOVED, next offset %" PRId64, q->name, q->next_offset);
+    rmq__pq_set_state(&q->pq, RMQ_PQ_DROPPED);
+    illegal_ctx_t *x = rmq__xcalloc(1, sizeof(*x));
+    uv_timer_init(&c->loop, &x->t);
+    x->t.data = x;
+    x->q = rmq__qent_keep(q);
+    uv_timer_start(&x->t, on_illegal, RMQ_OFFSET_ILLEGAL_DELAY_MS, 0);
+    uv_unref((uv_handle_t *)&x->t);
+}
+
+static void on_pull_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
+{
+    rmq_qent_t *q = ud;
+    rmq_consumer_t *c = q->c;
+    q->pull_inflight = 0;
+    if (q->pq.state != RMQ_PQ_ACTIVE || c->state != RMQ_CLIENT_RUNNING) {
+        rmq__qent_release(q);
+        return;
+    }
+    c->pull_rt_sum += (double)(rmq__mono_ms() - q->last_pull_ms);
+    c->pull_rt_n++;
+    if (err) {
+        rmq_log_warn("pull", "%s: pull failed: %s", q->name, errmsg);
+        exception_later(q);
+        rmq__qent_release(q);
+        return;
+    }
+    int64_t next = q->next_offset, min_off = 0, max_off = 0, sbid = 0;
+    rmq__cmd_ext_i64(resp, "minOffset", &min_off);
+    rmq__cmd_ext_i64(resp, "maxOffset", &max_off);
+    if (rmq__cmd_ext_i64(resp, "suggestWhichBrokerId", &sbid) == 0) q->suggest_broker_id = sbid;
+    switch (resp->code) {
+    case RMQ_RESP_SUCCESS:
+        q->broker_max = max_off;
+        handle_found(q, resp, min_off, max_off);
+        break;
+    case RMQ_RESP_PULL_NOT_FOUND:
+    case RMQ_RESP_PULL_RETRY_IMMEDIATELY:
+        q->broker_max = max_off;
+        if (rmq__cmd_ext_i64(resp, "nextBeginOffset", &next) == 0) q->next_offset = next;
+        rmq_dbg(RMQ_DBG_PULL, "pull", "%s: %s next=%" PRId64, q->name,
+                resp->code == RMQ_RESP_PULL_NOT_FOUND ? "NO_NEW_MSG" : "NO_MATCHED_MSG",
+                q->next_offset);
+        correct_tags_offset(q);
+        rmq__pull_now(q);
+        break;
+    case RMQ_RESP_PULL_OFFSET_MOVED:
+        if (rmq__cmd_ext_i64(resp, "nextBeginOffset", &next) == 0) q->next_offset = next;
+        handle_illegal(q);
+        break;
+    case RMQ_RESP_SUBSCRIPTION_NOT_LATEST:
+    case RMQ_RESP_SUBSCRIPTION_NOT_EXIST:
+        rmq_log_warn("pull", "%s: %s (%s); heartbeat and retry", q->name,
+                     rmq_err_name(resp->code), resp->remark ? resp->remark : "");
+        rmq__c_heartbeat_all(c);
+        exception_later(q);
+        break;
+    default:
+        rmq_log_warn("pull", "%s: pull answered %s: %s", q->name, rmq_err_name(resp->code),
+                     resp->remark ? resp->remark : "");
+        exception_later(q);
+        break;
+    }
+    rmq__qent_release(q);
+}
