@@ -549,6 +549,11 @@ static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
         if (c->connect_failed) peer_failed(t, p);
         if (err != RMQ_ERR_DESTROYED && (c->connect_failed || was == RMQ_CONN_OPEN))
             ns_advance(t, p->addr);
+        if (!p->fails) { /* nothing to remember about this address */
+            list_remove(&p->link);
+            free(p->addr);
+            free(p);
+        }
     }
     if (c->handle_inited) {
         if (was == RMQ_CONN_OPEN) uv_read_stop((uv_stream_t *)&c->tcp);

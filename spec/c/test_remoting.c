@@ -810,9 +810,11 @@ static void test_idle_close(void)
     rmq_remoting_opts_t o;
     memset(&o, 0, sizeof o);
     o.idle_timeout_ms = 200;
+    o.connect_timeout_ms = 30000; /* no other deadline near: the idle check arms its own */
     client_start_opts(&cl, &o);
     addr_of(addr, sizeof addr, "127.0.0.1", s.port);
-    CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 3000, &r) == 0);
+    /* A long-timeout request: the idle check must not wait for its deadline. */
+    CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 60000, &r) == 0);
     WAIT_UNTIL(r.done, 3000);
     CHECK(r.err == 0);
     WAIT_UNTIL(cl.closed == 1, 3000);
@@ -983,6 +985,8 @@ static void test_broker_initiated(void)
         WAIT_UNTIL(r.done, 3000);
         CHECK(r.err == 0 && r.code == RMQ_RESP_REQUEST_CODE_NOT_SUPPORTED);
         CHECK(strcmp(r.remark, " request type 9999 not supported") == 0);
+        /* Made by the remoting layer: the responder's default type (JSON), as Java does. */
+        CHECK(r.serialize == RMQ_SERIALIZE_JSON);
         result_clear(&r);
     }
     /* The server also answers unknown codes. */
