@@ -61,6 +61,8 @@ void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b);
 void rmq__pool_submit_to(rmq_pool_t *p, int thread_index, rmq_batch_t *b);
 /* Batches queued or running. Any thread. */
 int rmq__pool_pending(const rmq_pool_t *p);
+/* Batches running in a handler right now. Any thread. */
+int rmq__pool_running(const rmq_pool_t *p);
 /* Number of consume threads. */
 int rmq__pool_nthreads(const rmq_pool_t *p);
 /* Handler errors (raised or timed out) since start. Any thread. */
@@ -72,10 +74,13 @@ int64_t rmq__pool_errors(const rmq_pool_t *p);
  */
 void rmq__pool_batch_release(rmq_batch_t *b);
 /*
- * Stop: wait up to await_ms for running batches (0 = do not wait for queued ones), run each
- * state's shutdown hook, join the threads, close the async handle. Batches that were never run
- * are returned through done() with status RMQ_CONSUME_NOT_RUN, so the engine neither
- * acknowledges nor sends them back (their offsets stay uncommitted).
+ * Stop: queued batches keep running for up to await_ms (0 = none of them runs); running ones
+ * are allowed to finish (a handler still running 5 s after await_ms is interrupted, and after
+ * another 5 s its thread is abandoned). Then each state's shutdown hook runs, the threads are
+ * joined and the handles closed, without blocking the loop (a helper thread waits). Batches
+ * that were never run (or were interrupted by the stop) are returned through done() with status
+ * RMQ_CONSUME_NOT_RUN, so the engine neither acknowledges nor sends them back (their offsets
+ * stay uncommitted). Submitting after stop returns the batch NOT_RUN.
  * close_cb runs on the loop once the pool is freed.
  */
 void rmq__pool_stop(rmq_pool_t *p, int64_t await_ms, void (*close_cb)(void *ud), void *ud);

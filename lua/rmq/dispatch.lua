@@ -1,0 +1,165 @@
+-- rmq.dispatch: the consume thread's side of a batch. One C->Lua transition per batch: the
+-- consume thread stores the batch pointer in the slot and lua_pcalls dispatch() (with a
+-- traceback handler, as a second net); dispatch wraps the messages in views, calls the
+-- script's handler under xpcall, invalidates the views, and writes the result into the batch.
+--
+-- The return contract (concurrent, consume(msgs, ctx)):
+--   nothing, true, rmq.SUCCESS   success; ctx.ack_index = n acknowledges only the first n
+--   false, rmq.RECONSUME_LATER   every message is consumed again later (ctx.delay_level)
+--   rmq.DLQ                      the messages after ctx.ack_index (default all) go to the DLQ
+--   an error                     like RECONSUME_LATER; the error, its traceback and the message
+--                                ids are logged and counted; the thread keeps going
+-- Orderly (consume_orderly(msgs, ctx)): nothing, true, rmq.SUCCESS or rmq.COMMIT; rmq.SUSPEND,
+-- false, rmq.RECONSUME_LATER or an error suspend the queue for ctx.suspend_millis (default
+-- suspend_current_queue_time_millis) and the batch is consumed again.
+-- Anything else returned is an error. ctx is reused across batches of one thread: the per-batch
+-- fields (ack_index, delay_level, suspend_millis) are reset before each call.
+--
+-- Threads: one dispatcher per consume state.
+local ffi = require "ffi"
+local rmq = require "rmq"
+local view = require "rmq.view"
+
+local tnew = require "table.new"
+local xpcall, type, tostring, traceback = xpcall, type, tostring, debug.traceback
+local floor = math.floor
+
+local SUCCESS, RECONSUME_LATER, DLQ, SUSPEND, COMMIT =
+  rmq.SUCCESS, rmq.RECONSUME_LATER, rmq.DLQ, rmq.SUSPEND, rmq.COMMIT
+
+local M = {}
+
+local function on_error(e)
+  if type(e) ~= "string" then e = tostring(e) end
+  return traceback(e, 2)
+end
+
+local function is_int(v) return type(v) == "number" and v == floor(v) end
+
+-- Message ids for a log line (cold path: only after a failure), at most 16.
+local function ids_of(b)
+  local out = {}
+  local n = b.n
+  local lim = n < 16 and n or 16
+  for i = 0, lim - 1 do
+    local ok, id = pcall(view.fields.msg_id, b.msgs[i])
+    out[#out + 1] = ok and id or "?"
+  end
+  if n > lim then out[#out + 1] = "... (" .. n .. " in all)" end
+  return table.concat(out, ",")
+end
+
+--[[
+new(spec, info) -> dispatcher
+  spec: the validated script table (rmq.script.load)
+  info: { thread_index = 0-based, thread_count =, consumer_group = }
+The dispatcher has: slot (rmq_batch_t *[1]), slot_addr (its address as a number, for C),
+dispatch() -> errmsg|nil, sends|nil, init() and shutdown().
+]]
+function M.new(spec, info)
+  local handler = spec.consume or spec.consume_orderly
+  local orderly = spec.consume_orderly ~= nil
+  local slot = ffi.new("rmq_batch_t *[1]")
+  local new_view = view.new
+  local views = {} -- private: every view handed out in the current batch
+  local ctx = {
+    thread_index = (info.thread_index or 0) + 1, -- 1 .. thread_count
+    thread_count = info.thread_count or 1,
+    consumer_group = info.consumer_group,
+    orderly = orderly,
+  }
+  local what = orderly and "consume_orderly" or "consume"
+
+  local d = { slot = slot, ctx = ctx, orderly = orderly }
+  d.slot_addr = tonumber(ffi.cast("uintptr_t", slot))
+
+  -- Result for (ok, r): status, ack_count, error text or nil.
+  local function result(ok, r, n)
+    if not ok then
+      return orderly and SUSPEND or RECONSUME_LATER, 0, r
+    end
+    if orderly then
+      if r == nil or r == true or r == SUCCESS then return SUCCESS, n end
+      if r == COMMIT then return COMMIT, n end
+      if r == SUSPEND or r == false or r == RECONSUME_LATER then return SUSPEND, 0 end
+      return SUSPEND, 0, what .. " returned " .. tostring(r)
+        .. " (expected nothing, true, rmq.SUCCESS, rmq.COMMIT or rmq.SUSPEND)"
+    end
+    local ack = ctx.ack_index
+    if ack ~= nil then
+      if not is_int(ack) then
+        return RECONSUME_LATER, 0, "ctx.ack_index must be an integer, got " .. tostring(ack)
+      end
+      if ack < 0 then ack = 0 elseif ack > n then ack = n end
+    end
+    if r == nil or r == true or r == SUCCESS then return SUCCESS, ack or n end
+    if r == false or r == RECONSUME_LATER then return RECONSUME_LATER, 0 end
+    if r == DLQ then return DLQ, ack or 0 end
+    return RECONSUME_LATER, 0, what .. " returned " .. tostring(r)
+      .. " (expected nothing, true, rmq.SUCCESS, rmq.RECONSUME_LATER or rmq.DLQ)"
+  end
+
+  function d.dispatch()
+    local b = slot[0]
+    local n = b.n
+    local arr = b.msgs
+    local msgs = tnew(n, 0)
+    for i = 1, n do
+      local v = new_view(arr[i - 1])
+      msgs[i] = v
+      views[i] = v
+    end
+    ctx.ack_index = nil
+    ctx.delay_level = nil
+    ctx.suspend_millis = nil
+    rmq._sink = nil
+    rmq._in_handler = true
+    local ok, r = xpcall(handler, on_error, msgs, ctx)
+    rmq._in_handler = false
+    local sends = rmq._sink
+    rmq._sink = nil
+    -- Invalidate every view of this batch: a kept one now raises a clean error.
+    for i = 1, n do
+      views[i].m = nil
+      views[i] = nil
+    end
+    if view.dirty then view.reset() end
+
+    local status, ack, err = result(ok, r, n)
+    local dl = ctx.delay_level
+    if dl ~= nil and not is_int(dl) then
+      status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0,
+        "ctx.delay_level must be an integer, got " .. tostring(dl)
+    end
+    local sm = ctx.suspend_millis
+    if sm ~= nil and not is_int(sm) then
+      status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0,
+        "ctx.suspend_millis must be an integer, got " .. tostring(sm)
+    end
+    b.status = status
+    b.ack_count = ack
+    b.delay_level = dl or 0
+    b.suspend_millis = sm or -1
+    b.handler_error = err and 1 or 0
+    if err then
+      return what .. " failed for " .. n .. " message(s) [" .. ids_of(b) .. "]: " .. err, nil
+    end
+    -- Forwards go out only when the batch succeeded (a failed batch is consumed again).
+    if sends and (status == SUCCESS or status == COMMIT) then return nil, sends end
+    return nil, nil
+  end
+
+  local function hook_ctx(role)
+    return { thread_index = ctx.thread_index, thread_count = ctx.thread_count,
+      consumer_group = ctx.consumer_group, role = role }
+  end
+  function d.init()
+    if spec.init then spec.init(hook_ctx("init")) end
+  end
+  function d.shutdown()
+    if spec.shutdown then spec.shutdown(hook_ctx("shutdown")) end
+  end
+  return d
+end
+
+return M

@@ -1,0 +1,115 @@
+-- rmq: the module consumer scripts require (`local rmq = require "rmq"`).
+--
+--   rmq.SUCCESS, rmq.RECONSUME_LATER, rmq.DLQ        return values of consume(msgs, ctx)
+--   rmq.SUCCESS, rmq.SUSPEND, rmq.COMMIT             return values of consume_orderly(msgs, ctx)
+--   rmq.log(level, ...)           level "error", "warn", "info" or "debug"; the other arguments
+--                                 are joined with spaces (tostring each)
+--   rmq.send(topic, body, opts)   forward a message from a handler; opts: tags, keys (string or
+--                                 list), properties (flat table), delay_level. The message is
+--                                 queued and sent by the runtime after the handler returns, only
+--                                 when the batch succeeded; if the send fails the batch counts as
+--                                 failed (RECONSUME_LATER).
+--   rmq.role                      "consume", "control", "check" or "test"
+--
+-- One copy of this module lives in each Lua state; nothing here is shared between threads.
+local host = package.loaded["rmq.host"] or {}
+
+local type, tostring, select, concat = type, tostring, select, table.concat
+
+local rmq = {
+  -- Consume statuses: the values of RMQ_CONSUME_* in rmqlua_ffi.h.
+  SUCCESS = 0,
+  RECONSUME_LATER = 1,
+  DLQ = 2,
+  SUSPEND = 3,
+  COMMIT = 4,
+  role = host.role or "lua",
+  version = host.version,
+}
+
+local LEVELS = { error = 0, warn = 1, info = 2, debug = 3 }
+rmq.LOG_LEVELS = LEVELS
+
+local host_log = host.log
+local function write_log(lv, msg)
+  if host_log then return host_log(lv, msg) end
+  local names = { [0] = "ERROR", "WARN", "INFO", "DEBUG" }
+  io.stderr:write("[", names[lv], "] lua: ", msg, "\n")
+end
+
+function rmq.log(level, ...)
+  local lv = LEVELS[level]
+  if lv == nil then
+    error("rmq.log: unknown level " .. tostring(level) .. " (error, warn, info or debug)", 2)
+  end
+  local n = select("#", ...)
+  local parts = {}
+  for i = 1, n do parts[i] = tostring((select(i, ...))) end
+  write_log(lv, concat(parts, " "))
+end
+
+-- Set by the dispatcher around a handler call: rmq.send is valid only then.
+rmq._in_handler = false
+rmq._sink = nil
+
+local function check_str(v, what, level)
+  if type(v) ~= "string" then
+    error("rmq.send: " .. what .. " must be a string, got " .. type(v), level + 1)
+  end
+end
+
+function rmq.send(topic, body, opts)
+  if not rmq._in_handler then
+    error("rmq.send: only valid inside consume/consume_orderly (messages are sent after the "
+      .. "handler returns)", 2)
+  end
+  check_str(topic, "topic", 2)
+  if topic == "" then error("rmq.send: topic is empty", 2) end
+  check_str(body, "body", 2)
+  local e = { topic = topic, body = body }
+  if opts ~= nil then
+    if type(opts) ~= "table" then error("rmq.send: opts must be a table, got " .. type(opts), 2) end
+    for k in pairs(opts) do
+      if k ~= "tags" and k ~= "keys" and k ~= "properties" and k ~= "delay_level" then
+        error("rmq.send: unknown option '" .. tostring(k) .. "' (tags, keys, properties, delay_level)", 2)
+      end
+    end
+    if opts.tags ~= nil then check_str(opts.tags, "opts.tags", 2); e.tags = opts.tags end
+    local keys = opts.keys
+    if type(keys) == "table" then
+      for i = 1, #keys do check_str(keys[i], "opts.keys[" .. i .. "]", 2) end
+      e.keys = concat(keys, " ")
+    elseif keys ~= nil then
+      check_str(keys, "opts.keys", 2); e.keys = keys
+    end
+    local props = opts.properties
+    if props ~= nil then
+      if type(props) ~= "table" then error("rmq.send: opts.properties must be a table", 2) end
+      local buf = {}
+      for k, v in pairs(props) do
+        if type(k) ~= "string" or (type(v) ~= "string" and type(v) ~= "number" and type(v) ~= "boolean") then
+          error("rmq.send: opts.properties must map strings to strings (bad entry " .. tostring(k) .. ")", 2)
+        end
+        local s = tostring(v)
+        if k:find("[\1\2]") or s:find("[\1\2]") then
+          error("rmq.send: property " .. k .. " contains a \\1 or \\2 byte", 2)
+        end
+        buf[#buf + 1] = k .. "\1" .. s
+      end
+      table.sort(buf)
+      e.props = concat(buf, "\2")
+    end
+    local dl = opts.delay_level
+    if dl ~= nil then
+      if type(dl) ~= "number" or dl < 0 or dl % 1 ~= 0 then
+        error("rmq.send: opts.delay_level must be a non-negative integer", 2)
+      end
+      e.delay_level = dl
+    end
+  end
+  local sink = rmq._sink
+  if not sink then sink = {}; rmq._sink = sink end
+  sink[#sink + 1] = e
+end
+
+return rmq

@@ -1,0 +1,155 @@
+-- rmq.script: loading and validating a consumer script (every role uses this).
+--
+-- A consumer script returns one table:
+--   consumer_group = "name",                      -- option (any DefaultMQPushConsumer option in
+--   consume_thread_min = 4, ...                   --   snake_case; Java defaults otherwise)
+--   subscribe = { Topic = "TagA || TagB" },       -- topic -> tag expression ("*" for all)
+--   consume = function(msgs, ctx) ... end,        -- or consume_orderly (exactly one)
+--   allocate, init, shutdown, on_assign, on_revoke  -- optional hooks
+-- Option values are strings, numbers or booleans; enumerated options take the Java constant's
+-- name as a string. Errors name the file and the line.
+local M = {}
+
+M.HOOKS = { consume = true, consume_orderly = true, allocate = true, init = true,
+  shutdown = true, on_assign = true, on_revoke = true }
+
+local function read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then error(tostring(err), 0) end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function lines_of(src)
+  local t = {}
+  for l in (src .. "\n"):gmatch("([^\n]*)\n") do t[#t + 1] = l end
+  return t
+end
+
+-- The line of the last top-level `return` (where the script's table is built).
+local function return_line(lines)
+  for i = #lines, 1, -1 do
+    if lines[i]:find("^return%f[^%w_]") then return i end
+  end
+  for i = #lines, 1, -1 do
+    if lines[i]:find("^%s*return%f[^%w_]") then return i end
+  end
+  return #lines
+end
+
+local function esc(s) return (s:gsub("%p", "%%%0")) end
+
+-- The line where key is set in the returned table (searching from the return first).
+local function key_line(lines, key, from)
+  local k = esc(key)
+  local pats = { "%f[%w_]" .. k .. "%s*=[^=]", "%[%s*[\"']" .. k .. "[\"']%s*%]%s*=[^=]" }
+  for _, range in ipairs({ { from, #lines }, { 1, from - 1 } }) do
+    for i = range[1], range[2] do
+      local l = lines[i] .. " "
+      for _, p in ipairs(pats) do
+        if l:find(p) then return i end
+      end
+    end
+  end
+  return from
+end
+
+local function fmt_number(v)
+  if v == math.floor(v) and v >= -2 ^ 63 and v <= 2 ^ 63 then
+    return string.format("%d", v)
+  end
+  return tostring(v)
+end
+
+--[[
+load(path) -> spec
+  spec = the returned table, plus spec.__options = { {name=, value=, line=}... } (source order),
+  spec.__subscribe = { {topic=, expression=, line=}... }, spec.__path = path.
+Raises "path:line: message" on any problem (syntax, run-time error, contract, option types).
+]]
+function M.load(path)
+  local ok, src = pcall(read_file, path)
+  if not ok then error("cannot open script " .. path .. ": " .. src, 0) end
+  local lines = lines_of(src)
+  local chunk, err = load(src, "@" .. path, "t")
+  if not chunk then error(err, 0) end
+  local ok2, t = xpcall(chunk, function(e) return debug.traceback(tostring(e), 2) end)
+  if not ok2 then error(t, 0) end
+  local rl = return_line(lines)
+  local function fail(line, msg) error(path .. ":" .. line .. ": " .. msg, 0) end
+  if type(t) ~= "table" then
+    fail(rl, "the script must return a table (consumer_group, subscribe, consume, ...), got "
+      .. type(t))
+  end
+  for k, v in pairs(t) do
+    if type(k) ~= "string" then
+      fail(rl, "unexpected entry [" .. tostring(k) .. "] in the returned table (options are "
+        .. "name = value)")
+    end
+    if M.HOOKS[k] and type(v) ~= "function" then
+      fail(key_line(lines, k, rl), "hook '" .. k .. "' must be a function, got " .. type(v))
+    end
+  end
+  if t.consume == nil and t.consume_orderly == nil then
+    fail(rl, "the script defines no handler: return a table with consume = function(msgs, ctx) "
+      .. "... end (or consume_orderly)")
+  end
+  if t.consume ~= nil and t.consume_orderly ~= nil then
+    fail(key_line(lines, "consume_orderly", rl),
+      "the script defines both consume and consume_orderly; keep one")
+  end
+  local subs = {}
+  local s = t.subscribe
+  if s == nil then
+    fail(rl, "the script has no subscribe table (subscribe = { Topic = \"*\" })")
+  end
+  local sl = key_line(lines, "subscribe", rl)
+  if type(s) ~= "table" then
+    fail(sl, "subscribe must be a table of topic = tag expression, got " .. type(s))
+  end
+  for topic, expr in pairs(s) do
+    if type(topic) ~= "string" then
+      fail(sl, "subscribe: keys must be topic names, got " .. tostring(topic))
+    end
+    if expr == true then expr = "*" end
+    if type(expr) ~= "string" then
+      fail(key_line(lines, topic, sl), "subscribe." .. topic
+        .. ": the tag expression must be a string (\"*\", \"TagA || TagB\"), got " .. type(expr))
+    end
+    subs[#subs + 1] = { topic = topic, expression = expr, line = key_line(lines, topic, sl) }
+  end
+  if #subs == 0 then fail(sl, "subscribe is empty: subscribe to at least one topic") end
+  table.sort(subs, function(a, b)
+    if a.line ~= b.line then return a.line < b.line end
+    return a.topic < b.topic
+  end)
+  local opts = {}
+  for k, v in pairs(t) do
+    if not M.HOOKS[k] and k ~= "subscribe" then
+      local line = key_line(lines, k, rl)
+      local tv, text = type(v), nil
+      if tv == "string" then text = v
+      elseif tv == "number" then text = fmt_number(v)
+      elseif tv == "boolean" then text = tostring(v)
+      elseif tv == "function" then
+        fail(line, "unknown hook or option '" .. k .. "' (hooks: consume, consume_orderly, "
+          .. "allocate, init, shutdown, on_assign, on_revoke)")
+      else
+        fail(line, "option '" .. k .. "' must be a string, number or boolean, got " .. tv)
+      end
+      opts[#opts + 1] = { name = k, value = text, line = line }
+    end
+  end
+  table.sort(opts, function(a, b)
+    if a.line ~= b.line then return a.line < b.line end
+    return a.name < b.name
+  end)
+  t.__options = opts
+  t.__subscribe = subs
+  t.__path = path
+  t.__return_line = rl
+  return t
+end
+
+return M

@@ -1,0 +1,654 @@
+/*
+ * consume_pool.c -- the consume threads (consume_pool.h): each owns one LuaJIT state for life,
+ * runs one lua_pcall of the Lua dispatcher (rmq.dispatch) per batch, and posts the batch back
+ * to the loop thread.
+ *
+ * Ownership: the pool owns its threads, their states, the queues and the async/timer handles.
+ * Batches are the engine's: queued pointers are borrowed until done() returns them.
+ * Threads: rmq__pool_start/submit/submit_to/stop and every callback run on the loop thread;
+ * thread_main runs on each consume thread and touches only its own state plus the queues under
+ * p->mu. The watchdog (loop thread) may set a Lua hook on a running state to interrupt it: that
+ * is the one cross-thread call into a state (lua_sethook is safe from another thread or a signal
+ * handler: it only stores the hook and its mask, like luajit's own SIGINT handler).
+ */
+#include "consume_pool.h"
+
+#include "lua_state.h"
+
+#include <lauxlib.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- a FIFO of batch pointers (growable ring) ------------------------------------------ */
+
+typedef struct bq {
+    rmq_batch_t **a;
+    int cap, head, n;
+} bq_t;
+
+static void bq_push(bq_t *q, rmq_batch_t *b)
+{
+    if (q->n == q->cap) {
+        int ncap = q->cap ? q->cap * 2 : 16;
+        rmq_batch_t **na = rmq__xmalloc(sizeof(*na) * (size_t)ncap);
+        for (int i = 0; i < q->n; i++) na[i] = q->a[(q->head + i) % q->cap];
+        free(q->a);
+        q->a = na;
+        q->cap = ncap;
+        q->head = 0;
+    }
+    q->a[(q->head + q->n) % q->cap] = b;
+    q->n++;
+}
+
+static rmq_batch_t *bq_pop(bq_t *q)
+{
+    if (q->n == 0) return NULL;
+    rmq_batch_t *b = q->a[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+    return b;
+}
+
+/* ---- the pool -------------------------------------------------------------------------- */
+
+typedef enum { CT_STARTING = 0, CT_IDLE, CT_BUSY, CT_STOPPED, CT_FAILED } ct_state_t;
+static const char *ct_state_names[] = {"STARTING", "IDLE", "BUSY", "STOPPED", "FAILED"};
+
+typedef struct cthread {
+    rmq_pool_t *p;
+    int index;
+    uv_thread_t tid;
+    uv_cond_t cond;   /* signalled when work arrives for this thread (or on quit) */
+    bq_t q;           /* batches for this thread only (orderly) */
+    ct_state_t state; /* under p->mu */
+    lua_State *L;     /* the thread's own */
+    int ref_dispatch, ref_shutdown;
+    rmq_batch_t **slot; /* the dispatcher's slot (a cdata inside L) */
+    rmq_batch_t *cur;   /* running batch, under p->mu */
+    int64_t cur_start;  /* monotonic ms */
+    int interrupted;    /* a hook was set for cur (under p->mu) */
+    const char *interrupt_why;
+    int abandoned;      /* stop gave up on it: it must not post its batch */
+} cthread_t;
+
+struct rmq_pool {
+    rmq_pool_opts_t o;
+    char *script_path, *group;
+    int n;
+    cthread_t *t;
+    uv_mutex_t mu;
+    uv_cond_t start_cond; /* thread states changing during start; the reaper's wake-up */
+    bq_t shared;
+    bq_t done;
+    int pending;    /* submitted, not yet returned through done() (loop thread) */
+    int running;    /* under mu */
+    int64_t errors; /* under mu */
+    int stopping, quit;
+    int64_t stop_deadline;
+    char start_err[1024];
+    uv_async_t async;
+    uv_timer_t watchdog;
+    uv_thread_t reaper;
+    int reaper_started, reaped, closing, open_handles;
+    void (*close_cb)(void *ud);
+    void *close_ud;
+};
+
+static void set_state(cthread_t *t, ct_state_t s)
+{
+    if (t->state != s)
+        rmq_dbg(RMQ_DBG_CONSUME, "consume", "thread %d: %s -> %s", t->index,
+                ct_state_names[t->state], ct_state_names[s]);
+    t->state = s;
+}
+
+static void interrupt_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    lua_sethook(L, NULL, 0, 0);
+    luaL_error(L, "interrupted: %s", "the handler ran past consume_timeout or the pool stopped");
+}
+
+/* Under p->mu. Ask the state running t->cur to raise an error at its next hook point. */
+static void interrupt(cthread_t *t, const char *why)
+{
+    if (!t->cur || t->interrupted) return;
+    t->interrupted = 1;
+    t->interrupt_why = why;
+    lua_sethook(t->L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* Under p->mu: a batch goes back to the loop thread. */
+static void post_done(rmq_pool_t *p, rmq_batch_t *b)
+{
+    bq_push(&p->done, b);
+    uv_async_send(&p->async);
+}
+
+static void not_run(rmq_pool_t *p, rmq_batch_t *b)
+{
+    b->status = RMQ_CONSUME_NOT_RUN;
+    b->ack_count = 0;
+    b->handler_error = 0;
+    b->nsends = 0;
+    b->sends = NULL;
+    post_done(p, b);
+}
+
+/* Under p->mu: every queued (not running) batch goes back as NOT_RUN. */
+static void flush_queued(rmq_pool_t *p)
+{
+    rmq_batch_t *b;
+    while ((b = bq_pop(&p->shared))) not_run(p, b);
+    for (int i = 0; i < p->n; i++)
+        while ((b = bq_pop(&p->t[i].q))) not_run(p, b);
+}
+
+/* ---- running a batch (consume thread) ----------------------------------------------------- */
+
+static const char *field_str(lua_State *L, int idx, const char *k, size_t *len)
+{
+    lua_getfield(L, idx, k);
+    const char *s = lua_isstring(L, -1) ? lua_tolstring(L, -1, len) : NULL;
+    if (!s) *len = 0;
+    lua_pop(L, 1); /* the string stays alive: it is referenced by the entry table */
+    return s;
+}
+
+/* Copy the sends table at idx (a list built by rmq.send, already validated) into one block. */
+static void collect_sends(lua_State *L, int idx, rmq_batch_t *b)
+{
+    static const char *names[] = {"topic", "body", "tags", "keys", "props"};
+    int n = (int)lua_objlen(L, idx);
+    if (n <= 0) return;
+    size_t total = sizeof(rmq_send_t) * (size_t)n;
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, idx, i);
+        for (int k = 0; k < 5; k++) {
+            size_t len;
+            field_str(L, lua_gettop(L), names[k], &len);
+            total += len;
+        }
+        lua_pop(L, 1);
+    }
+    rmq_send_t *s = rmq__xcalloc(1, total);
+    char *w = (char *)(s + n);
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, idx, i + 1);
+        int e = lua_gettop(L);
+        const char **ptrs[] = {&s[i].topic, &s[i].body, &s[i].tags, &s[i].keys, &s[i].props};
+        uint32_t *lens[] = {&s[i].topic_len, &s[i].body_len, &s[i].tags_len, &s[i].keys_len,
+                            &s[i].props_len};
+        for (int k = 0; k < 5; k++) {
+            size_t len;
+            const char *v = field_str(L, e, names[k], &len);
+            *ptrs[k] = w;
+            *lens[k] = (uint32_t)len;
+            if (len) memcpy(w, v, len);
+            w += len;
+        }
+        lua_getfield(L, e, "delay_level");
+        s[i].delay_level = (int32_t)lua_tointeger(L, -1);
+        lua_pop(L, 2);
+    }
+    b->sends = s;
+    b->nsends = n;
+}
+
+void rmq__pool_batch_release(rmq_batch_t *b)
+{
+    free(b->sends);
+    b->sends = NULL;
+    b->nsends = 0;
+}
+
+static void run_batch(cthread_t *t, rmq_batch_t *b)
+{
+    lua_State *L = t->L;
+    rmq_pool_t *p = t->p;
+    char err[4096];
+    b->thread_index = t->index;
+    b->handler_error = 0;
+    b->nsends = 0;
+    b->sends = NULL;
+    *t->slot = b;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref_dispatch);
+    int rc = rmq__lua_pcall(L, 0, 2, err, sizeof(err));
+    *t->slot = NULL;
+    int failed = 0;
+    if (rc) {
+        /* The dispatcher itself failed (an interrupt outside the handler's xpcall, memory). */
+        b->status = b->orderly ? RMQ_CONSUME_SUSPEND : RMQ_CONSUME_RECONSUME_LATER;
+        b->ack_count = 0;
+        b->handler_error = 1;
+        rmq_log_error("lua", "thread %d: dispatch failed for %d message(s): %s", t->index, b->n,
+                      err);
+        failed = 1;
+    } else {
+        if (lua_isstring(L, -2)) {
+            rmq_log_error("lua", "thread %d: %s", t->index, lua_tostring(L, -2));
+            failed = 1;
+        }
+        if (lua_istable(L, -1)) collect_sends(L, lua_gettop(L), b);
+        lua_pop(L, 2);
+    }
+    if (failed) {
+        uv_mutex_lock(&p->mu);
+        p->errors++;
+        uv_mutex_unlock(&p->mu);
+    }
+}
+
+/* ---- thread life ------------------------------------------------------------------------- */
+
+/* Create the thread's state: script loaded, dispatcher built, init run. 0 or error in err. */
+static int load_state(cthread_t *t, char *err, size_t errsz)
+{
+    rmq_pool_t *p = t->p;
+    rmq_lua_host_t h = {.role = "consume",
+                        .script_path = p->script_path,
+                        .consumer_group = p->group,
+                        .thread_index = t->index,
+                        .thread_count = p->n};
+    lua_State *L = rmq__lua_new(&h, err, errsz);
+    if (!L) return RMQ_ERR_LUA;
+    t->L = L;
+    if (rmq__lua_getfield_mod(L, "rmq.script", "load", err, errsz)) return RMQ_ERR_LUA;
+    lua_pushstring(L, p->script_path);
+    if (rmq__lua_pcall(L, 1, 1, err, errsz)) return RMQ_ERR_LUA;
+    int spec = lua_gettop(L);
+    if (rmq__lua_getfield_mod(L, "rmq.dispatch", "new", err, errsz)) return RMQ_ERR_LUA;
+    lua_pushvalue(L, spec);
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, t->index);
+    lua_setfield(L, -2, "thread_index");
+    lua_pushinteger(L, p->n);
+    lua_setfield(L, -2, "thread_count");
+    if (p->group) {
+        lua_pushstring(L, p->group);
+        lua_setfield(L, -2, "consumer_group");
+    }
+    if (rmq__lua_pcall(L, 2, 1, err, errsz)) return RMQ_ERR_LUA;
+    int d = lua_gettop(L);
+    lua_getfield(L, d, "slot_addr");
+    t->slot = (rmq_batch_t **)(uintptr_t)lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, d, "dispatch");
+    t->ref_dispatch = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_getfield(L, d, "shutdown");
+    t->ref_shutdown = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_getfield(L, d, "init");
+    lua_settop(L, lua_gettop(L)); /* init on top */
+    lua_replace(L, spec);
+    lua_settop(L, spec);
+    if (!t->slot) {
+        rmq__seterr(err, errsz, "rmq.dispatch returned no slot");
+        return RMQ_ERR_LUA;
+    }
+    if (rmq__lua_pcall(L, 0, 0, err, errsz)) {
+        char tmp[1024];
+        snprintf(tmp, sizeof(tmp), "%s", err);
+        rmq__seterr(err, errsz, "init hook of %s (thread %d) failed: %s", p->script_path,
+                    t->index, tmp);
+        return RMQ_ERR_LUA;
+    }
+    lua_settop(L, 0);
+    return 0;
+}
+
+static void run_shutdown(cthread_t *t)
+{
+    char err[2048];
+    lua_sethook(t->L, NULL, 0, 0);
+    lua_rawgeti(t->L, LUA_REGISTRYINDEX, t->ref_shutdown);
+    if (rmq__lua_pcall(t->L, 0, 0, err, sizeof(err)))
+        rmq_log_error("lua", "thread %d: shutdown hook failed: %s", t->index, err);
+}
+
+static void thread_main(void *arg)
+{
+    cthread_t *t = arg;
+    rmq_pool_t *p = t->p;
+    char err[1024];
+    int rc = load_state(t, err, sizeof(err));
+
+    uv_mutex_lock(&p->mu);
+    if (rc) {
+        if (!p->start_err[0]) snprintf(p->start_err, sizeof(p->start_err), "%s", err);
+        set_state(t, CT_FAILED);
+        uv_cond_broadcast(&p->start_cond);
+        uv_mutex_unlock(&p->mu);
+        if (t->L) lua_close(t->L);
+        t->L = NULL;
+        return;
+    }
+    set_state(t, CT_IDLE);
+    uv_cond_broadcast(&p->start_cond);
+    for (;;) {
+        rmq_batch_t *b = bq_pop(&t->q);
+        if (!b && !p->quit) b = bq_pop(&p->shared);
+        if (b && p->stopping && rmq__mono_ms() >= p->stop_deadline) {
+            not_run(p, b); /* stop's wait is over: queued batches are not run */
+            continue;
+        }
+        if (b) {
+            t->cur = b;
+            t->cur_start = rmq__mono_ms();
+            t->interrupted = 0;
+            lua_sethook(t->L, NULL, 0, 0);
+            p->running++;
+            set_state(t, CT_BUSY);
+            uv_mutex_unlock(&p->mu);
+
+            run_batch(t, b);
+
+            uv_mutex_lock(&p->mu);
+            p->running--;
+            t->cur = NULL;
+            if (t->abandoned) break;
+            if (t->interrupted && t->interrupt_why && !strcmp(t->interrupt_why, "stop")) {
+                rmq__pool_batch_release(b);
+                b->status = RMQ_CONSUME_NOT_RUN;
+                b->ack_count = 0;
+            }
+            set_state(t, CT_IDLE);
+            post_done(p, b);
+            if (p->stopping) uv_cond_broadcast(&p->start_cond);
+            continue;
+        }
+        if (p->quit) break;
+        uv_cond_wait(&t->cond, &p->mu);
+    }
+    int abandoned = t->abandoned;
+    if (!abandoned) set_state(t, CT_STOPPED);
+    uv_mutex_unlock(&p->mu);
+    if (!abandoned) run_shutdown(t);
+    lua_close(t->L);
+    t->L = NULL;
+}
+
+/* ---- loop thread side --------------------------------------------------------------------- */
+
+static void free_pool(rmq_pool_t *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        uv_cond_destroy(&p->t[i].cond);
+        free(p->t[i].q.a);
+    }
+    free(p->t);
+    free(p->shared.a);
+    free(p->done.a);
+    uv_cond_destroy(&p->start_cond);
+    uv_mutex_destroy(&p->mu);
+    free(p->script_path);
+    free(p->group);
+    free(p);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    rmq_pool_t *p = h->data;
+    if (--p->open_handles > 0) return;
+    void (*cb)(void *) = p->close_cb;
+    void *ud = p->close_ud;
+    free_pool(p);
+    if (cb) cb(ud);
+}
+
+static void on_async(uv_async_t *a)
+{
+    rmq_pool_t *p = a->data;
+    for (;;) {
+        uv_mutex_lock(&p->mu);
+        rmq_batch_t *b = bq_pop(&p->done);
+        int reaped = p->reaped;
+        uv_mutex_unlock(&p->mu);
+        if (!b) {
+            if (reaped && !p->closing) {
+                p->closing = 1;
+                uv_thread_join(&p->reaper);
+                uv_close((uv_handle_t *)&p->async, on_handle_closed);
+                uv_close((uv_handle_t *)&p->watchdog, on_handle_closed);
+            }
+            return;
+        }
+        p->pending--;
+        p->o.done(p->o.ud, b);
+    }
+}
+
+static void on_watchdog(uv_timer_t *tm)
+{
+    rmq_pool_t *p = tm->data;
+    int64_t now = rmq__mono_ms();
+    uv_mutex_lock(&p->mu);
+    for (int i = 0; i < p->n; i++) {
+        cthread_t *t = &p->t[i];
+        if (t->cur && !t->interrupted && now - t->cur_start > p->o.consume_timeout_ms) {
+            rmq_log_error("lua",
+                          "thread %d: %s handler running for %lld ms (consume_timeout %lld ms): "
+                          "interrupting it",
+                          t->index, t->cur->orderly ? "consume_orderly" : "consume",
+                          (long long)(now - t->cur_start), (long long)p->o.consume_timeout_ms);
+            interrupt(t, "consume_timeout");
+        }
+    }
+    uv_mutex_unlock(&p->mu);
+}
+
+int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
+                    size_t errstr_size)
+{
+    if (opts->nthreads < 1 || !opts->script_path || !opts->loop || !opts->done) {
+        rmq__seterr(errstr, errstr_size, "consume pool: bad options (nthreads %d)",
+                    opts->nthreads);
+        return RMQ_ERR_INVALID;
+    }
+    rmq_pool_t *p = rmq__xcalloc(1, sizeof(*p));
+    p->o = *opts;
+    p->script_path = rmq__xstrdup(opts->script_path);
+    p->group = opts->consumer_group ? rmq__xstrdup(opts->consumer_group) : NULL;
+    if (p->o.consume_timeout_ms <= 0) p->o.consume_timeout_ms = 15 * 60000;
+    p->n = opts->nthreads;
+    p->t = rmq__xcalloc((size_t)p->n, sizeof(cthread_t));
+    uv_mutex_init(&p->mu);
+    uv_cond_init(&p->start_cond);
+    int started = 0;
+    for (int i = 0; i < p->n; i++) {
+        cthread_t *t = &p->t[i];
+        t->p = p;
+        t->index = i;
+        uv_cond_init(&t->cond);
+    }
+    for (int i = 0; i < p->n; i++) {
+        if (uv_thread_create(&p->t[i].tid, thread_main, &p->t[i]) != 0) {
+            snprintf(p->start_err, sizeof(p->start_err), "cannot create consume thread %d", i);
+            break;
+        }
+        started++;
+    }
+    /* Wait until every started thread is ready or failed. */
+    uv_mutex_lock(&p->mu);
+    for (;;) {
+        int waiting = 0;
+        for (int i = 0; i < started; i++)
+            if (p->t[i].state == CT_STARTING) waiting = 1;
+        if (!waiting) break;
+        uv_cond_wait(&p->start_cond, &p->mu);
+    }
+    int failed = p->start_err[0] != 0;
+    if (failed) {
+        p->quit = 1;
+        for (int i = 0; i < started; i++) uv_cond_signal(&p->t[i].cond);
+    }
+    uv_mutex_unlock(&p->mu);
+    if (failed) {
+        for (int i = 0; i < started; i++) uv_thread_join(&p->t[i].tid);
+        rmq__seterr(errstr, errstr_size, "%s", p->start_err);
+        free_pool(p);
+        return RMQ_ERR_LUA;
+    }
+    uv_async_init(opts->loop, &p->async, on_async);
+    p->async.data = p;
+    uv_timer_init(opts->loop, &p->watchdog);
+    p->watchdog.data = p;
+    int64_t iv = p->o.consume_timeout_ms / 4;
+    if (iv > 1000) iv = 1000;
+    if (iv < 10) iv = 10;
+    uv_timer_start(&p->watchdog, on_watchdog, (uint64_t)iv, (uint64_t)iv);
+    uv_unref((uv_handle_t *)&p->watchdog);
+    p->open_handles = 2;
+    rmq_dbg(RMQ_DBG_CONSUME, "consume", "pool started: %d thread(s) running %s", p->n,
+            p->script_path);
+    *out = p;
+    return 0;
+}
+
+/* Under p->mu: wake one idle thread for a shared batch. */
+static void wake_one(rmq_pool_t *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        if (p->t[i].state == CT_IDLE) {
+            uv_cond_signal(&p->t[i].cond);
+            return;
+        }
+    }
+}
+
+void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b)
+{
+    p->pending++;
+    uv_mutex_lock(&p->mu);
+    if (p->stopping) {
+        not_run(p, b);
+    } else {
+        bq_push(&p->shared, b);
+        wake_one(p);
+    }
+    uv_mutex_unlock(&p->mu);
+}
+
+void rmq__pool_submit_to(rmq_pool_t *p, int thread_index, rmq_batch_t *b)
+{
+    p->pending++;
+    uv_mutex_lock(&p->mu);
+    if (p->stopping || thread_index < 0 || thread_index >= p->n) {
+        if (!p->stopping)
+            rmq_log_error("consume", "batch for consume thread %d of %d: not run", thread_index,
+                          p->n);
+        not_run(p, b);
+    } else {
+        cthread_t *t = &p->t[thread_index];
+        bq_push(&t->q, b);
+        uv_cond_signal(&t->cond);
+    }
+    uv_mutex_unlock(&p->mu);
+}
+
+int rmq__pool_pending(const rmq_pool_t *p)
+{
+    return p->pending;
+}
+
+int rmq__pool_nthreads(const rmq_pool_t *p)
+{
+    return p->n;
+}
+
+int64_t rmq__pool_errors(const rmq_pool_t *p)
+{
+    rmq_pool_t *q = (rmq_pool_t *)p;
+    uv_mutex_lock(&q->mu);
+    int64_t e = q->errors;
+    uv_mutex_unlock(&q->mu);
+    return e;
+}
+
+/* Under p->mu: nothing queued and nothing running. */
+static int drained(rmq_pool_t *p)
+{
+    if (p->shared.n || p->running) return 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i].q.n) return 0;
+    return 1;
+}
+
+/* The reaper: lets queued batches run until the deadline (then returns them NOT_RUN), lets
+ * running batches finish (interrupting them RMQ_POOL_STOP_GRACE_MS after the deadline, their
+ * batch then comes back NOT_RUN), then quits and joins the threads; a thread whose handler does
+ * not come back within a second grace period is abandoned (logged, its batch returned NOT_RUN). */
+#define RMQ_POOL_STOP_GRACE_MS 5000
+
+static void reaper_main(void *arg)
+{
+    rmq_pool_t *p = arg;
+    uv_mutex_lock(&p->mu);
+    int interrupted = 0;
+    for (;;) {
+        int64_t now = rmq__mono_ms();
+        if (now >= p->stop_deadline) flush_queued(p);
+        if (drained(p)) break;
+        if (now >= p->stop_deadline + RMQ_POOL_STOP_GRACE_MS && !interrupted) {
+            for (int i = 0; i < p->n; i++) interrupt(&p->t[i], "stop");
+            interrupted = 1;
+        }
+        if (now >= p->stop_deadline + 2 * RMQ_POOL_STOP_GRACE_MS) {
+            for (int i = 0; i < p->n; i++) {
+                cthread_t *t = &p->t[i];
+                if (t->cur) {
+                    rmq_log_error("consume",
+                                  "thread %d: handler did not return after stop; abandoning "
+                                  "the thread (its batch is returned as not run)",
+                                  t->index);
+                    t->abandoned = 1;
+                    rmq_batch_t *b = t->cur;
+                    t->cur = NULL;
+                    p->running--;
+                    not_run(p, b);
+                }
+            }
+            continue;
+        }
+        int64_t wait = 100;
+        uv_cond_timedwait(&p->start_cond, &p->mu, (uint64_t)wait * 1000000u);
+    }
+    p->quit = 1;
+    for (int i = 0; i < p->n; i++) uv_cond_signal(&p->t[i].cond);
+    uv_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n; i++) {
+        if (!p->t[i].abandoned) uv_thread_join(&p->t[i].tid);
+    }
+    uv_mutex_lock(&p->mu);
+    p->reaped = 1;
+    uv_async_send(&p->async);
+    uv_mutex_unlock(&p->mu);
+}
+
+void rmq__pool_stop(rmq_pool_t *p, int64_t await_ms, void (*close_cb)(void *ud), void *ud)
+{
+    uv_mutex_lock(&p->mu);
+    if (p->stopping) {
+        uv_mutex_unlock(&p->mu);
+        return;
+    }
+    p->stopping = 1;
+    p->close_cb = close_cb;
+    p->close_ud = ud;
+    p->stop_deadline = rmq__mono_ms() + (await_ms > 0 ? await_ms : 0);
+    if (await_ms <= 0) flush_queued(p);
+    uv_mutex_unlock(&p->mu);
+    uv_timer_stop(&p->watchdog);
+    uv_thread_create(&p->reaper, reaper_main, p);
+    p->reaper_started = 1;
+}
+
+int rmq__pool_running(const rmq_pool_t *p)
+{
+    rmq_pool_t *q = (rmq_pool_t *)p;
+    uv_mutex_lock(&q->mu);
+    int r = q->running;
+    uv_mutex_unlock(&q->mu);
+    return r;
+}

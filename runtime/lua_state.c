@@ -1,0 +1,160 @@
+/*
+ * lua_state.c -- creating the LuaJIT states that run consumer scripts, and the host side of the
+ * `rmq` module (package.loaded["rmq.host"]: role, thread, group, log).
+ *
+ * Ownership: rmq__lua_new() returns a state the caller owns. Nothing global is kept.
+ * Threads: any thread; a state is used only by the thread that holds it.
+ */
+#include "lua_state.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef RMQLUA_LUA_DIR
+#define RMQLUA_LUA_DIR "lua"
+#endif
+
+const char *rmq__lua_dir(void)
+{
+    const char *d = getenv("RMQLUA_LUA_DIR");
+    return (d && *d) ? d : RMQLUA_LUA_DIR;
+}
+
+/* rmq.host.log(level, text): level 0 error .. 3 debug (debug needs the "lua" category). */
+static int host_log(lua_State *L)
+{
+    int lv = (int)luaL_checkinteger(L, 1);
+    const char *s = luaL_checkstring(L, 2);
+    if (lv <= RMQ_LOG_ERROR)
+        rmq__log(RMQ_LOG_ERROR, "lua", "%s", s);
+    else if (lv == RMQ_LOG_WARN)
+        rmq_log_warn("lua", "%s", s);
+    else if (lv == RMQ_LOG_INFO)
+        rmq_log_info("lua", "%s", s);
+    else
+        rmq_dbg(RMQ_DBG_LUA, "lua", "%s", s);
+    return 0;
+}
+
+static int traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+int rmq__lua_pcall(lua_State *L, int nargs, int nres, char *errstr, size_t errstr_size)
+{
+    int base = lua_gettop(L) - nargs; /* the function's index */
+    lua_pushcfunction(L, traceback);
+    lua_insert(L, base);
+    int rc = lua_pcall(L, nargs, nres, base);
+    lua_remove(L, base);
+    if (rc != 0) {
+        const char *m = lua_tostring(L, -1);
+        rmq__seterr(errstr, errstr_size, "%s", m ? m : "(error without a message)");
+        lua_pop(L, 1);
+        return RMQ_ERR_LUA;
+    }
+    return 0;
+}
+
+int rmq__lua_getfield_mod(lua_State *L, const char *modname, const char *field, char *errstr,
+                          size_t errstr_size)
+{
+    lua_getglobal(L, "require");
+    lua_pushstring(L, modname);
+    if (rmq__lua_pcall(L, 1, 1, errstr, errstr_size)) return RMQ_ERR_LUA;
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        rmq__seterr(errstr, errstr_size, "module %s is not a table", modname);
+        return RMQ_ERR_LUA;
+    }
+    lua_getfield(L, -1, field);
+    lua_remove(L, -2);
+    return 0;
+}
+
+/* package.path = <script dir>/?.lua;<script dir>/?/init.lua;<lua dir>/?.lua;<lua dir>/?/init.lua;
+ * then the default. */
+static void set_path(lua_State *L, const char *script_path)
+{
+    const char *ld = rmq__lua_dir();
+    rmq_buf_t b;
+    rmq__buf_init(&b);
+    if (script_path) {
+        const char *slash = strrchr(script_path, '/');
+        if (slash) {
+            int n = (int)(slash - script_path);
+            if (n == 0) n = 1; /* "/x.lua" */
+            rmq__buf_appendf(&b, "%.*s/?.lua;%.*s/?/init.lua;", n, script_path, n, script_path);
+        } else {
+            rmq__buf_appendf(&b, "./?.lua;./?/init.lua;");
+        }
+    }
+    rmq__buf_appendf(&b, "%s/?.lua;%s/?/init.lua;", ld, ld);
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    const char *def = lua_tostring(L, -1);
+    if (def) rmq__buf_append(&b, def, strlen(def));
+    lua_pop(L, 1);
+    lua_pushlstring(L, b.data, b.len);
+    lua_setfield(L, -2, "path");
+    lua_pop(L, 1);
+    rmq__buf_free(&b);
+}
+
+lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_size)
+{
+    lua_State *L = luaL_newstate();
+    if (!L) {
+        rmq__seterr(errstr, errstr_size, "cannot create a Lua state (out of memory)");
+        return NULL;
+    }
+    luaL_openlibs(L);
+    set_path(L, host->script_path);
+
+    /* package.loaded["rmq.host"] */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "loaded");
+    lua_createtable(L, 0, 8);
+    lua_pushstring(L, host->role ? host->role : "consume");
+    lua_setfield(L, -2, "role");
+    if (host->script_path) {
+        lua_pushstring(L, host->script_path);
+        lua_setfield(L, -2, "script_path");
+    }
+    if (host->consumer_group) {
+        lua_pushstring(L, host->consumer_group);
+        lua_setfield(L, -2, "consumer_group");
+    }
+    lua_pushinteger(L, host->thread_index);
+    lua_setfield(L, -2, "thread_index");
+    lua_pushinteger(L, host->thread_count);
+    lua_setfield(L, -2, "thread_count");
+    lua_pushstring(L, RMQLUA_VERSION);
+    lua_setfield(L, -2, "version");
+    lua_pushcfunction(L, host_log);
+    lua_setfield(L, -2, "log");
+    lua_setfield(L, -2, "rmq.host");
+    lua_pop(L, 2);
+
+    /* The core FFI module: cdefs and the ABI check. */
+    char err[1024];
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "rmq.core");
+    if (rmq__lua_pcall(L, 1, 0, err, sizeof(err))) {
+        rmq__seterr(errstr, errstr_size, "cannot load the rmq Lua runtime from %s: %s", rmq__lua_dir(),
+                    err);
+        lua_close(L);
+        return NULL;
+    }
+    return L;
+}
