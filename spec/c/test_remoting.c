@@ -1184,6 +1184,57 @@ static void test_destroy_pending(void)
     result_clear(&f);
 }
 
+/* Re-entrancy: the transport destroyed from inside a response callback, while more responses
+ * sit in the same read; requests made from the failure callbacks are refused. */
+typedef struct reent {
+    rmq_remoting_t *t;
+    int ok, destroyed, other, refused, destroy_done;
+} reent_t;
+
+static reent_t reent;
+
+static void on_reent_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
+{
+    intptr_t i = (intptr_t)ud;
+    if (err == 0) {
+        reent.ok++;
+        if (i == 10) rmq__remoting_destroy(reent.t, on_destroyed, &reent.destroy_done);
+    } else if (err == RMQ_ERR_DESTROYED) {
+        reent.destroyed++;
+        rmq_cmd_t req;
+        rmq__cmd_init(&req, RMQ_REQ_HEART_BEAT, RMQ_SERIALIZE_JSON);
+        if (rmq__remoting_request(reent.t, "127.0.0.1:1", &req, 1000, on_reent_resp, NULL) ==
+            RMQ_ERR_SHUTDOWN)
+            reent.refused++;
+        rmq__cmd_free(&req);
+    } else {
+        reent.other++;
+    }
+}
+
+static void test_reentrancy(void)
+{
+    server_t s;
+    char addr[64], err[200];
+    rmq_remoting_opts_t o;
+    memset(&reent, 0, sizeof reent);
+    memset(&o, 0, sizeof o);
+    o.loop = loop;
+    server_start(&s, "127.0.0.1", 0);
+    CHECK(rmq__remoting_new(&o, &reent.t, err, sizeof err) == 0);
+    addr_of(addr, sizeof addr, "127.0.0.1", s.port);
+    for (intptr_t i = 0; i < 200; i++) {
+        rmq_cmd_t req;
+        rmq__cmd_init(&req, RMQ_REQ_HEART_BEAT, RMQ_SERIALIZE_JSON);
+        CHECK(rmq__remoting_request(reent.t, addr, &req, 60000, on_reent_resp, (void *)i) == 0);
+        rmq__cmd_free(&req);
+    }
+    WAIT_UNTIL(reent.destroy_done == 1, 5000);
+    CHECK(reent.ok + reent.destroyed == 200 && reent.other == 0);
+    CHECK(reent.ok >= 11 && reent.destroyed > 0 && reent.refused == reent.destroyed);
+    server_stop(&s);
+}
+
 int main(void)
 {
     const char *sc = getenv("RMQ_TEST_TIMEOUT_SCALE");
@@ -1215,6 +1266,7 @@ int main(void)
     test_big_body();
     test_pipelined();
     test_destroy_pending();
+    test_reentrancy();
 
     uv_close((uv_handle_t *)&guard, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
