@@ -184,12 +184,16 @@ static const rmq_conf_prop_t props[] = {
      RMQ_CONF_F_JAVA_CHECK | F_DYNAMIC,
      "Start time for CONSUME_FROM_TIMESTAMP, yyyyMMddHHmmss in local time."},
     {"allocate_message_queue_strategy", "allocateMessageQueueStrategy", RMQ_CONF_ENUM,
-     OFF(allocate_message_queue_strategy), "AVG", NOLIM, NULL, e_alloc, NULL,
+     OFF(allocate_message_queue_strategy), "AVG", NOLIM,
+     "AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM, MACHINE_ROOM_NEARBY[-<inner>], "
+     "LUA, or the Java class name",
+     e_alloc, NULL,
      RMQ_CONF_F_JAVA_CHECK,
      "Queue allocation strategy (Java getName() or class name; MACHINE_ROOM_NEARBY-<inner> also "
      "sets the inner strategy; LUA = the script's allocate hook)."},
     {"allocate_nearby_inner_strategy", NULL, RMQ_CONF_ENUM, OFF(allocate_nearby_inner_strategy),
-     "AVG", NOLIM, NULL, e_alloc_inner, NULL, 0,
+     "AVG", NOLIM, "AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, MACHINE_ROOM, or the Java class name",
+     e_alloc_inner, NULL, 0,
      "Inner strategy of MACHINE_ROOM_NEARBY, applied per machine room."},
     {"allocate_config_queues", NULL, RMQ_CONF_STRING, OFF(allocate_config_queues), NULL, NOLIM,
      "topic:brokerName:queueId,...", NULL, v_config_queues, 0,
@@ -253,7 +257,7 @@ static const rmq_conf_prop_t props[] = {
      OFF(suspend_current_queue_time_millis), "1000", 0, INT64_MAX, NULL, NULL, NULL, 0,
      "Orderly: pause before a failed batch is retried, ms."},
     {"consume_timeout", "consumeTimeout", RMQ_CONF_INT64, OFF(consume_timeout), "15", 1,
-     INT64_MAX / 60000, NULL, NULL, NULL, 0,
+     INT64_MAX / 60000, ">= 1", NULL, NULL, 0,
      "Concurrently: a message cached longer than this (minutes) is sent back."},
     {"await_termination_millis_when_shutdown", "awaitTerminationMillisWhenShutdown",
      RMQ_CONF_INT64, OFF(await_termination_millis_when_shutdown), "0", 0, INT64_MAX, NULL, NULL,
@@ -899,6 +903,10 @@ static int md_cell(rmq_buf_t *b, const char *s)
     for (; *s; s++) {
         if (*s == '|')
             rc |= rmq__buf_append(b, "\\|", 2);
+        else if (*s == '<')
+            rc |= rmq__buf_append(b, "&lt;", 4);
+        else if (*s == '>')
+            rc |= rmq__buf_append(b, "&gt;", 4);
         else
             rc |= rmq__buf_append(b, s, 1);
     }
