@@ -9,9 +9,12 @@
 #include "../../runtime/codes.h"
 #include "../../runtime/remoting.h"
 
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static int failures;
 #define CHECK(cond)                                                                                \
@@ -798,6 +801,72 @@ static void test_connect_fail_and_namesrv(void)
     result_clear(&r2);
 }
 
+/* Connect timeout: a listener that never accepts, its backlog filled so SYNs go unanswered. */
+typedef struct probe {
+    uv_tcp_t tcp;
+    uv_connect_t req;
+    int done, closed;
+} probe_t;
+
+static void probe_connected(uv_connect_t *req, int status)
+{
+    ((probe_t *)req->data)->done = 1;
+}
+
+static void probe_closed(uv_handle_t *h)
+{
+    ((probe_t *)h->data)->closed = 1;
+}
+
+static void test_connect_timeout(void)
+{
+    enum { NPROBE = 8 };
+    probe_t pr[NPROBE];
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(fd, 0) == 0);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    int port = ntohs(sa.sin_port), n = 0, hanging = 0;
+    for (; n < NPROBE && !hanging; n++) {
+        memset(&pr[n], 0, sizeof pr[n]);
+        uv_tcp_init(loop, &pr[n].tcp);
+        pr[n].tcp.data = pr[n].req.data = &pr[n];
+        uv_tcp_connect(&pr[n].req, &pr[n].tcp, (struct sockaddr *)&sa, probe_connected);
+        int64_t dl = rmq__mono_ms() + 300;
+        uv_timer_start(&guard, on_guard, 10, 10);
+        while (!pr[n].done && rmq__mono_ms() < dl) uv_run(loop, UV_RUN_ONCE);
+        uv_timer_stop(&guard);
+        hanging = !pr[n].done;
+    }
+    if (hanging) {
+        client_t cl;
+        result_t r;
+        char addr[64];
+        rmq_remoting_opts_t o;
+        memset(&o, 0, sizeof o);
+        memset(&r, 0, sizeof r);
+        o.connect_timeout_ms = 200;
+        client_start_opts(&cl, &o);
+        addr_of(addr, sizeof addr, "127.0.0.1", port);
+        CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 60000, &r) == 0);
+        WAIT_UNTIL(r.done, 5000);
+        CHECK(r.err == RMQ_ERR_TRANSPORT && strstr(r.errmsg, "timed out") != NULL);
+        CHECK(strstr(cl.last_close_why, "connect") != NULL);
+        client_stop(&cl);
+        result_clear(&r);
+    } else {
+        fprintf(stderr, "test_remoting: connects to a full backlog complete here, "
+                        "connect-timeout case skipped\n");
+    }
+    for (int i = 0; i < n; i++) uv_close((uv_handle_t *)&pr[i].tcp, probe_closed);
+    for (int i = 0; i < n; i++) WAIT_UNTIL(pr[i].closed, 2000);
+    close(fd);
+}
+
 /* Idle connections close after idle_timeout_ms with no reads and writes. */
 static void test_idle_close(void)
 {
@@ -1258,6 +1327,7 @@ int main(void)
     test_oneway();
     test_drop_reconnect();
     test_connect_fail_and_namesrv();
+    test_connect_timeout();
     test_idle_close();
     test_malformed_to_server();
     test_malformed_to_client();
