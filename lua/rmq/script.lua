@@ -68,7 +68,7 @@ load(path) -> spec
   spec.__subscribe = { {topic=, expression=, line=}... }, spec.__path = path.
 Raises "path:line: message" on any problem (syntax, run-time error, contract, option types).
 ]]
-function M.load(path)
+local function load_script(path)
   local ok, src = pcall(read_file, path)
   if not ok then error("cannot open script " .. path .. ": " .. src, 0) end
   local lines = lines_of(src)
@@ -77,7 +77,7 @@ function M.load(path)
   local ok2, t = xpcall(chunk, function(e) return debug.traceback(tostring(e), 2) end)
   if not ok2 then error(t, 0) end
   local rl = return_line(lines)
-  local function fail(line, msg) error(path .. ":" .. line .. ": " .. msg, 0) end
+  local function fail(line, msg) error({ config = path .. ":" .. line .. ": " .. msg }, 0) end
   if type(t) ~= "table" then
     fail(rl, "the script must return a table (consumer_group, subscribe, consume, ...), got "
       .. type(t))
@@ -150,6 +150,23 @@ function M.load(path)
   t.__path = path
   t.__return_line = rl
   return t
+end
+
+-- load(path) -> spec; raises "path:line: message" for every kind of problem.
+function M.load(path)
+  local ok, t = pcall(load_script, path)
+  if ok then return t end
+  if type(t) == "table" then error(t.config, 0) end
+  error(t, 0)
+end
+
+-- try_load(path) -> spec | nil, message, kind ("config" for the contract and option types,
+-- "lua" for syntax and run-time errors of the script).
+function M.try_load(path)
+  local ok, t = pcall(load_script, path)
+  if ok then return t end
+  if type(t) == "table" then return nil, t.config, "config" end
+  return nil, tostring(t), "lua"
 end
 
 return M
