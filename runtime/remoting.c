@@ -482,30 +482,36 @@ static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_buf
                      unsigned n_extra, rmq_written_cb written, void *wud)
 {
     if (c->state >= RMQ_CONN_CLOSING || !c->t || c->t->destroying) return RMQ_ERR_TRANSPORT;
-    unsigned nb = 1 + (!copy && cmd->body_len ? 1 : 0) + n_extra;
+    unsigned nb = copy ? 1 : 1 + (cmd->body_len ? 1 : 0) + n_extra;
     wreq_t *w = rmq__xcalloc(1, sizeof(*w) + nb * sizeof(uv_buf_t));
     w->conn = c;
     w->written = written;
     w->wud = wud;
     rmq__buf_init(&w->hdr);
     list_init(&w->link);
-    int rc;
-    if (copy) {
-        rc = rmq__cmd_encode(cmd, &w->hdr);
-    } else {
-        rmq_cmd_t tmp = *cmd;
-        for (unsigned i = 0; i < n_extra; i++) tmp.body_len += extra[i].len;
-        if (!tmp.body && tmp.body_len) tmp.body = "";
-        rc = rmq__cmd_encode_header(&tmp, &w->hdr);
+    /* The frame length counts the body and every extra buffer. */
+    rmq_cmd_t tmp = *cmd;
+    for (unsigned i = 0; i < n_extra; i++) tmp.body_len += extra[i].len;
+    int rc = rmq__cmd_encode_header(&tmp, &w->hdr);
+    if (!rc && copy) {
+        rc = rmq__buf_reserve(&w->hdr, tmp.body_len);
+        if (!rc && cmd->body_len) rc = rmq__buf_append(&w->hdr, cmd->body, cmd->body_len);
+        for (unsigned i = 0; !rc && i < n_extra; i++)
+            rc = rmq__buf_append(&w->hdr, extra[i].base, extra[i].len);
     }
     if (rc) {
+        rmq_log_warn(SUB(c->t), "cannot encode %d for %s: %s", cmd->code, c->addr,
+                     rmq_err_str(rc));
         rmq__buf_free(&w->hdr);
         free(w);
         return rc;
     }
     w->bufs[w->nbufs++] = uv_buf_init(w->hdr.data, (unsigned)w->hdr.len);
-    if (!copy && cmd->body_len) w->bufs[w->nbufs++] = uv_buf_init((char *)cmd->body, (unsigned)cmd->body_len);
-    for (unsigned i = 0; i < n_extra; i++) w->bufs[w->nbufs++] = extra[i];
+    if (!copy) {
+        if (cmd->body_len)
+            w->bufs[w->nbufs++] = uv_buf_init((char *)cmd->body, (unsigned)cmd->body_len);
+        for (unsigned i = 0; i < n_extra; i++) w->bufs[w->nbufs++] = extra[i];
+    }
     if (c->state == RMQ_CONN_OPEN) {
         rc = wreq_issue(c, w);
         if (rc) {

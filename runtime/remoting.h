@@ -202,7 +202,7 @@ int rmq__conn_reply(rmq_conn_t *conn, rmq_cmd_t *resp);
  * uv_write (the frame length counts them all), nothing copied but the header. resp->body and the
  * extra buffers are lent until written(wud, status) runs; on an error return written never runs
  * and nothing was sent. The extra array itself is copied. (The broker's PULL response: 32 stored
- * messages straight from their buffers.)
+ * messages straight from their buffers.) With written NULL, body and extras are copied instead.
  */
 int rmq__conn_reply_ex(rmq_conn_t *conn, rmq_cmd_t *resp, const uv_buf_t *extra, unsigned n_extra,
                        rmq_written_cb written, void *wud);

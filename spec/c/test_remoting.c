@@ -160,7 +160,10 @@ static void h_pull(rmq_conn_t *c, rmq_cmd_t *req, void *ud)
     uv_buf_t bufs[32];
     rmq__cmd_init_response(&resp, req, RMQ_RESP_SUCCESS, "FOUND");
     for (int i = 0; i < 32; i++) bufs[i] = uv_buf_init(pull_msgs[i], sizeof pull_msgs[i]);
-    CHECK(rmq__conn_reply_ex(c, &resp, bufs, 32, on_written_count, ud) == 0);
+    if (rmq__cmd_ext_bool(req, "copy"))
+        CHECK(rmq__conn_reply_ex(c, &resp, bufs, 32, NULL, NULL) == 0);
+    else
+        CHECK(rmq__conn_reply_ex(c, &resp, bufs, 32, on_written_count, ud) == 0);
     rmq__cmd_free(&resp);
 }
 
@@ -609,6 +612,18 @@ static void test_request_response(const char *host)
         same = memcmp(pr.body + i * 1024, pull_msgs[i], 1024) == 0;
     CHECK(same);
     CHECK(strcmp(pr.remark, "FOUND") == 0);
+    result_clear(&pr);
+    /* The same with the extra buffers copied (no written callback). */
+    rmq__cmd_init(&req, RMQ_REQ_PULL_MESSAGE, RMQ_SERIALIZE_JSON);
+    rmq__cmd_set_ext_bool(&req, "copy", 1);
+    CHECK(rmq__remoting_request(cl.t, addr, &req, 3000, on_resp, &pr) == 0);
+    rmq__cmd_free(&req);
+    WAIT_UNTIL(pr.done, 3000);
+    CHECK(pr.err == 0 && pr.body_len == 32 * 1024 && s.written_calls == 1);
+    same = pr.body_len == 32 * 1024;
+    for (int i = 0; same && i < 32; i++)
+        same = memcmp(pr.body + i * 1024, pull_msgs[i], 1024) == 0;
+    CHECK(same);
     result_clear(&pr);
 
     /* Bad arguments fail synchronously; the callback never runs. */
