@@ -257,7 +257,7 @@ static int consistent_hash(const rmq_conf_t *conf, const char *cid, const rmq_mq
 }
 
 static int by_config(const rmq_conf_t *conf, const rmq_mq_t *mq_all, int n_mq, int *out,
-                     int *n_out)
+                     int *n_out, int java_raw)
 {
     int i, j, k;
     for (i = 0; i < conf->n_alloc_config_mqs; i++) {
@@ -266,7 +266,17 @@ static int by_config(const rmq_conf_t *conf, const rmq_mq_t *mq_all, int n_mq, i
             if (want->queue_id == mq_all[j].queue_id && !strcmp(want->topic, mq_all[j].topic) &&
                 !strcmp(want->broker_name, mq_all[j].broker_name))
                 break;
-        if (j == n_mq) j = n_mq + i; /* not in the route: Java hands it out anyway */
+        if (j == n_mq) {
+            /* Not among this topic's readable queues. Java hands it out anyway (even a queue of
+             * another topic); the engine's entry point skips it. */
+            if (!java_raw) {
+                rmq_dbg(RMQ_DBG_REBALANCE, LOG_SUB,
+                        "allocate_config_queues: %s:%s:%d is not in this allocation's queues",
+                        want->topic, want->broker_name, want->queue_id);
+                continue;
+            }
+            j = n_mq + i;
+        }
         for (k = 0; k < *n_out; k++)
             if (out[k] == j) break;
         if (k == *n_out) out[(*n_out)++] = j;
@@ -464,9 +474,10 @@ static int run_inner(int strategy, const rmq_conf_t *conf, const char *group, co
     }
 }
 
-int rmq__allocate_with(int strategy, const rmq_conf_t *conf, const char *group, const char *cid,
-                       const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
-                       int *out_idx, int *n_out, char *errstr, size_t errstr_size)
+static int allocate_impl(int strategy, const rmq_conf_t *conf, const char *group,
+                         const char *cid, const rmq_mq_t *mq_all, int n_mq,
+                         const char *const *cid_all, int n_cid, int *out_idx, int *n_out,
+                         char *errstr, size_t errstr_size, int java_raw)
 {
     int *sel, i, rc;
     *n_out = 0;
@@ -474,7 +485,7 @@ int rmq__allocate_with(int strategy, const rmq_conf_t *conf, const char *group, 
     sel = rmq__xmalloc(sizeof(int) * (size_t)(n_mq ? n_mq : 1));
     for (i = 0; i < n_mq; i++) sel[i] = i;
     if (strategy == RMQ_ALLOC_CONFIG)
-        rc = by_config(conf, mq_all, n_mq, out_idx, n_out);
+        rc = by_config(conf, mq_all, n_mq, out_idx, n_out, java_raw);
     else
         rc = run_inner(strategy, conf, group, cid, mq_all, sel, n_mq, cid_all, n_cid, out_idx,
                        n_out, errstr, errstr_size);
@@ -483,12 +494,28 @@ int rmq__allocate_with(int strategy, const rmq_conf_t *conf, const char *group, 
     return rc;
 }
 
+int rmq__allocate_with(int strategy, const rmq_conf_t *conf, const char *group, const char *cid,
+                       const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
+                       int *out_idx, int *n_out, char *errstr, size_t errstr_size)
+{
+    return allocate_impl(strategy, conf, group, cid, mq_all, n_mq, cid_all, n_cid, out_idx, n_out,
+                         errstr, errstr_size, 0);
+}
+
 int rmq__allocate(const rmq_conf_t *conf, const char *group, const char *cid,
                   const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
                   int *out_idx, int *n_out, char *errstr, size_t errstr_size)
 {
-    return rmq__allocate_with(conf->allocate_message_queue_strategy, conf, group, cid, mq_all,
-                              n_mq, cid_all, n_cid, out_idx, n_out, errstr, errstr_size);
+    return allocate_impl(conf->allocate_message_queue_strategy, conf, group, cid, mq_all, n_mq,
+                         cid_all, n_cid, out_idx, n_out, errstr, errstr_size, 0);
+}
+
+int rmq__allocate_java(const rmq_conf_t *conf, const char *group, const char *cid,
+                       const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
+                       int *out_idx, int *n_out, char *errstr, size_t errstr_size)
+{
+    return allocate_impl(conf->allocate_message_queue_strategy, conf, group, cid, mq_all, n_mq,
+                         cid_all, n_cid, out_idx, n_out, errstr, errstr_size, 1);
 }
 
 /* ---- exports ---------------------------------------------------------------------------------- */
@@ -499,6 +526,14 @@ int rmq_allocate(const rmq_conf_t *conf, const char *group, const char *cid,
 {
     return rmq__allocate(conf, group, cid, mq_all, n_mq, cid_all, n_cid, out_idx, n_out, errstr,
                          errstr_size);
+}
+
+int rmq_allocate_java(const rmq_conf_t *conf, const char *group, const char *cid,
+                      const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
+                      int *out_idx, int *n_out, char *errstr, size_t errstr_size)
+{
+    return rmq__allocate_java(conf, group, cid, mq_all, n_mq, cid_all, n_cid, out_idx, n_out,
+                              errstr, errstr_size);
 }
 
 void rmq_mq_sort(rmq_mq_t *mqs, int n) { rmq__mq_sort(mqs, n); }

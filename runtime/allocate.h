@@ -53,11 +53,11 @@ uint32_t rmq__alloc_md5_hash(const char *key, size_t len);
  * allocate(group, cid, mq_all, cid_all) does ON THE LISTS AS GIVEN. Callers must sort both lists
  * first (rmq__mq_sort, rmq__cid_sort) as RebalanceImpl does, or consumers disagree.
  *
- * out_idx must have room for rmq__allocate_out_cap(conf, n_mq) entries (n_mq + the number of
- * CONFIG queues + 1). On success it holds *n_out results in Java's result order: an index
- * i < n_mq means mq_all[i]; an index >= n_mq (only CONFIG, for a configured queue that is not in
- * mq_all -- Java hands it out anyway) means conf->alloc_config_mqs[i - n_mq].
- * rmq__allocate_result_mq() resolves either kind. CONFIG lists each configured queue once.
+ * out_idx must have room for n_mq entries; on success it holds *n_out indices into mq_all in
+ * Java's result order. CONFIG returns the configured queues that are among mq_all, in configured
+ * order, each once. (Deliberate difference: Java's AllocateMessageQueueByConfig returns its whole
+ * list for every topic, even queues of other topics or missing from the route; those are skipped
+ * here. rmq__allocate_java below gives Java's raw answer.)
  *
  * Returns RMQ_OK (possibly with *n_out == 0: currentCID not in cid_all is logged "[BUG]" and
  * yields nothing, as in Java), or RMQ_ERR_INVALID with errstr for Java's IllegalArgumentException
@@ -69,7 +69,15 @@ int rmq__allocate(const struct rmq_conf *conf, const char *group, const char *ci
                   const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
                   int *out_idx, int *n_out, char *errstr, size_t errstr_size);
 
-/* Room needed in out_idx, and the queue a result index stands for (see rmq__allocate). */
+/*
+ * Java's raw answer, for parity tests: like rmq__allocate, but CONFIG also returns configured
+ * queues that are not in mq_all, as indices >= n_mq meaning conf->alloc_config_mqs[i - n_mq].
+ * out_idx needs rmq__allocate_out_cap(conf, n_mq) entries; rmq__allocate_result_mq() resolves an
+ * index of either kind.
+ */
+int rmq__allocate_java(const struct rmq_conf *conf, const char *group, const char *cid,
+                       const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
+                       int *out_idx, int *n_out, char *errstr, size_t errstr_size);
 int rmq__allocate_out_cap(const struct rmq_conf *conf, int n_mq);
 const rmq_mq_t *rmq__allocate_result_mq(const struct rmq_conf *conf, const rmq_mq_t *mq_all,
                                         int n_mq, int idx);
@@ -85,6 +93,10 @@ RMQ_EXPORT int rmq_allocate(const struct rmq_conf *conf, const char *group, cons
                             const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all,
                             int n_cid, int *out_idx, int *n_out, char *errstr,
                             size_t errstr_size);
+RMQ_EXPORT int rmq_allocate_java(const struct rmq_conf *conf, const char *group, const char *cid,
+                                 const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all,
+                                 int n_cid, int *out_idx, int *n_out, char *errstr,
+                                 size_t errstr_size);
 RMQ_EXPORT int rmq_allocate_out_cap(const struct rmq_conf *conf, int n_mq);
 RMQ_EXPORT const rmq_mq_t *rmq_allocate_result_mq(const struct rmq_conf *conf,
                                                   const rmq_mq_t *mq_all, int n_mq, int idx);

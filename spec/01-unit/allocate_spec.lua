@@ -12,6 +12,9 @@ int rmq_conf_set(rmq_conf_t *conf, const char *name, const char *value, char *er
 int rmq_allocate(const rmq_conf_t *conf, const char *group, const char *cid,
                  const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
                  int *out_idx, int *n_out, char *errstr, size_t errstr_size);
+int rmq_allocate_java(const rmq_conf_t *conf, const char *group, const char *cid,
+                      const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
+                      int *out_idx, int *n_out, char *errstr, size_t errstr_size);
 int rmq_allocate_out_cap(const rmq_conf_t *conf, int n_mq);
 const rmq_mq_t *rmq_allocate_result_mq(const rmq_conf_t *conf, const rmq_mq_t *mq_all, int n_mq, int idx);
 void rmq_mq_sort(rmq_mq_t *mqs, int n);
@@ -78,7 +81,7 @@ local function conf_for(case)
 end
 
 -- Runs the strategy on (mqs, cids) as given; returns the result as a list of keys, or nil, err.
-local function allocate(conf, cid, mqs, cids, sort_first)
+local function allocate(conf, cid, mqs, cids, sort_first, engine)
   local keep = {}
   local mq_arr, cid_arr = mq_array(mqs, keep), cid_array(cids, keep)
   if sort_first then
@@ -86,7 +89,8 @@ local function allocate(conf, cid, mqs, cids, sort_first)
     lib.rmq_cid_sort(cid_arr, #cids)
   end
   local out, n_out, err = ffi.new("int[?]", lib.rmq_allocate_out_cap(conf, #mqs)), ffi.new("int[1]"), ffi.new("char[512]")
-  local rc = lib.rmq_allocate(conf, "vectors_group", cid, mq_arr, #mqs, cid_arr, #cids, out, n_out, err, 512)
+  local fn = engine and lib.rmq_allocate or lib.rmq_allocate_java
+  local rc = fn(conf, "vectors_group", cid, mq_arr, #mqs, cid_arr, #cids, out, n_out, err, 512)
   if rc ~= 0 then return nil, ffi.string(err), rc end
   local res = {}
   for i = 0, n_out[0] - 1 do
@@ -134,6 +138,25 @@ describe("allocate vectors", function()
       end)
     end
   end
+
+  it("skips configured queues outside mq_all in the engine's entry point (CONFIG)", function()
+    local case = vec.cases[45]
+    assert.are.equal("CONFIG", case.strategyGetName)
+    local conf = conf_for(case)
+    local res = assert(allocate(conf, case.currentCID, case.mqAll, case.cidAll, true, true))
+    assert.are.same({ "TopicTest/broker-a/1" }, res)
+  end)
+
+  it("gives the engine's entry point the same answers as Java's for every other case", function()
+    for _, case in ipairs(vec.cases) do
+      if case.id ~= 45 then
+        local conf = conf_for(case)
+        local a = assert(allocate(conf, case.currentCID, case.mqAll, case.cidAll, true, true))
+        local b = assert(allocate(conf, case.currentCID, case.mqAll, case.cidAll, true, false))
+        assert.are.same(b, a, "case " .. case.id)
+      end
+    end
+  end)
 
   it("gives every queue to exactly one consumer (AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, MACHINE_ROOM_NEARBY)", function()
     local mqs, cids = {}, {}
