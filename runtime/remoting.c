@@ -578,7 +578,7 @@ static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
     if (t->opts.on_close) t->opts.on_close(c, err, why, t->opts.ud);
     if (!c->handle_inited) {
         set_state(c, RMQ_CONN_CLOSED);
-        rmq__conn_release(c); /* the transport's reference: no close callback will come */
+        c->refs--; /* the transport's reference (no close callback will come); ours remains */
     }
     rmq__conn_release(c);
 }
