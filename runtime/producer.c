@@ -271,8 +271,7 @@ static void fail(rmq_producer_t *p, req_t *r, int err, const char *fmt, ...)
 static int cmp_qd_name(const void *a, const void *b)
 {
     const rmq_queue_data_t *x = a, *y = b;
-    return rmq__java_strcmp(x->broker_name, strlen(x->broker_name), y->broker_name,
-                            strlen(y->broker_name));
+    return rmq__java_strcmp(x->broker_name, y->broker_name);
 }
 
 /*

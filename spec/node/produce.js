@@ -30,7 +30,7 @@ async function main() {
       msg.keys = [ 'k' + i, 'kk' + i ];
       msg.properties.idx = String(i);
       const r = await producer.send(msg);
-      emit({ i, keys: msg.keys, tags, msgId: r.msgId, queueId: r.messageQueue && r.messageQueue.queueId,
+      emit({ i, keys: msg.keys, tags, msgId: r.msgId, queueId: r.messageQueue ? Number(r.messageQueue.queueId) : null,
         queueOffset: r.queueOffset, status: r.sendStatus, body_len: body.length, body_sha1: sha1(body) });
     }
     emit({ done: opts.count });
