@@ -369,16 +369,16 @@ static void test_captures(void)
     const char *root = "spec/fixtures/wire";
     DIR *d = opendir(root);
     struct dirent *e;
-    char names[64][256];
+    static char names[64][300];
     int n = 0, i;
     CHECK(d != NULL, "cannot open %s (run from the repo root)", root);
     if (!d) return;
     while ((e = readdir(d)) && n < 64)
-        if (e->d_name[0] != '.' && !strchr(e->d_name, '.')) snprintf(names[n++], 256, "%s", e->d_name);
+        if (e->d_name[0] != '.' && !strchr(e->d_name, '.')) snprintf(names[n++], 300, "%.256s", e->d_name);
     closedir(d);
     for (i = 0; i < n; i++) {
-        char dir[600];
-        snprintf(dir, sizeof(dir), "%s/%s", root, names[i]);
+        char dir[400];
+        snprintf(dir, sizeof(dir), "%s/%.300s", root, names[i]);
         test_session(dir);
     }
     CHECK(total_frames > 600, "only %d captured frames", total_frames);
