@@ -759,11 +759,13 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
         return RMQ_ERR_CONFIG;
     }
     rmq_consumer_t *c = rmq__xcalloc(1, sizeof(*c));
+    uv_mutex_init(&c->stats_mu);
     c->conf = rmq__conf_dup(conf);
     c->script_path = script_path ? rmq__xstrdup(script_path) : NULL;
     if (script_path) {
         int rc = rmq__script_load(script_path, NULL, &c->script, errstr, errstr_size);
         if (rc) {
+            uv_mutex_destroy(&c->stats_mu);
             rmq__conf_destroy(c->conf);
             free(c->script_path);
             free(c);
@@ -799,7 +801,6 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     c->routes = rmq__xcalloc((size_t)c->n_subs, sizeof(rmq_route_t *));
     c->thr_queue = cf->pull_threshold_for_queue;
     c->thr_size_queue = cf->pull_threshold_size_for_queue;
-    uv_mutex_init(&c->stats_mu);
     if (uv_loop_init(&c->loop)) {
         rmq__seterr(errstr, errstr_size, "cannot create the event loop");
         rmq__consumer_destroy(c);
@@ -857,6 +858,13 @@ int rmq__consumer_run(rmq_consumer_t *c)
         uv_run(&c->loop, UV_RUN_DEFAULT);
         return RMQ_CONSUMER_EXIT_CONFIG;
     }
+    timer_init(c, &c->t_route);
+    timer_init(c, &c->t_heartbeat);
+    timer_init(c, &c->t_rebalance);
+    timer_init(c, &c->t_persist);
+    timer_init(c, &c->t_stats);
+    timer_init(c, &c->t_retry);
+    timer_init(c, &c->t_drain);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_NOTIFY_CONSUMER_IDS_CHANGED, h_notify, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_RUNNING_INFO, h_running_info, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_STATUS_FROM_CLIENT, h_consumer_status,
@@ -888,13 +896,6 @@ int rmq__consumer_run(rmq_consumer_t *c)
         uv_run(&c->loop, UV_RUN_DEFAULT);
         return c->exit_code;
     }
-    timer_init(c, &c->t_route);
-    timer_init(c, &c->t_heartbeat);
-    timer_init(c, &c->t_rebalance);
-    timer_init(c, &c->t_persist);
-    timer_init(c, &c->t_stats);
-    timer_init(c, &c->t_retry);
-    timer_init(c, &c->t_drain);
     rmq__client_set_state(c, RMQ_CLIENT_RUNNING);
     rmq_log_info("client", "consumer %s started as %s (%d subscription(s), %d consume "
                  "thread(s))", c->group, c->client_id, c->n_subs, cf->consume_thread_min);
@@ -962,24 +963,20 @@ static void on_unreg(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     unreg_done(ud);
 }
 
-static void on_drain_timer(uv_timer_t *t)
-{
-    rmq_consumer_t *c = t->data;
-    /* Send-backs in flight get a bounded wait (their own timeout is 5 s + the re-send). */
-    if (c->inflight_sendbacks > 0 && rmq__mono_ms() - c->last_stats_ms < 9000) return;
-    uv_timer_stop(t);
-    shutdown_persist(c);
-}
+static void on_drain_timer(uv_timer_t *t) { shutdown_persist(t->data); }
 
 static void shutdown_persist(rmq_consumer_t *c)
 {
     if (c->state != RMQ_CLIENT_DRAINING) return;
-    if (c->inflight_sendbacks > 0 && !uv_is_active((uv_handle_t *)&c->t_drain)) {
-        c->last_stats_ms = rmq__mono_ms();
+    /* Send-backs in flight get a bounded wait (their own timeout is 5 s, then the re-send). */
+    if (c->inflight_sendbacks > 0 && !c->drain_started) {
+        c->drain_started = 1;
+        c->drain_deadline = rmq__mono_ms() + 9000;
         uv_timer_start(&c->t_drain, on_drain_timer, 50, 50);
         return;
     }
-    if (c->inflight_sendbacks > 0 && uv_is_active((uv_handle_t *)&c->t_drain)) return;
+    if (c->inflight_sendbacks > 0 && rmq__mono_ms() < c->drain_deadline) return;
+    uv_timer_stop(&c->t_drain);
     stats_build(c);
     rmq__client_set_state(c, RMQ_CLIENT_CLOSING);
     /* Persist every owned queue's offset (oneway), then drop them all. */

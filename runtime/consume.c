@@ -110,7 +110,7 @@ void rmq__consume_retry_timer(uv_timer_t *t)
         rmq_cbatch_t *cb = c->retry_list;
         c->retry_list = cb->next;
         cb->next = NULL;
-        if (c->state != RMQ_CLIENT_RUNNING && c->state != RMQ_CLIENT_DRAINING) {
+        if (c->state != RMQ_CLIENT_RUNNING) {
             batch_free(cb); /* messages stay in the process queue, released with it */
             continue;
         }
@@ -153,7 +153,7 @@ static void sendback_finish(sendback_t *sb, int ok)
         else
             c->n_retried++;
         resolve(sb->q, &sb->m, 1);
-    } else if (c->state != RMQ_CLIENT_RUNNING && c->state != RMQ_CLIENT_DRAINING) {
+    } else if (c->state != RMQ_CLIENT_RUNNING) {
         /* Shutting down: leave it unresolved in the process queue (offset stays before it). */
     } else if (sb->q->pq.state == RMQ_PQ_DROPPED) {
         resolve(sb->q, &sb->m, 1);

@@ -148,7 +148,8 @@ struct rmq_consumer {
     int rb_changed;
 
     uv_timer_t t_route, t_heartbeat, t_rebalance, t_persist, t_stats, t_retry, t_drain;
-    int n_open_handles;
+    int drain_started;      /* shutdown: waiting for send-backs in flight */
+    int64_t drain_deadline; /* monotonic */
 
     /* stats (loop thread counters; snapshot copied under stats_mu) */
     int64_t n_consumed, n_failed, n_retried, n_dlq, n_pulled;
