@@ -1,0 +1,300 @@
+/*
+ * devbroker_int.h -- internals of the development broker, shared by devbroker*.c.
+ *
+ * Ownership: the rmq_devbroker_t owns its brokers, and each broker owns its topics, queues,
+ * stored messages (reference-counted: the store holds one reference, a PULL response being
+ * written holds one more per message), consumer groups, offsets and locks.
+ * Threads: everything here is touched only on the broker thread (the loop that runs the
+ * transports), except the request records and the op queue, which are guarded by db->mu.
+ */
+#ifndef RMQ_DEVBROKER_INT_H
+#define RMQ_DEVBROKER_INT_H
+
+#include "cmd.h"
+#include "codes.h"
+#include "common.h"
+#include "devbroker.h"
+#include "remoting.h"
+
+#include <uv.h>
+
+/* ---- a tiny string-keyed hash map (loop thread) ---------------------------------------------- */
+
+typedef struct db_ent {
+    struct db_ent *next;
+    char *key;
+    void *val;
+} db_ent_t;
+
+typedef struct db_map {
+    db_ent_t **b;
+    size_t nb, n;
+} db_map_t;
+
+void *rmq__dbmap_get(const db_map_t *m, const char *key);
+/* Insert or replace; returns the previous value (NULL when new). key is copied. */
+void *rmq__dbmap_put(db_map_t *m, const char *key, void *val);
+/* Remove; returns the value or NULL. */
+void *rmq__dbmap_del(db_map_t *m, const char *key);
+/* Call fn for each entry (fn must not modify the map). */
+void rmq__dbmap_each(const db_map_t *m, void (*fn)(const char *key, void *val, void *ud), void *ud);
+/* Free the table and keys; values through free_val when not NULL. */
+void rmq__dbmap_free(db_map_t *m, void (*free_val)(void *));
+
+/* ---- store ----------------------------------------------------------------------------------- */
+
+typedef struct db_queue db_queue_t;
+
+typedef struct db_msg {
+    int refs;           /* loop thread only */
+    int has_tag;        /* TAGS present */
+    int32_t tagcode;    /* J-hash of TAGS */
+    int64_t qoff;       /* queue offset */
+    int64_t phys;       /* commit log offset */
+    int64_t store_ts;
+    db_queue_t *q;
+    uint32_t size;      /* bytes at data */
+    char *data;         /* the stored form (PROTOCOL 4.1) */
+} db_msg_t;
+
+struct db_queue {
+    struct db_topic *topic;
+    int id;
+    db_msg_t **ring;    /* n messages starting at ring[head % cap] */
+    size_t cap, head, n;
+    int64_t min_off;    /* queue offset of the first retained message */
+    struct db_park *parked; /* long-polling pulls waiting on this queue */
+};
+
+typedef struct db_topic {
+    char *name;
+    int read_q, write_q, perm, sys_flag, order;
+    db_queue_t **queues; /* nq allocated (>= max(read_q, write_q)); never shrinks */
+    int nq;
+    int64_t sent;        /* messages stored (queue choice for produce) */
+} db_topic_t;
+
+/* A message that waits for its delay level before being stored. */
+typedef struct db_delayed {
+    struct db_delayed *next;
+    int64_t due_ms; /* monotonic */
+    char *topic;
+    int queue_id;
+    int32_t flag, sys_flag, reconsume;
+    int64_t born_ts;
+    uint8_t born_host[16];
+    int born_ip_len;
+    int32_t born_port;
+    char *body;
+    size_t body_len;
+    char *props;
+    size_t props_len;
+} db_delayed_t;
+
+/* ---- clients and groups ----------------------------------------------------------------------- */
+
+typedef struct db_client {
+    rmq_conn_t *conn; /* kept reference */
+    struct db_broker *b;
+    char *client_id;
+    int language, version;
+    int64_t last_ms; /* monotonic, last heartbeat */
+    char addr[64];
+} db_client_t;
+
+
+typedef struct db_group {
+    char *name;
+    char *consume_type, *message_model, *consume_from_where;
+    db_client_t **members;
+    int n_members, cap_members;
+    db_map_t subs; /* topic -> rmq_sub_t (subscription.h) */
+} db_group_t;
+
+typedef struct db_lock {
+    char *client_id;
+    int64_t last_ms;
+} db_lock_t;
+
+/* A parked PULL_MESSAGE (long polling). */
+typedef struct db_park {
+    struct db_park *qnext, *qprev; /* on q->parked */
+    struct db_park *bnext, *bprev; /* on b->parks */
+    db_queue_t *q;
+    struct rmq_sub *sub; /* the filter (a copy), NULL = every message */
+    struct db_broker *b;
+    rmq_conn_t *conn;  /* kept */
+    rmq_rbuf_t *frame; /* kept: the request is decoded again when woken */
+    int64_t offset;
+    uv_timer_t timer;
+    int closing;
+} db_park_t;
+
+/* Faults and latency per request code. */
+typedef struct db_fault {
+    struct db_fault *next;
+    int req_code, code, count;
+} db_fault_t;
+
+typedef struct db_latency {
+    struct db_latency *next;
+    int req_code, ms;
+} db_latency_t;
+
+/* What the name server and the brokers share: a served endpoint. */
+typedef struct db_node {
+    struct rmq_devbroker *db;
+    int is_ns;
+    int idx;             /* broker index, or RMQ_DEVBROKER_NAMESRV */
+    rmq_remoting_t *t;   /* NULL while down */
+    char host[64];
+    int port;
+    char addr[80];
+    db_fault_t *faults;
+    db_latency_t *latency;
+    struct {
+        int code;
+        void (*fn)(struct db_node *node, rmq_conn_t *conn, rmq_cmd_t *req);
+    } h[48];
+    int nh;
+} db_node_t;
+
+typedef struct db_broker {
+    db_node_t node;
+    char name[64];
+    int down;
+    db_map_t topics;  /* name -> db_topic_t */
+    db_map_t groups;  /* name -> db_group_t */
+    db_map_t offsets; /* "group\001topic\001qid" -> int64_t* */
+    db_map_t locks;   /* "group\001topic\001qid" -> db_lock_t */
+    /* commit log: every retained message in physical order */
+    db_msg_t **log;
+    size_t log_cap, log_head, log_n;
+    int64_t next_phys;
+    int64_t bytes;
+    db_delayed_t *delayed; /* sorted by due_ms */
+    uv_timer_t delay_timer;
+    int64_t sched_off[18]; /* SCHEDULE_TOPIC_XXXX queue offsets (send responses) */
+    int64_t data_version, reg_version;
+    db_park_t *parks;
+} db_broker_t;
+
+/* A broker registered by another process (REGISTER_BROKER). */
+typedef struct db_remote {
+    struct db_remote *next;
+    char *name, *cluster, *addr;
+    int64_t last_ms;
+    rmq_conn_t *conn; /* kept; the registration dies with it */
+    db_map_t topics;  /* name -> db_topic_t (queue counts only) */
+} db_remote_t;
+
+/* A recorded request. */
+typedef struct db_rec {
+    struct db_rec *next;
+    int target, code;
+    rmq_kv_t *ext;
+    int n_ext;
+} db_rec_t;
+
+typedef struct db_op {
+    struct db_op *next;
+    void (*fn)(struct rmq_devbroker *db, void *arg);
+    void *arg;
+    int done;
+} db_op_t;
+
+struct rmq_devbroker {
+    uv_loop_t loop;
+    uv_thread_t thread;
+    uv_async_t async;
+    uv_timer_t scan_timer; /* channel expiry, lock expiry, remote broker expiry, re-register */
+    uv_mutex_t mu;
+    uv_cond_t cond;
+    db_op_t *ops, *ops_tail;
+    struct db_deferred *deferred; /* requests delayed by injected latency */
+    db_rec_t *recs, *recs_tail;
+    int recording;
+    int stopping;
+
+    rmq_devbroker_opts_t o; /* strings below are owned copies */
+    char *cluster;
+    char *remote_ns;        /* --name-server */
+    int default_queues;
+    double delay_scale;
+    int64_t max_bytes, channel_expire_ms, lock_expire_ms;
+
+    int has_ns;
+    db_node_t ns;
+    db_remote_t *remotes;
+    int n_brokers;
+    db_broker_t *brokers[RMQ_DEVBROKER_MAX_BROKERS];
+    char ns_addr[80];
+    int64_t last_register_ms;
+};
+
+/* devbroker_store.c */
+db_topic_t *rmq__db_topic_get(db_broker_t *b, const char *name);
+/* Create (or update when queues > 0 and it exists) a topic; queues <= 0 = default count. */
+db_topic_t *rmq__db_topic_create(db_broker_t *b, const char *name, int read_q, int write_q,
+                                 int perm);
+db_queue_t *rmq__db_queue(db_topic_t *t, int qid); /* NULL when qid out of range */
+static inline int64_t rmq__db_qmax(const db_queue_t *q) { return q->min_off + (int64_t)q->n; }
+db_msg_t *rmq__db_qget(const db_queue_t *q, int64_t off); /* NULL when not retained */
+db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys);
+void rmq__db_msg_release(db_msg_t *m);
+
+typedef struct db_msg_in {
+    const char *topic;
+    int queue_id;
+    int32_t flag, sys_flag, reconsume;
+    int64_t born_ts;
+    const uint8_t *born_host;
+    int born_ip_len;
+    int32_t born_port;
+    const char *body;
+    size_t body_len;
+    const char *props;
+    size_t props_len;
+} db_msg_in_t;
+
+/* Store a message now in topic t; returns it (owned by the store) or NULL (errstr). */
+db_msg_t *rmq__db_store(db_broker_t *b, db_topic_t *t, const db_msg_in_t *in, char *errstr,
+                        size_t errstr_size);
+/* Keep a copy and store it after delay_ms (into in->topic, created on demand). */
+void rmq__db_store_delayed(db_broker_t *b, const db_msg_in_t *in, int64_t delay_ms);
+void rmq__db_broker_store_init(db_broker_t *b);
+void rmq__db_broker_store_free(db_broker_t *b);
+/* Binary search by store timestamp (ConsumeQueue.getOffsetInQueueByTime). */
+int64_t rmq__db_search_time(const db_queue_t *q, int64_t ts);
+
+/* devbroker_broker.c */
+void rmq__db_broker_install(db_broker_t *b); /* handlers on b->node.t */
+void rmq__db_broker_conn_closed(db_broker_t *b, rmq_conn_t *conn);
+void rmq__db_broker_scan(db_broker_t *b, int64_t now_mono);
+/* A message was stored in q: wake the parked pulls it matches. */
+void rmq__db_wake_parked(db_broker_t *b, db_queue_t *q, db_msg_t *m);
+/* Drop every parked pull (broker going down or stopping). */
+void rmq__db_drop_parked(db_broker_t *b);
+void rmq__db_broker_free_groups(db_broker_t *b);
+int64_t rmq__db_offset_get(db_broker_t *b, const char *group, const char *topic, int qid);
+void rmq__db_offset_set(db_broker_t *b, const char *group, const char *topic, int qid, int64_t v);
+/* Register this process's brokers with the remote name server (REGISTER_BROKER). */
+void rmq__db_register_all(struct rmq_devbroker *db);
+
+/* devbroker_ns.c */
+void rmq__db_ns_install(struct rmq_devbroker *db);
+void rmq__db_ns_conn_closed(struct rmq_devbroker *db, rmq_conn_t *conn);
+void rmq__db_ns_scan(struct rmq_devbroker *db, int64_t now_mono);
+void rmq__db_ns_free(struct rmq_devbroker *db);
+
+/* devbroker.c: the common request gate (record, faults, latency). */
+typedef void (*db_handler_fn)(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req);
+void rmq__db_set_handler(db_node_t *node, int code, db_handler_fn fn);
+/* Reply helpers (errors are logged only: the peer may be gone). */
+void rmq__db_reply(rmq_conn_t *conn, rmq_cmd_t *resp);
+void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark);
+void rmq__db_log_debug(const char *fmt, ...) RMQ_PRINTF(1, 2);
+
+#define DB_LOG "devbroker"
+
+#endif
