@@ -267,6 +267,10 @@ static int decode_one(rmq_msgset_t *set, const char *p, size_t t, int flags, rmq
         NEED(2, "TOPICLEN");
         topiclen = rmq__rd16(p + pos);
         pos += 2;
+        if (topiclen > 32767) { /* Java reads a short */
+            rmq__seterr(err, errsz, "TOPICLEN %d is negative", (int16_t)topiclen);
+            return RMQ_ERR_BAD_MESSAGE;
+        }
     } else {
         NEED(1, "TOPICLEN");
         topiclen = (uint8_t)p[pos];

@@ -89,10 +89,19 @@ rmq_route_t *rmq__route_dup(const rmq_route_t *r)
 
 /* ---- parse ------------------------------------------------------------------------------ */
 
-static int addr_cmp(const void *a, const void *b)
+/* brokerAddrs entries while parsing: sorted by id, then by position, so that a duplicate id
+ * keeps its last value as Java's HashMap does. */
+typedef struct addr_ent {
+    int64_t id;
+    const char *addr;
+    size_t pos;
+} addr_ent_t;
+
+static int addr_ent_cmp(const void *a, const void *b)
 {
-    const rmq_broker_addr_t *x = a, *y = b;
-    return x->id < y->id ? -1 : x->id > y->id;
+    const addr_ent_t *x = a, *y = b;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
 static int i32_field(const rmq_fj_t *o, const char *name, int32_t *out, const char *where,
@@ -175,6 +184,7 @@ int rmq__route_parse(const char *json, size_t len, rmq_route_t **out, char *errs
             rmq_broker_data_t *bd = &r->bds[i];
             const char *bn = rmq__fj_get_str(v, "brokerName");
             const rmq_fj_t *addrs = rmq__fj_get(v, "brokerAddrs"), *a;
+            addr_ent_t *ents;
             int j;
             if (v->type != RMQ_FJ_OBJECT || !bn) {
                 rmq__seterr(errstr, errstr_size, "route: brokerDatas[%d] has no brokerName", i);
@@ -190,21 +200,31 @@ int rmq__route_parse(const char *json, size_t len, rmq_route_t **out, char *errs
                 goto bad;
             }
             if (!addrs || !addrs->len) continue;
+            ents = malloc(addrs->len * sizeof(*ents));
             bd->addrs = calloc(addrs->len, sizeof(*bd->addrs));
-            if (!bd->addrs) goto nomem;
+            if (!ents || !bd->addrs) {
+                free(ents);
+                goto nomem;
+            }
             for (j = 0, a = addrs->child; a; a = a->next, j++) {
-                int64_t id;
-                if (rmq__fj_i64(a->key, &id) || a->type != RMQ_FJ_STRING) {
+                if (rmq__fj_i64(a->key, &ents[j].id) || a->type != RMQ_FJ_STRING) {
                     rmq__seterr(errstr, errstr_size,
                                 "route: brokerDatas[%d].brokerAddrs entry %d is not id:\"addr\"",
                                 i, j);
+                    free(ents);
                     goto bad;
                 }
-                bd->n_addrs = j + 1;
-                bd->addrs[j].id = id;
-                bd->addrs[j].addr = dupstr(a->s, &oom);
+                ents[j].addr = a->s;
+                ents[j].pos = (size_t)j;
             }
-            qsort(bd->addrs, (size_t)bd->n_addrs, sizeof(*bd->addrs), addr_cmp);
+            qsort(ents, addrs->len, sizeof(*ents), addr_ent_cmp);
+            for (size_t e = 0; e < addrs->len; e++) {
+                if (e + 1 < addrs->len && ents[e + 1].id == ents[e].id) continue; /* later wins */
+                bd->addrs[bd->n_addrs].id = ents[e].id;
+                bd->addrs[bd->n_addrs].addr = dupstr(ents[e].addr, &oom);
+                bd->n_addrs++;
+            }
+            free(ents);
         }
     }
     if (oom) goto nomem;

@@ -517,6 +517,13 @@ static void test_routes(void)
         int rc = rmq__route_parse(bad[i].in, strlen(bad[i].in), &r, err, sizeof(err));
         CHECKF(rc == RMQ_ERR_BAD_JSON && r == NULL && strstr(err, bad[i].msg), "route %zu: %s", i, err);
     }
+    /* A duplicated broker id keeps its last address (Java HashMap). */
+    static const char dupid[] =
+        "{\"brokerDatas\":[{\"brokerAddrs\":{1:\"x:1\",0:\"m:1\",\"1\":\"y:1\"},\"brokerName\":\"a\"}]}";
+    CHECK(rmq__route_parse(dupid, sizeof(dupid) - 1, &r, err, sizeof(err)) == 0);
+    CHECK(r->bds[0].n_addrs == 2 && strcmp(r->bds[0].addrs[1].addr, "y:1") == 0);
+    CHECK(strcmp(rmq__route_master_addr(r, "a"), "m:1") == 0);
+    rmq__route_free(r);
     /* A route with no readable queue data has an empty subscribe set. */
     CHECK(rmq__route_parse("{}", 2, &r, err, sizeof(err)) == 0);
     CHECK(rmq__route_subscribe_mqs(r, "T", &mqs, &n) == 0 && n == 0 && mqs == NULL);
