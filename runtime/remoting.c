@@ -76,6 +76,8 @@ typedef struct wreq {
     rmq_conn_t *conn;
     rmq_written_cb written;
     void *wud;
+    int32_t opaque;     /* a request's opaque, when awaited is set */
+    int awaited;        /* a request with a pending entry: skipped if that is gone when queued */
     rmq_buf_t hdr; /* encoded header (and body, when copied) */
     unsigned nbufs;
     uv_buf_t bufs[];
@@ -478,8 +480,8 @@ static int wreq_issue(rmq_conn_t *c, wreq_t *w)
  * transport's buffer; else body and extra are lent until written runs. Returns 0 or an error
  * (nothing sent, written never runs).
  */
-static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_buf_t *extra,
-                     unsigned n_extra, rmq_written_cb written, void *wud)
+static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, int copy,
+                     const uv_buf_t *extra, unsigned n_extra, rmq_written_cb written, void *wud)
 {
     if (c->state >= RMQ_CONN_CLOSING || !c->t || c->t->destroying) return RMQ_ERR_TRANSPORT;
     unsigned nb = copy ? 1 : 1 + (cmd->body_len ? 1 : 0) + n_extra;
@@ -487,6 +489,8 @@ static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_buf
     w->conn = c;
     w->written = written;
     w->wud = wud;
+    w->awaited = awaited;
+    w->opaque = cmd->opaque;
     rmq__buf_init(&w->hdr);
     list_init(&w->link);
     /* The frame length counts the body and every extra buffer. */
@@ -747,6 +751,14 @@ static void conn_opened(rmq_conn_t *c)
     while (!list_empty(&c->queued) && c->state == RMQ_CONN_OPEN) {
         wreq_t *w = CONTAINER_OF(c->queued.next, wreq_t, link);
         list_remove(&w->link);
+        pending_t *p = w->awaited ? hash_find(t, w->opaque) : NULL;
+        if (w->awaited && (!p || p->conn != c)) {
+            /* It timed out while the connection was being made: do not send it late. */
+            rmq_dbg(RMQ_DBG_REMOTING, SUB(t), "%s: request opaque=%d expired before connect, "
+                    "not sent", c->addr, w->opaque);
+            wreq_done(w, RMQ_ERR_TIMEOUT);
+            continue;
+        }
         if (wreq_issue(c, w)) {
             wreq_done(w, RMQ_ERR_TRANSPORT);
             break;
@@ -959,7 +971,7 @@ static int request_on(rmq_remoting_t *t, rmq_conn_t *c, rmq_cmd_t *req, int64_t 
         rmq_dbg(RMQ_DBG_REMOTING, SUB(t), "%s -> %s (%zu body bytes, %s)", c->addr, d,
                 req->body_len, rmq__conn_state_name(c->state));
     }
-    int rc = conn_send(c, req, 1, NULL, 0, NULL, NULL);
+    int rc = conn_send(c, req, !oneway, 1, NULL, 0, NULL, NULL);
     if (rc) {
         if (p) {
             pending_unlink(t, p);
@@ -1012,7 +1024,7 @@ int rmq__conn_reply(rmq_conn_t *c, rmq_cmd_t *resp)
 {
     if (c->state != RMQ_CONN_OPEN) return RMQ_ERR_TRANSPORT;
     resp->flag = (resp->flag | RMQ_FLAG_RESPONSE) & ~RMQ_FLAG_ONEWAY;
-    return conn_send(c, resp, 1, NULL, 0, NULL, NULL);
+    return conn_send(c, resp, 0, 1, NULL, 0, NULL, NULL);
 }
 
 int rmq__conn_reply_ex(rmq_conn_t *c, rmq_cmd_t *resp, const uv_buf_t *extra, unsigned n_extra,
@@ -1020,7 +1032,7 @@ int rmq__conn_reply_ex(rmq_conn_t *c, rmq_cmd_t *resp, const uv_buf_t *extra, un
 {
     if (c->state != RMQ_CONN_OPEN) return RMQ_ERR_TRANSPORT;
     resp->flag = (resp->flag | RMQ_FLAG_RESPONSE) & ~RMQ_FLAG_ONEWAY;
-    return conn_send(c, resp, written == NULL, extra, n_extra, written, wud);
+    return conn_send(c, resp, 0, written == NULL, extra, n_extra, written, wud);
 }
 
 /* ---- server side ----------------------------------------------------------------------------- */

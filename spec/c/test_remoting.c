@@ -454,7 +454,7 @@ static void raw_on_conn(uv_stream_t *server, int status)
     uv_read_start((uv_stream_t *)c, raw_alloc, raw_read);
 }
 
-static void raw_start(raw_peer_t *p, int answer)
+static void raw_start_port(raw_peer_t *p, int answer, int port)
 {
     struct sockaddr_in sa;
     memset(p, 0, sizeof(*p));
@@ -463,12 +463,17 @@ static void raw_start(raw_peer_t *p, int answer)
     uv_tcp_init(loop, &p->listener);
     p->listener.data = p;
     p->handles = 1;
-    uv_ip4_addr("127.0.0.1", 0, &sa);
+    uv_ip4_addr("127.0.0.1", port, &sa);
     CHECK(uv_tcp_bind(&p->listener, (struct sockaddr *)&sa, 0) == 0);
     CHECK(uv_listen((uv_stream_t *)&p->listener, 16, raw_on_conn) == 0);
     int len = sizeof sa;
     uv_tcp_getsockname(&p->listener, (struct sockaddr *)&sa, &len);
     p->port = ntohs(sa.sin_port);
+}
+
+static void raw_start(raw_peer_t *p, int answer)
+{
+    raw_start_port(p, answer, 0);
 }
 
 static void raw_stop(raw_peer_t *p)
@@ -880,6 +885,42 @@ static void test_connect_timeout(void)
     for (int i = 0; i < n; i++) uv_close((uv_handle_t *)&pr[i].tcp, probe_closed);
     for (int i = 0; i < n; i++) WAIT_UNTIL(pr[i].closed, 2000);
     close(fd);
+}
+
+/* A request that expires while its connection waits out the backoff is never sent late. */
+static void test_expired_before_connect(void)
+{
+    raw_peer_t p;
+    client_t cl;
+    result_t r1, r2, r3;
+    char addr[64];
+    memset(&r1, 0, sizeof r1);
+    memset(&r2, 0, sizeof r2);
+    memset(&r3, 0, sizeof r3);
+    raw_start(&p, 1);
+    int port = p.port;
+    raw_stop(&p);
+    rmq_remoting_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.reconnect_min_ms = 300;
+    client_start_opts(&cl, &o);
+    addr_of(addr, sizeof addr, "127.0.0.1", port);
+    CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 3000, &r1) == 0);
+    WAIT_UNTIL(r1.done, 3000);
+    CHECK(r1.err == RMQ_ERR_TRANSPORT);
+    raw_start_port(&p, 1, port);
+    CHECK(p.port == port);
+    CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 2, NULL, 0, 50, &r2) == 0);
+    CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 3, NULL, 0, 5000, &r3) == 0);
+    WAIT_UNTIL(r3.done, 5000);
+    CHECK(r2.done && r2.err == RMQ_ERR_TIMEOUT && strstr(r2.errmsg, "WAITING") != NULL);
+    CHECK(r3.err == 0 && strcmp(r3.remark, "raw") == 0);
+    CHECK(p.nframes == 1 && p.have_last && strcmp(rmq__cmd_ext(&p.last, "i"), "3") == 0);
+    client_stop(&cl);
+    raw_stop(&p);
+    result_clear(&r1);
+    result_clear(&r2);
+    result_clear(&r3);
 }
 
 /* Idle connections close after idle_timeout_ms with no reads and writes. */
@@ -1343,6 +1384,7 @@ int main(void)
     test_drop_reconnect();
     test_connect_fail_and_namesrv();
     test_connect_timeout();
+    test_expired_before_connect();
     test_idle_close();
     test_malformed_to_server();
     test_malformed_to_client();
