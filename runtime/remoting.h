@@ -168,7 +168,10 @@ void rmq__remoting_set_default_handler(rmq_remoting_t *t, rmq_request_handler h,
  * counter per transport) and clears the RESPONSE/ONEWAY flag bits it manages; everything else
  * (code, serialize, extFields, body) is sent as is. req can be freed when the call returns.
  * The first request to an address creates its connection; requests made while it connects are
- * queued. timeout_ms (> 0) counts from this call, connect time included.
+ * queued (a queued request that times out before the connection opens is dropped, not sent
+ * late). timeout_ms (> 0) counts from this call, connect time included. A failed connect puts
+ * the address in backoff (reconnect_min_ms doubling up to reconnect_max_ms, reset by a
+ * successful connect); requests made meanwhile wait for the next attempt (state WAITING).
  * Returns 0 (cb will run), or RMQ_ERR_INVALID (bad address / timeout), RMQ_ERR_NOMEM,
  * RMQ_ERR_NOT_FOUND (addr NULL and no name server set), RMQ_ERR_SHUTDOWN (destroyed): cb never runs.
  */
