@@ -37,8 +37,10 @@
 #define RMQ_PROP_NV_SEP '\001'
 #define RMQ_PROP_SEP '\002'
 
-/* Smallest stored message: fixed IPv4 header (92) + BODYLEN (4) + TOPICLEN (1) + PROPSLEN (2). */
-#define RMQ_MSG_MIN_SIZE 99
+/* Smallest stored message: IPv4 fields up to and including BODYLEN (88 bytes; PROTOCOL 4.1's
+ * "92 bytes of fixed header" miscounts, its own 10.5 example is 88 + 5 + 1 + 9 + 2 + 51 = 156)
+ * + TOPICLEN (1) + PROPERTIESLEN (2). */
+#define RMQ_MSG_MIN_SIZE 91
 
 typedef struct rmq_msgset_infl rmq_msgset_infl_t;
 

@@ -521,6 +521,19 @@ static void test_magic_v2(void)
     CHECK(sveq(set->msgs[0].body, set->msgs[0].body_len, "Hello"));
     set->refs = 1;
     rmq__msgset_release(set);
+
+    /* The smallest message: no body, no topic, no properties = 91 bytes. */
+    memset(&m, 0, sizeof(m));
+    m.queue_offset = 1;
+    b.len = 0;
+    CHECK(rmq__msg_stored_size(&m) == RMQ_MSG_MIN_SIZE && RMQ_MSG_MIN_SIZE == 91);
+    CHECK(rmq__msg_encode_stored(&b, &m) == 0 && b.len == 91);
+    CHECK(rmq__msg_encode_stored(&b, &m) == 0 && b.len == 182);
+    CHECK(rmq__msgset_decode(NULL, b.data, b.len, NULL, 0, 0, &set, err, sizeof(err)) == RMQ_OK);
+    CHECK(set->n == 2 && set->msgs[1].queue_offset == 1 && set->msgs[1].body == NULL &&
+          set->msgs[1].body_len == 0 && set->msgs[1].props_len == 0 && set->msgs[1].topic_len == 0);
+    set->refs = 1;
+    rmq__msgset_release(set);
     rmq__buf_free(&b);
 }
 
@@ -715,7 +728,7 @@ static void test_damaged(void)
             seed = seed * 1103515245u + 12345u;
             g[i] = (char)(seed >> 16);
         }
-        if (n >= 4) rmq__wr32(g, (uint32_t)(99 + (seed >> 8) % n));
+        if (n >= 4) rmq__wr32(g, (uint32_t)(RMQ_MSG_MIN_SIZE + (seed >> 8) % n));
         if (n >= 40) rmq__wr32(g + 36, (seed >> 4) & 0x731);
         if (rmq__msgset_decode(NULL, g, n, "b", 0, 0, &set, err, sizeof(err)) == RMQ_ERR_NOMEM) continue;
         set->refs = 1;
