@@ -18,9 +18,9 @@ return {
   consume = function(msgs, ctx)
     for i = 1, #msgs do
       local m = msgs[i]
-      print(string.format("[thread %d/%d] %s %s#%d@%s tags=%s keys=%s body=%s",
+      print(string.format("[thread %d/%d] %s %s#%d@%d tags=%s keys=%s body=%s",
         ctx.thread_index, ctx.thread_count, m.msg_id, m.topic, m.queue_id,
-        tostring(m.queue_offset), tostring(m.tags), tostring(m.keys), m.body))
+        tonumber(m.queue_offset), tostring(m.tags), tostring(m.keys), m.body))
     end
     rmq.log("debug", "consumed", #msgs, "message(s)")
   end,

@@ -1,0 +1,31 @@
+-- forward.lua: consume, transform, send to another topic.
+--
+--   rmqlua run examples/forward.lua --namesrv 127.0.0.1:9876
+--
+-- Every message of InTopic is sent to OutTopic with its body upper-cased, its tags kept and a
+-- property naming where it came from. rmq.send(topic, body, opts) queues the message; the
+-- runtime sends it from the network thread after the handler returned successfully. If a send
+-- fails, the batch counts as failed and is consumed again (so a message may be forwarded twice:
+-- make the receiver idempotent, e.g. with the ORIGIN key below). If the handler fails, nothing
+-- it queued is sent.
+--   opts: tags = "T", keys = "k" or { "k1", "k2" }, properties = { name = "value" },
+--         delay_level = n
+local rmq = require "rmq"
+
+return {
+  consumer_group = "forward_demo",
+  subscribe = { InTopic = "*" },
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  consume_message_batch_max_size = 8,
+
+  consume = function(msgs)
+    for i = 1, #msgs do
+      local m = msgs[i]
+      rmq.send("OutTopic", m.body:upper(), {
+        tags = m.tags,
+        keys = { "ORIGIN_" .. m.msg_id },
+        properties = { forwarded_from = m.topic },
+      })
+    end
+  end,
+}
