@@ -2,8 +2,7 @@
  * conf.c -- the option table, parsing, checkConfig and the generated option reference (conf.h).
  *
  * Ownership: an rmq_conf_t owns its strings, subscriptions and parsed queue list.
- * Threads: no global state is written except while validating log_debug (rmq__conf_set restores
- * the log settings it touched); build confs before starting threads.
+ * Threads: no global state; a conf is used by one thread at a time (see conf.h).
  */
 #include "conf.h"
 
@@ -138,14 +137,30 @@ static int v_config_queues(rmq_conf_t *c, const char *v, char *errstr, size_t n)
     return 0;
 }
 
+/* The categories rmq_log_set_debug (common.c) knows; checked here without touching the live
+ * log settings, which other threads may be reading. Keep in step with common.c. */
 static int v_log_debug(rmq_conf_t *c, const char *v, char *errstr, size_t n)
 {
-    int save_level = rmq__log_level;
-    unsigned save_dbg = rmq__log_debug;
-    int rc = v ? rmq_log_set_debug(v, errstr, n) : 0;
-    rmq__log_level = save_level;
-    rmq__log_debug = save_dbg;
-    return rc < 0 ? -1 : 0;
+    static const char *const cats[] = {"remoting", "namesrv", "rebalance", "pull", "consume",
+                                       "offset",   "lua",     "broker",    "all"};
+    const char *p = v ? v : "";
+    while (*p) {
+        size_t w = strcspn(p, ", "), i;
+        if (w) {
+            for (i = 0; i < RMQ_ARRAY_SIZE(cats); i++)
+                if (strlen(cats[i]) == w && !memcmp(cats[i], p, w)) break;
+            if (i == RMQ_ARRAY_SIZE(cats)) {
+                rmq__seterr(errstr, n,
+                            "log_debug: unknown category \"%.*s\" (known: remoting, namesrv, "
+                            "rebalance, pull, consume, offset, lua, broker, all)",
+                            (int)w, p);
+                return -1;
+            }
+        }
+        p += w;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return 0;
 }
 
 static int v_nonempty(rmq_conf_t *c, const char *v, char *errstr, size_t n)
