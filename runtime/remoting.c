@@ -313,7 +313,7 @@ static rmq_conn_t *conn_new(rmq_remoting_t *t, int is_server)
     c->t = t;
     c->refs = 1; /* the transport's */
     c->is_server = is_server;
-    c->state = RMQ_CONN_WAITING;
+    c->state = is_server ? RMQ_CONN_CONNECTING : RMQ_CONN_WAITING; /* accepting / not started */
     list_init(&c->live);
     list_init(&c->pending);
     list_init(&c->queued);
@@ -343,7 +343,7 @@ static int64_t conn_deadline(const rmq_remoting_t *t, const rmq_conn_t *c)
     switch (c->state) {
     case RMQ_CONN_WAITING:
     case RMQ_CONN_CONNECTING:
-        return c->deadline;
+        return c->is_server ? -1 : c->deadline;
     case RMQ_CONN_OPEN:
         return t->opts.idle_timeout_ms > 0 ? c->last_io + t->opts.idle_timeout_ms : -1;
     default:
@@ -689,8 +689,7 @@ static void on_frame(void *ud, rmq_rbuf_t *frame)
     if (RMQ_UNLIKELY(rmq__log_debug & RMQ_DBG_REMOTING)) {
         char d[160];
         rmq__cmd_describe(&cmd, d, sizeof d);
-        rmq_dbg(RMQ_DBG_REMOTING, SUB(c->t), "%s <- %s (%zu body bytes)", c->addr, d,
-                cmd.body_len);
+        rmq_dbg(RMQ_DBG_REMOTING, SUB(c->t), "%s <- %s", c->addr, d);
     }
     dispatch(c, &cmd);
     rmq__cmd_free(&cmd);
@@ -968,8 +967,8 @@ static int request_on(rmq_remoting_t *t, rmq_conn_t *c, rmq_cmd_t *req, int64_t 
     if (RMQ_UNLIKELY(rmq__log_debug & RMQ_DBG_REMOTING)) {
         char d[160];
         rmq__cmd_describe(req, d, sizeof d);
-        rmq_dbg(RMQ_DBG_REMOTING, SUB(t), "%s -> %s (%zu body bytes, %s)", c->addr, d,
-                req->body_len, rmq__conn_state_name(c->state));
+        rmq_dbg(RMQ_DBG_REMOTING, SUB(t), "%s -> %s (connection %s)", c->addr, d,
+                rmq__conn_state_name(c->state));
     }
     int rc = conn_send(c, req, !oneway, 1, NULL, 0, NULL, NULL);
     if (rc) {
