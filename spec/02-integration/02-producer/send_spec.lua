@@ -1,0 +1,323 @@
+-- rmqlua send against the development broker (started in-process through the FFI): what it
+-- stores is read back with raw PULL_MESSAGE frames (rawmq.lua), and what it sent on the wire
+-- with the broker's request recorder.
+local helpers = require "helpers"
+local ffi = require "ffi"
+local bit = require "bit"
+local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
+
+pcall(ffi.cdef, [[
+typedef struct rmq_devbroker rmq_devbroker_t;
+rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size);
+void rmq_devbroker_stop(rmq_devbroker_t *db);
+const char *rmq_devbroker_addr(rmq_devbroker_t *db);
+const char *rmq_devbroker_broker_name(rmq_devbroker_t *db, int idx);
+int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code);
+void rmq_devbroker_reset_counts(rmq_devbroker_t *db);
+int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
+                              const char *key, char *buf, size_t size);
+int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code, int count);
+void rmq_devbroker_clear_errors(rmq_devbroker_t *db);
+int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic, int queues);
+]])
+
+local ALL, NAMESRV = -2, -1
+local SEND_V2, ROUTE = 310, 105
+
+local lib = helpers.lib()
+local bin = helpers.bin
+local tmpdir = helpers.root .. "/spec/.tmp"
+os.execute("mkdir -p " .. tmpdir)
+
+local function start_broker(args)
+  local err = ffi.new("char[256]")
+  local db = lib.rmq_devbroker_start(args, err, 256)
+  assert(db ~= nil, "devbroker: " .. ffi.string(err))
+  return db, ffi.string(lib.rmq_devbroker_addr(db))
+end
+
+local function recorded(db, idx, key)
+  local buf = ffi.new("char[65536]")
+  local n = lib.rmq_devbroker_request_ext(db, ALL, SEND_V2, idx, key, buf, 65536)
+  if n < 0 then return nil end
+  return ffi.string(buf, n)
+end
+
+local function send(ns, args, stdin)
+  local cmd = bin .. " send --namesrv " .. ns .. " " .. args
+  if stdin then
+    local f = os.tmpname()
+    local h = io.open(f, "wb"); h:write(stdin); h:close()
+    cmd = cmd .. " < " .. f
+    local rc, out = helpers.run(cmd)
+    os.remove(f)
+    return rc, out
+  end
+  return helpers.run(cmd .. " < /dev/null")
+end
+
+local function sorted_bodies(msgs)
+  local t = {}
+  for i, m in ipairs(msgs) do t[i] = m.body end
+  table.sort(t)
+  return t
+end
+
+describe("rmqlua send (usage)", function()
+  it("prints help and exits 0", function()
+    local rc, out = helpers.run(bin .. " send --help")
+    assert.equal(0, rc)
+    assert.matches("usage: rmqlua send", out, 1, true)
+    assert.matches("--count N", out, 1, true)
+  end)
+
+  it("exits 2 for usage errors, naming the problem", function()
+    local cases = {
+      {"send --topic T", "--namesrv is required"},
+      {"send --namesrv 127.0.0.1:1", "--topic is required"},
+      {"send --namesrv 127.0.0.1:1 --topic T --bogus", "unknown option '--bogus'"},
+      {"send --namesrv 127.0.0.1:1 --topic T --size 10", "--size needs --count"},
+      {"send --namesrv 127.0.0.1:1 --topic T --count x", "--count needs an integer"},
+      {"send --namesrv 127.0.0.1:1 --topic T --count 1 --file /etc/hostname", "exclude each other"},
+      {"send --namesrv 127.0.0.1:1 --topic 'bad topic'", "bad topic 'bad topic'"},
+      {"send --namesrv 127.0.0.1:1 --topic T --property novalue", "--property needs key=value"},
+      {"send --namesrv 127.0.0.1:1 --topic T --file /nonexistent/x", "cannot open /nonexistent/x"},
+      {"send --namesrv 127.0.0.1:1 --topic T --delay 19", "--delay needs an integer in 1..18"},
+    }
+    for _, c in ipairs(cases) do
+      local rc, out = helpers.run("NAMESRV_ADDR= " .. bin .. " " .. c[1] .. " < /dev/null")
+      assert.equal(2, rc, c[1] .. " -> " .. out)
+      assert.matches(c[2], out, 1, true)
+    end
+  end)
+end)
+
+describe("rmqlua send (development broker)", function()
+  local db, ns
+
+  lazy_setup(function()
+    db, ns = start_broker("--brokers 2 --topic SendT:4 --topic CountT:4 --topic BigT:2 --topic RetryT:4 --topic DelayT:4 --delay-scale 0.01")
+  end)
+
+  lazy_teardown(function()
+    raw.close_all()
+    if db then lib.rmq_devbroker_stop(db) end
+  end)
+
+  before_each(function()
+    lib.rmq_devbroker_clear_errors(db)
+    lib.rmq_devbroker_reset_counts(db)
+  end)
+
+  it("sends stdin lines with tags, keys and properties; a pull reads them back", function()
+    local rc, out = send(ns, "--topic SendT --tags TagA --keys 'k1 k2' --property color=red "
+      .. "--property n=7 --verbose", "one\ntwo\r\n\nthree")
+    assert.equal(0, rc, out)
+    assert.matches("sent 3, failed 0 in", out, 1, true)
+
+    -- What went on the wire: SEND_MESSAGE_V2 with the V2 short keys.
+    assert.equal(3, lib.rmq_devbroker_count(db, ALL, SEND_V2))
+    assert.equal("DEFAULT_PRODUCER", recorded(db, 0, "a"))
+    assert.equal("SendT", recorded(db, 0, "b"))
+    assert.equal("TBW102", recorded(db, 0, "c"))
+    assert.equal("4", recorded(db, 0, "d"))
+    assert.equal("0", recorded(db, 0, "f"))
+    assert.equal("0", recorded(db, 0, "h"))
+    assert.equal("0", recorded(db, 0, "j"))
+    assert.equal("false", recorded(db, 0, "k"))
+    assert.equal("false", recorded(db, 0, "m"))
+    assert.is_nil(recorded(db, 0, "l"))
+    local wire_props = raw.parse_props(recorded(db, 0, "i"))
+    assert.equal("true", wire_props.WAIT)
+    assert.is_nil(wire_props.DELAY)
+    local born = tonumber(recorded(db, 0, "g"))
+    assert.truthy(born and math.abs(born - os.time() * 1000) < 600000)
+
+    -- The verbose lines name the ids and queues.
+    local verbose = {}
+    for status, uniq, omid, broker, q, off in out:gmatch(
+        "(SEND_OK) msgId=(%x+) offsetMsgId=(%x+) queue=SendT:([%w%-_]+):(%d+) queueOffset=(%d+)") do
+      verbose[uniq] = {omid = omid, broker = broker, q = tonumber(q), off = tonumber(off)}
+    end
+
+    local msgs = assert(raw.pull_all(ns, "SendT"))
+    assert.equal(3, #msgs)
+    assert.same({"one", "three", "two"}, sorted_bodies(msgs))
+    for _, m in ipairs(msgs) do
+      assert.equal("SendT", m.topic)
+      assert.equal("TagA", m.props.TAGS)
+      assert.equal("k1 k2", m.props.KEYS)
+      assert.equal("red", m.props.color)
+      assert.equal("7", m.props.n)
+      assert.matches("^%x+$", m.props.UNIQ_KEY)
+      assert.equal(32, #m.props.UNIQ_KEY)
+      assert.equal(0, m.reconsume_times)
+      local v = verbose[m.props.UNIQ_KEY]
+      assert.truthy(v, "verbose line for " .. m.props.UNIQ_KEY)
+      assert.equal(m.broker_name, v.broker)
+      assert.equal(m.queue_id, v.q)
+      assert.equal(m.queue_offset, v.off)
+    end
+  end)
+
+  it("sends --delay as the DELAY property; the broker delivers the message later", function()
+    local rc, out = send(ns, "--topic DelayT --delay 2", "later\n")
+    assert.equal(0, rc, out)
+    assert.equal("2", raw.parse_props(recorded(db, 0, "i")).DELAY)
+    local msgs
+    helpers.wait_until(function()
+      msgs = raw.pull_all(ns, "DelayT")
+      return msgs and #msgs == 1
+    end, 10, "the delayed message in DelayT")
+    assert.equal("later", msgs[1].body)
+    assert.equal("2", msgs[1].props.DELAY)
+  end)
+
+  it("generates --count N bodies of --size S, round robin over the queues of both brokers", function()
+    local rc, out = send(ns, "--topic CountT --count 400 --size 150 --keys 'key-{n}'")
+    assert.equal(0, rc, out)
+    assert.matches("sent 400, failed 0 in", out, 1, true)
+    local msgs = assert(raw.pull_all(ns, "CountT"))
+    assert.equal(400, #msgs)
+    local seen, per_queue = {}, {}
+    for _, m in ipairs(msgs) do
+      assert.equal(150, #m.body)
+      local n = assert(tonumber(m.body:match("^(%d+):")), m.body)
+      assert.is_nil(seen[n])
+      seen[n] = true
+      assert.equal("key-" .. n, m.props.KEYS)
+      local q = m.broker_name .. ":" .. m.queue_id
+      per_queue[q] = (per_queue[q] or 0) + 1
+    end
+    for n = 0, 399 do assert.truthy(seen[n], "message " .. n) end
+    -- 8 queues (4 on each broker), 400 messages in round robin: 50 each.
+    local nq = 0
+    for q, c in pairs(per_queue) do
+      nq = nq + 1
+      assert.equal(50, c, q)
+    end
+    assert.equal(8, nq)
+  end)
+
+  it("compresses a body of 4096 bytes or more with zlib (sysFlag 0x301), and not with --no-compress", function()
+    local f = tmpdir .. "/producer_big.bin"
+    local parts = {}
+    for i = 1, 400 do parts[i] = string.format("line %05d of a large body;", i) end
+    local big = table.concat(parts)
+    assert.truthy(#big >= 4096)
+    local h = io.open(f, "wb"); h:write(big); h:close()
+
+    local rc, out = send(ns, "--topic BigT --file " .. f)
+    assert.equal(0, rc, out)
+    rc, out = send(ns, "--topic BigT --no-compress --file " .. f)
+    assert.equal(0, rc, out)
+    local small = tmpdir .. "/producer_small.bin"
+    h = io.open(small, "wb"); h:write(big:sub(1, 4095)); h:close()
+    rc, out = send(ns, "--topic BigT --file " .. small)
+    assert.equal(0, rc, out)
+    os.remove(f); os.remove(small)
+
+    assert.equal("769", recorded(db, 0, "f"))
+    assert.equal("0", recorded(db, 1, "f"))
+    assert.equal("0", recorded(db, 2, "f"))
+    local msgs = assert(raw.pull_all(ns, "BigT"))
+    assert.equal(3, #msgs)
+    local compressed, plain = 0, 0
+    for _, m in ipairs(msgs) do
+      if #m.body == #big then
+        assert.equal(big, m.body)
+      else
+        assert.equal(big:sub(1, 4095), m.body)
+      end
+      if m.sys_flag % 2 == 1 then
+        compressed = compressed + 1
+        assert.equal(0x300, bit.band(m.sys_flag, 0x700))
+        assert.truthy(#m.stored_body < #m.body)
+        assert.equal("\120\94", m.stored_body:sub(1, 2)) -- zlib header of level 5: 78 5E
+      else
+        plain = plain + 1
+        assert.equal(m.body, m.stored_body)
+      end
+    end
+    assert.equal(1, compressed)
+    assert.equal(2, plain)
+  end)
+
+  it("auto-creates an unknown topic through the TBW102 route", function()
+    local topic = "AutoCreated_" .. os.time()
+    assert.is_nil((raw.route(ns, topic)))
+    local rc, out = send(ns, "--topic " .. topic .. " --count 12 --size 20")
+    assert.equal(0, rc, out)
+    assert.matches("sent 12, failed 0", out, 1, true)
+    -- Asked for the topic, got TOPIC_NOT_EXIST, then asked for TBW102.
+    local buf = ffi.new("char[256]")
+    local seen = {}
+    for i = 0, lib.rmq_devbroker_count(db, NAMESRV, ROUTE) - 1 do
+      local n = lib.rmq_devbroker_request_ext(db, NAMESRV, ROUTE, i, "topic", buf, 256)
+      if n > 0 then seen[ffi.string(buf, n)] = true end
+    end
+    assert.truthy(seen[topic])
+    assert.truthy(seen.TBW102)
+    local msgs
+    helpers.wait_until(function()
+      msgs = raw.pull_all(ns, topic)
+      return msgs and #msgs == 12
+    end, 10, "auto-created topic route and messages")
+  end)
+
+  it("retries a retryable broker error on another broker", function()
+    -- One injected SYSTEM_ERROR on each broker: attempt 1 fails on broker X, attempt 2 avoids X
+    -- (lastBrokerName) and fails on Y, attempt 3 avoids Y and is stored on X.
+    lib.rmq_devbroker_push_error(db, ALL, SEND_V2, 1 --[[SYSTEM_ERROR]], 1)
+    local rc, out = send(ns, "--topic RetryT --verbose", "retry me\n")
+    assert.equal(0, rc, out)
+    assert.matches("sent 1, failed 0", out, 1, true)
+    assert.equal(3, lib.rmq_devbroker_count(db, ALL, SEND_V2))
+    local a, b = lib.rmq_devbroker_count(db, 0, SEND_V2), lib.rmq_devbroker_count(db, 1, SEND_V2)
+    assert.same({1, 2}, a < b and {a, b} or {b, a})
+    assert.equal(recorded(db, 0, "i"), recorded(db, 2, "i")) -- the same UNIQ_KEY on every attempt
+    local msgs = assert(raw.pull_all(ns, "RetryT"))
+    assert.equal(1, #msgs)
+    assert.equal("retry me", msgs[1].body)
+  end)
+
+  it("gives up after 1 + 2 attempts and exits 1 naming the topic and the broker's answer", function()
+    lib.rmq_devbroker_push_error(db, ALL, SEND_V2, 14 --[[SERVICE_NOT_AVAILABLE]], 3)
+    local rc, out = send(ns, "--topic RetryT", "never stored\n")
+    assert.equal(1, rc, out)
+    assert.matches("sent 0, failed 1", out, 1, true)
+    assert.matches("send to topic RetryT failed after 3 attempts", out, 1, true)
+    assert.matches("SERVICE_NOT_AVAILABLE", out, 1, true)
+    assert.equal(3, lib.rmq_devbroker_count(db, ALL, SEND_V2))
+  end)
+
+  it("does not retry a non-retryable broker error", function()
+    lib.rmq_devbroker_push_error(db, ALL, SEND_V2, 13 --[[MESSAGE_ILLEGAL]], 1)
+    local rc, out = send(ns, "--topic RetryT", "illegal\n")
+    assert.equal(1, rc, out)
+    assert.matches("sent 0, failed 1", out, 1, true)
+    assert.matches("send to topic RetryT failed: broker broker%-%a %(127.0.0.1:%d+%) queue %d answered MESSAGE_ILLEGAL", out)
+    assert.equal(1, lib.rmq_devbroker_count(db, ALL, SEND_V2))
+  end)
+end)
+
+describe("rmqlua send (failing name server)", function()
+  it("fails every message with a clear error and exits 1", function()
+    -- A listening socket that is closed again: nothing listens on that port any more.
+    local rc, out = helpers.run(bin .. " send --namesrv 127.0.0.1:1 --topic NoNs --count 3 < /dev/null")
+    assert.equal(1, rc, out)
+    assert.matches("sent 0, failed 3", out, 1, true)
+    assert.matches("send to topic NoNs failed: no route info for the topic", out, 1, true)
+    assert.matches("127.0.0.1:1", out, 1, true)
+  end)
+
+  it("fails when the name server does not know the topic nor TBW102", function()
+    local db, ns = start_broker("")
+    finally(function() lib.rmq_devbroker_stop(db) end)
+    lib.rmq_devbroker_push_error(db, NAMESRV, ROUTE, 17 --[[TOPIC_NOT_EXIST]], 2)
+    local rc, out = helpers.run(bin .. " send --namesrv " .. ns .. " --topic Missing --count 1 < /dev/null")
+    assert.equal(1, rc, out)
+    assert.matches("no route info for the topic", out, 1, true)
+    assert.matches("TOPIC_NOT_EXIST", out, 1, true)
+  end)
+end)
