@@ -1,0 +1,202 @@
+-- Interop with an independent RocketMQ client, the npm package ali-ons 3.12.0 (spec/node):
+-- it speaks the remoting protocol as a V3_4_9 Java client (old route JSON form), so it checks
+-- what our development broker and `rmqlua send` put on the wire against code nobody here wrote.
+local helpers = require "helpers"
+local ffi = require "ffi"
+local bit = require "bit"
+local cjson = require "cjson"
+local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
+
+pcall(ffi.cdef, [[
+typedef struct rmq_devbroker rmq_devbroker_t;
+rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size);
+void rmq_devbroker_stop(rmq_devbroker_t *db);
+const char *rmq_devbroker_addr(rmq_devbroker_t *db);
+int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code);
+]])
+
+local lib = helpers.lib()
+local root = helpers.root
+local node_dir = root .. "/spec/node"
+local tmpdir = root .. "/spec/.tmp"
+os.execute("mkdir -p " .. tmpdir)
+
+local function shq(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function ensure_node_modules()
+  local f = io.open(node_dir .. "/node_modules/ali-ons/package.json")
+  if f then f:close(); return end
+  local rc, out = helpers.run("npm ci --no-audit --no-fund --prefix " .. shq(node_dir))
+  assert(rc == 0, "npm ci in spec/node failed:\n" .. out)
+end
+
+-- Run a node script with JSON options; returns exit code, decoded JSON lines of its stdout, and
+-- the rest (other stdout lines and stderr).
+local function node(script, opts)
+  local errf = os.tmpname()
+  local p = io.popen("node " .. shq(node_dir .. "/" .. script) .. " " .. shq(cjson.encode(opts))
+    .. " 2>" .. errf .. "; echo \"__rc=$?\"")
+  local lines, other, rc = {}, {}, nil
+  for line in p:lines() do
+    local code = line:match("^__rc=(%d+)$")
+    if code then
+      rc = tonumber(code)
+    else
+      local ok, v = pcall(cjson.decode, line)
+      if ok and type(v) == "table" then lines[#lines + 1] = v else other[#other + 1] = line end
+    end
+  end
+  p:close()
+  local h = io.open(errf); other[#other + 1] = h:read("*a"); h:close()
+  os.remove(errf)
+  return rc, lines, table.concat(other, "\n")
+end
+
+local function sha1_file(path)
+  local p = io.popen("sha1sum " .. shq(path))
+  local out = p:read("*a")
+  p:close()
+  return out:match("^(%x+)")
+end
+
+describe("interop with ali-ons", function()
+  local db, ns
+  local timeout = math.floor(60000 * helpers.scale)
+
+  lazy_setup(function()
+    ensure_node_modules()
+    local err = ffi.new("char[256]")
+    -- Delays scaled down so the retry (delay level 3, 10 s) comes back at once.
+    db = lib.rmq_devbroker_start("--brokers 2 --topic OnsT:4 --topic OnsT2:4 --topic OnsT3:4 "
+      .. "--topic OnsT4:4 --delay-scale 0.01", err, 256)
+    assert(db ~= nil, "devbroker: " .. ffi.string(err))
+    ns = ffi.string(lib.rmq_devbroker_addr(db))
+  end)
+
+  lazy_teardown(function()
+    raw.close_all()
+    if db ~= nil then lib.rmq_devbroker_stop(db) end
+  end)
+
+  it("ali-ons produces and ali-ons consumes everything back, a retried message through %RETRY%", function()
+    local rc, sent, err = node("produce.js", {namesrv = ns, topic = "OnsT", count = 20, large = 5})
+    assert.equal(0, rc, err)
+    assert.equal(21, #sent)
+    assert.same({done = 20}, sent[21])
+    local by_key = {}
+    for i = 1, 20 do
+      local s = sent[i]
+      assert.equal("SEND_OK", s.status)
+      assert.equal(32, #s.msgId)
+      by_key["k" .. s.i] = s
+    end
+
+    local lines
+    rc, lines, err = node("consume.js", {namesrv = ns, topic = "OnsT", group = "ons_g1",
+      sub = "TagA || TagB", expect = 20, retry = {"k3", "k8"}, timeout = timeout})
+    assert.equal(0, rc, err)
+    assert.same({done = true}, lines[#lines])
+    local deliveries = {}
+    for i = 1, #lines - 1 do
+      local m = lines[i]
+      deliveries[m.first_key] = deliveries[m.first_key] or {}
+      table.insert(deliveries[m.first_key], m)
+    end
+    for i = 0, 19 do
+      local key = "k" .. i
+      local d = assert(deliveries[key], "no delivery of " .. key)
+      local s = by_key[key]
+      local first = d[1]
+      assert.equal("OnsT", first.topic)
+      assert.equal(s.keys, first.keys)
+      assert.equal(s.tags, first.tags)
+      assert.equal(tostring(i), first.props.idx)
+      assert.equal(s.body_len, first.body_len)
+      assert.equal(s.body_sha1, first.body_sha1)
+      assert.equal(s.queueId, first.queueId)
+      assert.equal(s.queueOffset, first.queueOffset)
+      assert.equal(0, first.reconsumeTimes)
+      if key == "k3" or key == "k8" then
+        -- RECONSUME_LATER once: back from %RETRY%ons_g1 with reconsumeTimes 1, original topic.
+        local again
+        for j = 2, #d do if d[j].reconsumeTimes == 1 then again = d[j] end end
+        assert.truthy(again, "retry of " .. key)
+        assert.equal("OnsT", again.topic)
+        assert.equal("OnsT", again.retry_topic)
+        assert.equal(s.body_sha1, again.body_sha1)
+        assert.equal(s.keys, again.keys)
+        assert.equal(s.tags, again.tags)
+      end
+    end
+    assert.truthy(lib.rmq_devbroker_count(db, -2, 36 --[[CONSUMER_SEND_MSG_BACK]]) >= 2)
+  end)
+
+  it("rmqlua send produces and ali-ons consumes everything (tag filter, compressed body)", function()
+    -- TagC first: the TagB subscription must never see them.
+    local rc, out = helpers.run(helpers.bin .. " send --namesrv " .. ns
+      .. " --topic OnsT2 --tags TagC --keys 'other-{n}' --count 10 --size 40 < /dev/null")
+    assert.equal(0, rc, out)
+    rc, out = helpers.run(helpers.bin .. " send --namesrv " .. ns
+      .. " --topic OnsT2 --tags TagB --keys 'rk-{n} second' --property color=blue --count 30 --size 64 < /dev/null")
+    assert.equal(0, rc, out)
+    local big = tmpdir .. "/ons_big.txt"
+    local parts = {}
+    for i = 1, 500 do parts[i] = ("big body line %04d\n"):format(i) end
+    local h = io.open(big, "wb"); h:write(table.concat(parts)); h:close()
+    rc, out = helpers.run(helpers.bin .. " send --namesrv " .. ns
+      .. " --topic OnsT2 --tags TagB --keys big-one --file " .. shq(big) .. " < /dev/null")
+    assert.equal(0, rc, out)
+
+    local lines, err
+    rc, lines, err = node("consume.js", {namesrv = ns, topic = "OnsT2", group = "ons_g2",
+      sub = "TagB", expect = 31, timeout = timeout})
+    assert.equal(0, rc, err)
+    local seen = {}
+    for i = 1, #lines - 1 do
+      local m = lines[i]
+      assert.equal("TagB", m.tags)
+      assert.equal("OnsT2", m.topic)
+      seen[m.first_key] = m
+    end
+    for n = 0, 29 do
+      local m = assert(seen["rk-" .. n], "rk-" .. n)
+      assert.equal("rk-" .. n .. " second", m.keys)
+      assert.equal("blue", m.props.color)
+      assert.equal(64, m.body_len)
+      assert.equal(n, tonumber(m.body:match("^(%d+):")))
+      assert.equal(32, #m.uniq_key)
+    end
+    local m = assert(seen["big-one"])
+    assert.equal(500 * 19, m.body_len)
+    assert.equal(sha1_file(big), m.body_sha1)
+    os.remove(big)
+  end)
+
+  it("ali-ons produces and a raw pull sees the same messages", function()
+    local rc, sent, err = node("produce.js", {namesrv = ns, topic = "OnsT3", count = 12, large = 7})
+    assert.equal(0, rc, err)
+    local msgs = assert(raw.pull_all(ns, "OnsT3"))
+    assert.equal(12, #msgs)
+    local by_key = {}
+    for _, m in ipairs(msgs) do by_key[m.props.KEYS] = m end
+    for i = 1, 12 do
+      local s = sent[i]
+      local m = assert(by_key[s.keys], s.keys)
+      assert.equal("OnsT3", m.topic)
+      assert.equal(s.tags, m.props.TAGS)
+      assert.equal(tostring(s.i), m.props.idx)
+      assert.equal(s.queueId, m.queue_id)
+      assert.equal(s.queueOffset, m.queue_offset)
+      assert.equal(s.body_len, #m.body)
+      if s.i == 7 then
+        assert.equal(1, bit.band(m.sys_flag, 1)) -- ali-ons sets only the COMPRESSED bit
+        assert.truthy(#m.stored_body < #m.body)
+      else
+        assert.equal("body-" .. s.i, m.body)
+        assert.equal(0, bit.band(m.sys_flag, 1))
+      end
+      -- The broker's msgId (offsetMsgId) names the stored message's commit log offset.
+      assert.equal(m.physical_offset, tonumber(s.msgId:sub(17), 16))
+    end
+  end)
+end)
