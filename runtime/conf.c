@@ -486,12 +486,55 @@ static int set_prop(rmq_conf_t *c, const rmq_conf_prop_t *p, const char *v, char
     return RMQ_ERR_CONFIG;
 }
 
+/* Levenshtein distance, capped (names are short). */
+static int edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), i, j;
+    int row[64], prev, tmp;
+    if (la >= 63 || lb >= 63) return 99;
+    for (j = 0; j <= lb; j++) row[j] = (int)j;
+    for (i = 1; i <= la; i++) {
+        prev = row[0];
+        row[0] = (int)i;
+        for (j = 1; j <= lb; j++) {
+            int best = prev + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            tmp = row[j];
+            row[j] = best;
+            prev = tmp;
+        }
+    }
+    return row[lb];
+}
+
+/* The option a mistyped or Java-spelled (camelCase) name most likely meant, or NULL. */
+static const char *suggest(const char *name)
+{
+    const char *best = NULL;
+    int best_d = 4;
+    size_t i;
+    for (i = 0; i < RMQ_ARRAY_SIZE(props); i++) {
+        int d;
+        if (props[i].java_name && !strcasecmp(props[i].java_name, name)) return props[i].name;
+        d = edit_distance(name, props[i].name);
+        if (d < best_d) best_d = d, best = props[i].name;
+    }
+    return best;
+}
+
 int rmq__conf_set(rmq_conf_t *c, const char *name, const char *value, char *errstr, size_t n)
 {
     const rmq_conf_prop_t *p = rmq__conf_prop_find(name);
     if (!p) {
-        rmq__seterr(errstr, n, "unknown option \"%s\" (value \"%s\"); see the option reference",
-                    name ? name : "null", value ? value : "null");
+        const char *s = name ? suggest(name) : NULL;
+        if (s)
+            rmq__seterr(errstr, n, "unknown option \"%s\" (value \"%s\"); did you mean %s?",
+                        name, value ? value : "null", s);
+        else
+            rmq__seterr(errstr, n,
+                        "unknown option \"%s\" (value \"%s\"); see the option reference",
+                        name ? name : "null", value ? value : "null");
         return RMQ_ERR_CONFIG;
     }
     return set_prop(c, p, value, errstr, n);
