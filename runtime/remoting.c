@@ -20,7 +20,7 @@
 
 #define SUB(t) ((t)->name)
 
-/* ---- intrusive doubly linked lists ---------------------------------------------------------- */
+/* ---- intrusive doubly linked lists ----------------------------------------------------------- */
 
 typedef struct link {
     struct link *prev, *next;
@@ -76,9 +76,9 @@ typedef struct wreq {
     rmq_conn_t *conn;
     rmq_written_cb written;
     void *wud;
-    int32_t opaque;     /* a request's opaque, when awaited is set */
-    int awaited;        /* a request with a pending entry: skipped if that is gone when queued */
-    rmq_buf_t hdr; /* encoded header (and body, when copied) */
+    int32_t opaque; /* a request's opaque, when awaited is set */
+    int awaited;    /* a request with a pending entry: skipped if that is gone when queued */
+    rmq_buf_t hdr;  /* encoded header (and body, when copied) */
     unsigned nbufs;
     uv_buf_t bufs[];
 } wreq_t;
@@ -101,12 +101,12 @@ struct rmq_conn {
     int doomed; /* close at the next timer run (a failure found where closing is unsafe) */
     int connect_failed;
     char doom_why[160];
-    link_t live;      /* t->conns while state < CLOSING */
-    link_t all;       /* t->all_conns while allocated */
-    link_t pending;   /* pending_t.by_conn */
-    link_t queued;    /* wreq_t written once OPEN */
+    link_t live;    /* t->conns while state < CLOSING */
+    link_t all;     /* t->all_conns while allocated */
+    link_t pending; /* pending_t.by_conn */
+    link_t queued;  /* wreq_t written once OPEN */
     size_t npending;
-    peer_t *peer;     /* client side: its address entry (NULL once detached) */
+    peer_t *peer; /* client side: its address entry (NULL once detached) */
     uv_connect_t connect_req;
     struct sockaddr_storage sa;
     int64_t deadline; /* WAITING: connect start; CONNECTING: connect timeout */
@@ -178,7 +178,7 @@ static int64_t now_ms(rmq_remoting_t *t)
 static void arm_timer(rmq_remoting_t *t, int64_t at);
 static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why);
 
-/* ---- pending hash ------------------------------------------------------------------------------ */
+/* ---- pending hash ---------------------------------------------------------------------------- */
 
 static size_t hslot(const rmq_remoting_t *t, int32_t opaque)
 {
@@ -226,7 +226,8 @@ static pending_t *hash_find(rmq_remoting_t *t, int32_t opaque)
 static void hash_del(rmq_remoting_t *t, pending_t *p)
 {
     pending_t **pp = &t->hash[hslot(t, p->opaque)];
-    while (*pp && *pp != p) pp = &(*pp)->hnext;
+    while (*pp && *pp != p)
+        pp = &(*pp)->hnext;
     if (*pp) *pp = p->hnext;
 }
 
@@ -234,8 +235,7 @@ static void hash_del(rmq_remoting_t *t, pending_t *p)
 static void pending_add(rmq_remoting_t *t, rmq_conn_t *c, pending_t *p)
 {
     link_t *pos = t->pending.prev;
-    while (pos != &t->pending &&
-           CONTAINER_OF(pos, pending_t, by_deadline)->deadline > p->deadline)
+    while (pos != &t->pending && CONTAINER_OF(pos, pending_t, by_deadline)->deadline > p->deadline)
         pos = pos->prev;
     list_insert_after(pos, &p->by_deadline);
     list_push_back(&c->pending, &p->by_conn);
@@ -262,7 +262,7 @@ static void pending_fail(rmq_remoting_t *t, pending_t *p, int err, const char *m
     free(p);
 }
 
-/* ---- connection objects ------------------------------------------------------------------------ */
+/* ---- connection objects ---------------------------------------------------------------------- */
 
 rmq_conn_t *rmq__conn_keep(rmq_conn_t *c)
 {
@@ -354,7 +354,8 @@ static int64_t conn_deadline(const rmq_remoting_t *t, const rmq_conn_t *c)
 static void rearm(rmq_remoting_t *t)
 {
     int64_t at = -1;
-    if (!list_empty(&t->pending)) at = CONTAINER_OF(t->pending.next, pending_t, by_deadline)->deadline;
+    if (!list_empty(&t->pending))
+        at = CONTAINER_OF(t->pending.next, pending_t, by_deadline)->deadline;
     for (link_t *l = t->conns.next; l != &t->conns; l = l->next) {
         int64_t d = conn_deadline(t, CONTAINER_OF(l, rmq_conn_t, live));
         if (d >= 0 && (at < 0 || d < at)) at = d;
@@ -380,7 +381,8 @@ static rmq_conn_t *conn_due(rmq_remoting_t *t, int64_t now)
 static void peer_failed(rmq_remoting_t *t, peer_t *p)
 {
     int64_t delay = t->opts.reconnect_min_ms;
-    for (int i = 0; i < p->fails && delay < t->opts.reconnect_max_ms; i++) delay *= 2;
+    for (int i = 0; i < p->fails && delay < t->opts.reconnect_max_ms; i++)
+        delay *= 2;
     if (delay > t->opts.reconnect_max_ms) delay = t->opts.reconnect_max_ms;
     p->fails++;
     p->retry_at = now_ms(t) + delay;
@@ -495,7 +497,8 @@ static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, int copy,
     list_init(&w->link);
     /* The frame length counts the body and every extra buffer. */
     rmq_cmd_t tmp = *cmd;
-    for (unsigned i = 0; i < n_extra; i++) tmp.body_len += extra[i].len;
+    for (unsigned i = 0; i < n_extra; i++)
+        tmp.body_len += extra[i].len;
     int rc = rmq__cmd_encode_header(&tmp, &w->hdr);
     if (!rc && copy) {
         rc = rmq__buf_reserve(&w->hdr, tmp.body_len);
@@ -504,8 +507,7 @@ static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, int copy,
             rc = rmq__buf_append(&w->hdr, extra[i].base, extra[i].len);
     }
     if (rc) {
-        rmq_log_warn(SUB(c->t), "cannot encode %d for %s: %s", cmd->code, c->addr,
-                     rmq_err_str(rc));
+        rmq_log_warn(SUB(c->t), "cannot encode %d for %s: %s", cmd->code, c->addr, rmq_err_str(rc));
         rmq__buf_free(&w->hdr);
         free(w);
         return rc;
@@ -514,7 +516,8 @@ static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, int copy,
     if (!copy) {
         if (cmd->body_len)
             w->bufs[w->nbufs++] = uv_buf_init((char *)cmd->body, (unsigned)cmd->body_len);
-        for (unsigned i = 0; i < n_extra; i++) w->bufs[w->nbufs++] = extra[i];
+        for (unsigned i = 0; i < n_extra; i++)
+            w->bufs[w->nbufs++] = extra[i];
     }
     if (c->state == RMQ_CONN_OPEN) {
         rc = wreq_issue(c, w);
@@ -528,14 +531,13 @@ static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, int copy,
     return 0;
 }
 
-/* ---- closing ---------------------------------------------------------------------------------- */
+/* ---- closing --------------------------------------------------------------------------------- */
 
 static void ns_advance(rmq_remoting_t *t, const char *addr)
 {
     if (t->n_ns > 1 && strcmp(t->ns[t->ns_idx], addr) == 0) {
         t->ns_idx = (t->ns_idx + 1) % t->n_ns;
-        rmq_log_info(SUB(t), "name server %s unavailable, switching to %s", addr,
-                     t->ns[t->ns_idx]);
+        rmq_log_info(SUB(t), "name server %s unavailable, switching to %s", addr, t->ns[t->ns_idx]);
     }
 }
 
@@ -627,7 +629,7 @@ static void on_plain_close(uv_handle_t *h)
     handle_closed(h->data);
 }
 
-/* ---- reading and dispatch --------------------------------------------------------------------- */
+/* ---- reading and dispatch -------------------------------------------------------------------- */
 
 static void reply_not_supported(rmq_conn_t *c, const rmq_cmd_t *req)
 {
@@ -714,12 +716,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     rmq__conn_keep(c);
     if (nread > 0) {
         c->last_io = now_ms(c->t);
-        int rc = rmq__framer_commit(&c->framer, buf->base, (size_t)nread, on_frame, c, err,
-                                    sizeof err);
+        int rc =
+            rmq__framer_commit(&c->framer, buf->base, (size_t)nread, on_frame, c, err, sizeof err);
         if (rc && c->state == RMQ_CONN_OPEN) {
             snprintf(why, sizeof why, "malformed frame: %s", err);
-            rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection",
-                          c->addr, err);
+            rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
+                          err);
             conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
         }
     } else {
@@ -753,8 +755,10 @@ static void conn_opened(rmq_conn_t *c)
         pending_t *p = w->awaited ? hash_find(t, w->opaque) : NULL;
         if (w->awaited && (!p || p->conn != c)) {
             /* It timed out while the connection was being made: do not send it late. */
-            rmq_dbg(RMQ_DBG_REMOTING, SUB(t), "%s: request opaque=%d expired before connect, "
-                    "not sent", c->addr, w->opaque);
+            rmq_dbg(RMQ_DBG_REMOTING, SUB(t),
+                    "%s: request opaque=%d expired before connect, "
+                    "not sent",
+                    c->addr, w->opaque);
             wreq_done(w, RMQ_ERR_TIMEOUT);
             continue;
         }
@@ -940,7 +944,7 @@ static int conn_for_addr(rmq_remoting_t *t, const char *addr, rmq_conn_t **out, 
     return 0;
 }
 
-/* ---- requests --------------------------------------------------------------------------------- */
+/* ---- requests -------------------------------------------------------------------------------- */
 
 static int request_on(rmq_remoting_t *t, rmq_conn_t *c, rmq_cmd_t *req, int64_t timeout_ms,
                       unsigned flags, rmq_response_cb cb, void *ud)
@@ -1132,13 +1136,14 @@ int rmq__remoting_port(const rmq_remoting_t *t)
     return t->listening ? t->port : 0;
 }
 
-/* ---- connections, enumeration ----------------------------------------------------------------- */
+/* ---- connections, enumeration ---------------------------------------------------------------- */
 
 void rmq__remoting_foreach_conn(rmq_remoting_t *t, void (*fn)(rmq_conn_t *, void *), void *ud)
 {
     /* Snapshot with references: fn may close any connection. */
     size_t n = 0, i = 0;
-    for (link_t *l = t->conns.next; l != &t->conns; l = l->next) n++;
+    for (link_t *l = t->conns.next; l != &t->conns; l = l->next)
+        n++;
     if (!n) return;
     rmq_conn_t **v = rmq__xmalloc(n * sizeof(*v));
     for (link_t *l = t->conns.next; l != &t->conns; l = l->next)
@@ -1146,7 +1151,8 @@ void rmq__remoting_foreach_conn(rmq_remoting_t *t, void (*fn)(rmq_conn_t *, void
     for (i = 0; i < n; i++) {
         if (v[i]->state < RMQ_CONN_CLOSING) fn(v[i], ud);
     }
-    for (i = 0; i < n; i++) rmq__conn_release(v[i]);
+    for (i = 0; i < n; i++)
+        rmq__conn_release(v[i]);
     free(v);
 }
 
@@ -1194,19 +1200,19 @@ void rmq__remoting_set_default_handler(rmq_remoting_t *t, rmq_request_handler h,
     t->dflt.ud = ud;
 }
 
-/* ---- name servers -------------------------------------------------------------------------- */
+/* ---- name servers ---------------------------------------------------------------------------- */
 
 static void ns_free(rmq_remoting_t *t)
 {
-    for (int i = 0; i < t->n_ns; i++) free(t->ns[i]);
+    for (int i = 0; i < t->n_ns; i++)
+        free(t->ns[i]);
     free(t->ns);
     t->ns = NULL;
     t->n_ns = 0;
     t->ns_idx = 0;
 }
 
-int rmq__remoting_set_namesrv(rmq_remoting_t *t, const char *list, char *errstr,
-                              size_t errstr_size)
+int rmq__remoting_set_namesrv(rmq_remoting_t *t, const char *list, char *errstr, size_t errstr_size)
 {
     char **v = NULL;
     int n = 0;
@@ -1216,8 +1222,10 @@ int rmq__remoting_set_namesrv(rmq_remoting_t *t, const char *list, char *errstr,
         size_t len = e ? (size_t)(e - s) : strlen(s);
         const char *item = s;
         s = e ? e + 1 : s + len;
-        while (len && (*item == ' ' || *item == '\t')) item++, len--;
-        while (len && (item[len - 1] == ' ' || item[len - 1] == '\t')) len--;
+        while (len && (*item == ' ' || *item == '\t'))
+            item++, len--;
+        while (len && (item[len - 1] == ' ' || item[len - 1] == '\t'))
+            len--;
         if (len >= 7 && strncmp(item, "http://", 7) == 0) item += 7, len -= 7;
         if (!len) continue;
         char *a = rmq__xstrndup(item, len);
@@ -1226,7 +1234,8 @@ int rmq__remoting_set_namesrv(rmq_remoting_t *t, const char *list, char *errstr,
         if (rmq__addr_split(a, host, sizeof host, &port)) {
             rmq__seterr(errstr, errstr_size, "bad name server address \"%s\" (want host:port)", a);
             free(a);
-            for (int i = 0; i < n; i++) free(v[i]);
+            for (int i = 0; i < n; i++)
+                free(v[i]);
             free(v);
             return RMQ_ERR_CONFIG;
         }
@@ -1250,7 +1259,7 @@ const char *rmq__remoting_namesrv(const rmq_remoting_t *t)
     return t->n_ns ? t->ns[t->ns_idx] : NULL;
 }
 
-/* ---- life cycle -------------------------------------------------------------------------------- */
+/* ---- life cycle ------------------------------------------------------------------------------ */
 
 int rmq__remoting_new(const rmq_remoting_opts_t *opts, rmq_remoting_t **out, char *errstr,
                       size_t errstr_size)

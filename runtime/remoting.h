@@ -58,8 +58,8 @@ typedef struct rmq_conn rmq_conn_t;
 /*
  * WAITING     client: a connect failed recently; the next attempt starts at the backoff deadline.
  *             Requests are queued (their timeouts keep running).
- * CONNECTING  client: resolving / TCP connect in progress (connect timeout applies). Requests
- *             are queued and written in order once connected.
+ * CONNECTING  client: TCP connect in progress (connect timeout applies); requests are queued and
+ *             written in order once connected. Server: being accepted (never seen by callers).
  * OPEN        connected (client) or accepted (server): reads and writes flow.
  * CLOSING     uv_close() issued; every pending request has been failed; nothing is sent.
  * CLOSED      the handle is closed; the object lives on only while someone holds a reference.
@@ -77,7 +77,7 @@ typedef enum {
 
 const char *rmq__conn_state_name(int state);
 
-/* ---- callbacks -------------------------------------------------------------------------------- */
+/* ---- callbacks ------------------------------------------------------------------------------- */
 
 /*
  * The outcome of a request. err is 0 with resp the response (any RocketMQ response code is
@@ -111,7 +111,7 @@ typedef void (*rmq_conn_close_cb)(rmq_conn_t *conn, int err, const char *why, vo
  * (handed to the kernel) or a local error (the connection closed first). */
 typedef void (*rmq_written_cb)(void *ud, int status);
 
-/* ---- transport ------------------------------------------------------------------------------ */
+/* ---- transport ------------------------------------------------------------------------------- */
 
 typedef struct rmq_remoting_opts {
     uv_loop_t *loop;            /* required */
@@ -158,9 +158,11 @@ void rmq__remoting_set_default_handler(rmq_remoting_t *t, rmq_request_handler h,
 /* ---- sending requests ------------------------------------------------------------------------ */
 
 /* Request flags (the flags argument of the _ex functions). */
-#define RMQ_REQF_ONEWAY 0x1 /* flag ONEWAY on the wire, no response expected, no callback */
-#define RMQ_REQF_SYNC 0x2   /* a "synchronous" call in Java terms: its timeout closes the
-                               connection when opts.close_on_timeout is on */
+/* ONEWAY on the wire: no response expected, no callback. */
+#define RMQ_REQF_ONEWAY 0x1
+/* A "synchronous" call in Java terms: its timeout closes the connection when
+ * opts.close_on_timeout is on (clientCloseSocketIfTimeout). */
+#define RMQ_REQF_SYNC 0x2
 
 /*
  * Send req to addr and call cb once with the outcome. addr is "host:port", "[v6]:port", or NULL
@@ -173,7 +175,8 @@ void rmq__remoting_set_default_handler(rmq_remoting_t *t, rmq_request_handler h,
  * the address in backoff (reconnect_min_ms doubling up to reconnect_max_ms, reset by a
  * successful connect); requests made meanwhile wait for the next attempt (state WAITING).
  * Returns 0 (cb will run), or RMQ_ERR_INVALID (bad address / timeout), RMQ_ERR_NOMEM,
- * RMQ_ERR_NOT_FOUND (addr NULL and no name server set), RMQ_ERR_SHUTDOWN (destroyed): cb never runs.
+ * RMQ_ERR_NOT_FOUND (addr NULL and no name server set), RMQ_ERR_SHUTDOWN (destroyed): cb never
+ * runs.
  */
 int rmq__remoting_request(rmq_remoting_t *t, const char *addr, rmq_cmd_t *req, int64_t timeout_ms,
                           rmq_response_cb cb, void *ud);
@@ -210,7 +213,7 @@ int rmq__conn_reply(rmq_conn_t *conn, rmq_cmd_t *resp);
 int rmq__conn_reply_ex(rmq_conn_t *conn, rmq_cmd_t *resp, const uv_buf_t *extra, unsigned n_extra,
                        rmq_written_cb written, void *wud);
 
-/* ---- connections ------------------------------------------------------------------------------ */
+/* ---- connections ----------------------------------------------------------------------------- */
 
 rmq_conn_t *rmq__conn_keep(rmq_conn_t *conn);
 void rmq__conn_release(rmq_conn_t *conn);
@@ -252,7 +255,7 @@ int rmq__remoting_listen(rmq_remoting_t *t, const char *host, int port, char *er
 /* The bound port (after rmq__remoting_listen), else 0. */
 int rmq__remoting_port(const rmq_remoting_t *t);
 
-/* ---- name servers --------------------------------------------------------------------------- */
+/* ---- name servers ---------------------------------------------------------------------------- */
 
 /*
  * Set the name-server list "a:9876;b:9876" (Java namesrvAddr; "http://" prefixes stripped,

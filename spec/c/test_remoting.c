@@ -39,7 +39,8 @@ static void on_guard(uv_timer_t *t)
     do {                                                                                           \
         int64_t dl_ = rmq__mono_ms() + (int64_t)((ms)*scale);                                      \
         uv_timer_start(&guard, on_guard, 10, 10);                                                  \
-        while (!(cond) && rmq__mono_ms() < dl_) uv_run(loop, UV_RUN_ONCE);                         \
+        while (!(cond) && rmq__mono_ms() < dl_)                                                    \
+            uv_run(loop, UV_RUN_ONCE);                                                             \
         uv_timer_stop(&guard);                                                                     \
         CHECK(cond);                                                                               \
     } while (0)
@@ -49,11 +50,12 @@ static void run_for(int64_t ms)
 {
     int64_t dl = rmq__mono_ms() + ms;
     uv_timer_start(&guard, on_guard, 5, 5);
-    while (rmq__mono_ms() < dl) uv_run(loop, UV_RUN_ONCE);
+    while (rmq__mono_ms() < dl)
+        uv_run(loop, UV_RUN_ONCE);
     uv_timer_stop(&guard);
 }
 
-/* ---- response collector ------------------------------------------------------------------------ */
+/* ---- response collector ---------------------------------------------------------------------- */
 
 typedef struct result {
     int done;
@@ -98,7 +100,7 @@ static void result_clear(result_t *r)
     memset(r, 0, sizeof(*r));
 }
 
-/* ---- a transport server: echo handlers ------------------------------------------------------------ */
+/* ---- a transport server: echo handlers ------------------------------------------------------- */
 
 typedef struct server {
     rmq_remoting_t *t;
@@ -159,7 +161,8 @@ static void h_pull(rmq_conn_t *c, rmq_cmd_t *req, void *ud)
     rmq_cmd_t resp;
     uv_buf_t bufs[32];
     rmq__cmd_init_response(&resp, req, RMQ_RESP_SUCCESS, "FOUND");
-    for (int i = 0; i < 32; i++) bufs[i] = uv_buf_init(pull_msgs[i], sizeof pull_msgs[i]);
+    for (int i = 0; i < 32; i++)
+        bufs[i] = uv_buf_init(pull_msgs[i], sizeof pull_msgs[i]);
     if (rmq__cmd_ext_bool(req, "copy"))
         CHECK(rmq__conn_reply_ex(c, &resp, bufs, 32, NULL, NULL) == 0);
     else
@@ -229,7 +232,7 @@ static void server_stop(server_t *s)
     transport_destroy(s->t);
 }
 
-/* ---- client transport ---------------------------------------------------------------------------- */
+/* ---- client transport ------------------------------------------------------------------------ */
 
 typedef struct client {
     rmq_remoting_t *t;
@@ -336,14 +339,14 @@ static int send_echo(rmq_remoting_t *t, const char *addr, int serialize, int i, 
     return rc;
 }
 
-/* ---- raw peer: a plain uv_tcp server speaking bytes ----------------------------------------- */
+/* ---- raw peer: a plain uv_tcp server speaking bytes ------------------------------------------ */
 
 typedef struct raw_peer {
     uv_tcp_t listener;
     int port;
     uv_tcp_t *conn; /* the current accepted connection, or NULL */
     int accepted;
-    int eof; /* the current connection was closed by the other side */
+    int eof;    /* the current connection was closed by the other side */
     int answer; /* answer requests with SUCCESS (else stay silent) */
     rmq_framer_t framer;
     int nframes;
@@ -486,7 +489,7 @@ static void raw_stop(raw_peer_t *p)
     p->have_last = 0;
 }
 
-/* ---- raw client: connects to a transport server and writes bytes -------------------------- */
+/* ---- raw client: connects to a transport server and writes bytes ----------------------------- */
 
 typedef struct raw_client {
     uv_tcp_t tcp;
@@ -542,7 +545,8 @@ static void put32(unsigned char *p, uint32_t v)
     rmq__wr32(p, v);
 }
 
-/* ================================================================================================ */
+/* ================================================================================================
+ */
 
 static void addr_of(char *dst, size_t n, const char *host, int port)
 {
@@ -604,7 +608,8 @@ static void test_request_response(const char *host)
     /* The zero-copy response with 32 lent buffers (the broker's PULL response). */
     result_t pr;
     memset(&pr, 0, sizeof pr);
-    for (int i = 0; i < 32; i++) memset(pull_msgs[i], 'a' + i % 26, sizeof pull_msgs[i]);
+    for (int i = 0; i < 32; i++)
+        memset(pull_msgs[i], 'a' + i % 26, sizeof pull_msgs[i]);
     rmq_cmd_t req;
     rmq__cmd_init(&req, RMQ_REQ_PULL_MESSAGE, RMQ_SERIALIZE_ROCKETMQ);
     rmq__cmd_set_ext(&req, "topic", "T");
@@ -644,7 +649,8 @@ static void test_request_response(const char *host)
     client_stop(&cl);
     WAIT_UNTIL(s.closed == 1, 2000); /* the server sees the client go */
     server_stop(&s);
-    for (int i = 0; i < 2; i++) result_clear(&r[i]);
+    for (int i = 0; i < 2; i++)
+        result_clear(&r[i]);
 }
 
 static int have_ipv6(void)
@@ -766,7 +772,8 @@ static void test_drop_reconnect(void)
 
     client_stop(&cl);
     raw_stop(&p);
-    for (int i = 0; i < 3; i++) result_clear(&r[i]);
+    for (int i = 0; i < 3; i++)
+        result_clear(&r[i]);
     result_clear(&ok);
 }
 
@@ -858,7 +865,8 @@ static void test_connect_timeout(void)
         uv_tcp_connect(&pr[n].req, &pr[n].tcp, (struct sockaddr *)&sa, probe_connected);
         int64_t dl = rmq__mono_ms() + 300;
         uv_timer_start(&guard, on_guard, 10, 10);
-        while (!pr[n].done && rmq__mono_ms() < dl) uv_run(loop, UV_RUN_ONCE);
+        while (!pr[n].done && rmq__mono_ms() < dl)
+            uv_run(loop, UV_RUN_ONCE);
         uv_timer_stop(&guard);
         hanging = !pr[n].done;
     }
@@ -882,8 +890,10 @@ static void test_connect_timeout(void)
         fprintf(stderr, "test_remoting: connects to a full backlog complete here, "
                         "connect-timeout case skipped\n");
     }
-    for (int i = 0; i < n; i++) uv_close((uv_handle_t *)&pr[i].tcp, probe_closed);
-    for (int i = 0; i < n; i++) WAIT_UNTIL(pr[i].closed, 2000);
+    for (int i = 0; i < n; i++)
+        uv_close((uv_handle_t *)&pr[i].tcp, probe_closed);
+    for (int i = 0; i < n; i++)
+        WAIT_UNTIL(pr[i].closed, 2000);
     close(fd);
 }
 
@@ -1043,7 +1053,8 @@ static void test_malformed_to_client(void)
     WAIT_UNTIL(p.eof, 2000);
     client_stop(&cl);
     raw_stop(&p);
-    for (int i = 0; i < 2; i++) result_clear(&r[i]);
+    for (int i = 0; i < 2; i++)
+        result_clear(&r[i]);
 }
 
 static void count_conn(rmq_conn_t *c, void *ud)
@@ -1194,7 +1205,8 @@ static void test_big_body(void)
     char addr[64];
     size_t n = 10u * 1024 * 1024;
     char *body = malloc(n);
-    for (size_t i = 0; i < n; i++) body[i] = (char)(i * 31 + (i >> 12));
+    for (size_t i = 0; i < n; i++)
+        body[i] = (char)(i * 31 + (i >> 12));
     memset(&r, 0, sizeof r);
     server_start(&s, "127.0.0.1", 0);
     client_start(&cl);
@@ -1237,7 +1249,8 @@ static void test_pipelined(void)
     addr_of(addr, sizeof addr, "127.0.0.1", s.port);
     for (intptr_t i = 0; i < N; i++) {
         rmq_cmd_t req;
-        rmq__cmd_init(&req, RMQ_REQ_HEART_BEAT, (i & 1) ? RMQ_SERIALIZE_ROCKETMQ : RMQ_SERIALIZE_JSON);
+        rmq__cmd_init(&req, RMQ_REQ_HEART_BEAT,
+                      (i & 1) ? RMQ_SERIALIZE_ROCKETMQ : RMQ_SERIALIZE_JSON);
         rmq__cmd_set_ext_i64(&req, "i", i);
         CHECK(rmq__remoting_request(cl.t, addr, &req, 60000, on_pipe_resp, (void *)i) == 0);
         rmq__cmd_free(&req);
@@ -1288,7 +1301,8 @@ static void test_destroy_pending(void)
     int before = destroyed_count;
     int done = 0;
     rmq__remoting_destroy(cl.t, on_destroyed, &done);
-    for (int i = 0; i < 4; i++) CHECK(r[i].done && r[i].calls == 1 && r[i].err == RMQ_ERR_DESTROYED);
+    for (int i = 0; i < 4; i++)
+        CHECK(r[i].done && r[i].calls == 1 && r[i].err == RMQ_ERR_DESTROYED);
     CHECK(done == 0);
     CHECK(rmq__conn_state(qc) >= RMQ_CONN_CLOSING);
     int wstatus = 0;
@@ -1303,9 +1317,11 @@ static void test_destroy_pending(void)
     rmq__conn_release(qc);
     run_for(10);
     CHECK(wstatus == 0);
-    for (int i = 0; i < 4; i++) CHECK(r[i].calls == 1);
+    for (int i = 0; i < 4; i++)
+        CHECK(r[i].calls == 1);
     raw_stop(&p);
-    for (int i = 0; i < 4; i++) result_clear(&r[i]);
+    for (int i = 0; i < 4; i++)
+        result_clear(&r[i]);
     result_clear(&f);
 }
 
