@@ -181,6 +181,65 @@ describe("allocate vectors", function()
   end)
 end)
 
+describe("PROTOCOL 10.2 worked examples", function()
+  local cids = { "10.0.0.1@c1", "10.0.0.2@c2", "10.0.0.3@c3" }
+  local function queues(broker, n)
+    local l = {}
+    for q = 0, n - 1 do l[#l + 1] = { topic = "TopicTest", brokerName = broker, queueId = q } end
+    return l
+  end
+  local function ids(res)
+    local r = {}
+    for _, k in ipairs(res) do r[#r + 1] = tonumber(k:match("(%d+)$")) end
+    return r
+  end
+  local function run(strategy, mqs, extra)
+    local conf = ffi.gc(lib.rmq_conf_new(), lib.rmq_conf_destroy)
+    set(conf, "allocate_message_queue_strategy", strategy)
+    for k, v in pairs(extra or {}) do set(conf, k, v) end
+    local out = {}
+    for i, cid in ipairs(cids) do out[i] = assert(allocate(conf, cid, mqs, cids, true, true)) end
+    return out
+  end
+
+  it("AVG and AVG_BY_CIRCLE for 2..8 queues", function()
+    local want = {
+      [2] = { { { 0 }, { 1 }, {} }, { { 0 }, { 1 }, {} } },
+      [3] = { { { 0 }, { 1 }, { 2 } }, { { 0 }, { 1 }, { 2 } } },
+      [4] = { { { 0, 1 }, { 2 }, { 3 } }, { { 0, 3 }, { 1 }, { 2 } } },
+      [5] = { { { 0, 1 }, { 2, 3 }, { 4 } }, { { 0, 3 }, { 1, 4 }, { 2 } } },
+      [7] = { { { 0, 1, 2 }, { 3, 4 }, { 5, 6 } }, { { 0, 3, 6 }, { 1, 4 }, { 2, 5 } } },
+      [8] = { { { 0, 1, 2 }, { 3, 4, 5 }, { 6, 7 } }, { { 0, 3, 6 }, { 1, 4, 7 }, { 2, 5 } } },
+    }
+    for n, w in pairs(want) do
+      for si, strategy in ipairs { "AVG", "AVG_BY_CIRCLE" } do
+        local got = run(strategy, queues("broker-a", n))
+        for i = 1, 3 do assert.are.same(w[si][i], ids(got[i]), strategy .. " n=" .. n .. " c" .. i) end
+      end
+    end
+  end)
+
+  it("CONSISTENT_HASH for 8 queues", function()
+    local got = run("CONSISTENT_HASH", queues("broker-a", 8))
+    assert.are.same({ 0 }, ids(got[1]))
+    assert.are.same({ 2, 6 }, ids(got[2]))
+    assert.are.same({ 1, 3, 4, 5, 7 }, ids(got[3]))
+  end)
+
+  it("MACHINE_ROOM cases 1 and 2", function()
+    local got = run("MACHINE_ROOM", queues("room1@broker-a", 8), { allocate_machine_room_idcs = "room1" })
+    assert.are.same({ 0, 1, 6 }, ids(got[1]))
+    assert.are.same({ 2, 3, 7 }, ids(got[2]))
+    assert.are.same({ 4, 5 }, ids(got[3]))
+    local mqs = queues("room1@broker-a", 4)
+    for _, q in ipairs(queues("room2@broker-b", 4)) do mqs[#mqs + 1] = q end
+    got = run("MACHINE_ROOM", mqs, { allocate_machine_room_idcs = "room1" })
+    assert.are.same({ "TopicTest/room1@broker-a/0", "TopicTest/room1@broker-a/3" }, got[1])
+    assert.are.same({ "TopicTest/room1@broker-a/1" }, got[2])
+    assert.are.same({ "TopicTest/room1@broker-a/2" }, got[3])
+  end)
+end)
+
 describe("consistent hash ring", function()
   local d = vec.consistentHashDetail
 
