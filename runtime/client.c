@@ -427,12 +427,13 @@ static int group_is_ours(rmq_consumer_t *c, rmq_conn_t *conn, rmq_cmd_t *req, co
     return 0;
 }
 
+/* A Java double as fastjson writes it for these stats: at least one decimal ("0.0", "12.5"). */
 static rmq_fj_t *fj_num_d(rmq_fjdoc_t *d, double v)
 {
     char buf[64];
-    snprintf(buf, sizeof(buf), "%.1f", v);
-    if (v != (double)(int64_t)v) snprintf(buf, sizeof(buf), "%.6g", v);
-    if (!strchr(buf, '.') && !strchr(buf, 'e')) strcat(buf, ".0");
+    snprintf(buf, sizeof(buf), "%.3f", v);
+    size_t n = strlen(buf);
+    while (n > 0 && buf[n - 1] == '0' && n >= 2 && buf[n - 2] != '.') buf[--n] = 0;
     return rmq__fj_new_num_text(d, buf);
 }
 
@@ -506,22 +507,32 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     rmq__fj_obj_set(d, props, "PROP_CONSUMER_START_TIMESTAMP",
                     rmq__fj_new_str(d, val, strlen(val)));
     rmq__fj_obj_set(d, root, "properties", props);
-    /* statusTable: topic -> ConsumeStatus. */
+    /* statusTable: topic -> ConsumeStatus, a TreeMap (Java String order). */
     rmq_fj_t *st = rmq__fj_new_obj(d);
     double secs = (double)(rmq__now_ms() - c->start_ms) / 1000.0;
     if (secs <= 0) secs = 1;
-    for (int i = 0; i < c->n_subs; i++) {
+    int *so = rmq__xmalloc(sizeof(int) * (size_t)(c->n_subs + 1));
+    for (int i = 0; i < c->n_subs; i++) so[i] = i;
+    for (int i = 1; i < c->n_subs; i++)
+        for (int j = i; j > 0 && rmq__java_strcmp(c->subs[so[j - 1]].sd->topic,
+                                                  c->subs[so[j]].sd->topic) > 0; j--) {
+            int t = so[j];
+            so[j] = so[j - 1];
+            so[j - 1] = t;
+        }
+    for (int k = 0; k < c->n_subs; k++) {
+        const rmq_csub_t *s = &c->subs[so[k]];
         rmq_fj_t *cs = rmq__fj_new_obj(d);
-        rmq__fj_obj_set(d, cs, "consumeFailedMsgs", rmq__fj_new_i64(d, c->n_failed));
-        rmq__fj_obj_set(d, cs, "consumeFailedTPS", fj_num_d(d, (double)c->n_failed / secs));
-        rmq__fj_obj_set(d, cs, "consumeOKTPS", fj_num_d(d, (double)c->n_consumed / secs));
+        rmq__fj_obj_set(d, cs, "consumeFailedMsgs", rmq__fj_new_i64(d, s->n_failed));
+        rmq__fj_obj_set(d, cs, "consumeFailedTPS", fj_num_d(d, (double)s->n_failed / secs));
+        rmq__fj_obj_set(d, cs, "consumeOKTPS", fj_num_d(d, (double)s->n_ok / secs));
         rmq__fj_obj_set(d, cs, "consumeRT",
-                        fj_num_d(d, c->consume_rt_n ? c->consume_rt_sum / c->consume_rt_n : 0));
-        rmq__fj_obj_set(d, cs, "pullRT",
-                        fj_num_d(d, c->pull_rt_n ? c->pull_rt_sum / c->pull_rt_n : 0));
-        rmq__fj_obj_set(d, cs, "pullTPS", fj_num_d(d, (double)c->n_pulled / secs));
-        rmq__fj_obj_set(d, st, c->subs[i].sd->topic, cs);
+                        fj_num_d(d, s->consume_rt_n ? s->consume_rt_sum / s->consume_rt_n : 0));
+        rmq__fj_obj_set(d, cs, "pullRT", fj_num_d(d, s->n_pulls ? s->pull_rt_sum / s->n_pulls : 0));
+        rmq__fj_obj_set(d, cs, "pullTPS", fj_num_d(d, (double)s->n_pulled / secs));
+        rmq__fj_obj_set(d, st, s->sd->topic, cs);
     }
+    free(so);
     rmq__fj_obj_set(d, root, "statusTable", st);
     /* subscriptionSet, sorted by topic + "@" + subString; written with the shared writer. */
     rmq_buf_t subs;

@@ -289,6 +289,10 @@ static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
     if (ack > n) ack = n;
     c->n_consumed += ack;
     c->n_failed += n - ack;
+    if (q->sub) {
+        q->sub->n_ok += ack;
+        q->sub->n_failed += n - ack;
+    }
     if (c->conf->message_model == RMQ_MODEL_BROADCASTING) {
         for (int i = ack; i < n; i++)
             rmq_log_warn("consume", "%s: BROADCASTING, consume failed, drop it: offset %" PRId64,
@@ -384,8 +388,13 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         batch_free(cb);
         return;
     }
-    c->consume_rt_sum += (double)(rmq__mono_ms() - cb->submit_ms);
+    double rt = (double)(rmq__mono_ms() - cb->submit_ms);
+    c->consume_rt_sum += rt;
     c->consume_rt_n++;
+    if (cb->q->sub) {
+        cb->q->sub->consume_rt_sum += rt;
+        cb->q->sub->consume_rt_n++;
+    }
     if (b->nsends > 0 && cb->q->pq.state != RMQ_PQ_DROPPED &&
         (b->status == RMQ_CONSUME_SUCCESS || b->status == RMQ_CONSUME_COMMIT)) {
         start_sends(c, cb);

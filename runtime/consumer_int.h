@@ -69,6 +69,10 @@ typedef struct rmq_csub {
     int n_mqs;
     int have_route;
     int route_inflight;
+    /* ConsumeStatus counters for GET_CONSUMER_RUNNING_INFO (messages of this topic's queues) */
+    int64_t n_ok, n_failed, n_pulled, n_pulls;
+    double consume_rt_sum, pull_rt_sum;
+    int64_t consume_rt_n;
 } rmq_csub_t;
 
 /* ---- owned queue ------------------------------------------------------------------------------ */
@@ -77,6 +81,7 @@ typedef struct rmq_qent {
     rmq_consumer_t *c;
     struct rmq_qent *next; /* queue table (singly linked) */
     rmq_mq_t mq;           /* owned strings */
+    rmq_csub_t *sub;       /* the subscription of mq.topic (subs never move after start) */
     char name[320];        /* "topic@broker#qid" for logs */
     rmq_pq_t pq;
     int refs;

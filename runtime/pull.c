@@ -152,6 +152,7 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp, int64_t min_off, int64_
         keep[nk++] = m;
     }
     c->n_pulled += nk;
+    if (q->sub) q->sub->n_pulled += nk;
     if (rc && set->n == 0) {
         /* Nothing decodable: do not move past it silently; try again later. */
         rmq__msgset_release(set);
@@ -226,8 +227,13 @@ static void on_pull_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         rmq__qent_release(q);
         return;
     }
-    c->pull_rt_sum += (double)(rmq__mono_ms() - q->last_pull_ms);
+    double rt = (double)(rmq__mono_ms() - q->last_pull_ms);
+    c->pull_rt_sum += rt;
     c->pull_rt_n++;
+    if (q->sub) {
+        q->sub->pull_rt_sum += rt;
+        q->sub->n_pulls++;
+    }
     if (err) {
         rmq_log_warn("pull", "%s: pull failed: %s", q->name, errmsg);
         exception_later(q);

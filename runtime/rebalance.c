@@ -73,6 +73,7 @@ static rmq_qent_t *qent_new(rmq_consumer_t *c, const rmq_mq_t *mq)
     q->mq.topic = rmq__xstrdup(mq->topic);
     q->mq.broker_name = rmq__xstrdup(mq->broker_name);
     q->mq.queue_id = mq->queue_id;
+    q->sub = rmq__c_sub(c, mq->topic);
     snprintf(q->name, sizeof(q->name), "%s@%s#%d", mq->topic, mq->broker_name, mq->queue_id);
     rmq__pq_init(&q->pq, q->name);
     q->refs = 1;
@@ -81,6 +82,7 @@ static rmq_qent_t *qent_new(rmq_consumer_t *c, const rmq_mq_t *mq)
     q->offset = -1;
     q->broker_max = -1;
     q->last_pull_ms = rmq__mono_ms();
+    q->pq.last_consume_ms = rmq__now_ms(); /* Java: ProcessQueue created = now */
     uv_timer_init(&c->loop, &q->timer);
     q->timer.data = q;
     q->next = c->queues;

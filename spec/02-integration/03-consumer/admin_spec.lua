@@ -1,0 +1,103 @@
+-- Broker-initiated requests served by a running consumer, asked through the development
+-- broker's relay as mqadmin does: GET_CONSUMER_RUNNING_INFO answers in fastjson's object-keyed
+-- form (MessageQueue objects as map keys) with the key order of a Java 4.9.4 consumer
+-- (spec/fixtures/wire/04_consumer_status).
+local helpers = require "helpers"
+local ffi = require "ffi"
+local cjson = require "cjson"
+local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
+local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
+local lib = cons.lib
+
+pcall(ffi.cdef, [[
+const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx);
+]])
+
+local TOPIC, GROUP, N = "AdmTopic", "g_admin", 100
+
+-- The keys of the first object value found after pattern `after` in s, in order.
+local function keys_after(s, after)
+  local i = s:find(after, 1, true)
+  assert(i, "not found: " .. after)
+  local j = s:find("}", i + #after, true)
+  local obj = s:sub(i + #after, j)
+  local keys = {}
+  for k in obj:gmatch('"([%w]+)":') do keys[#keys + 1] = k end
+  return keys
+end
+
+local function fixture_running_info()
+  local idx = helpers.json_fixture("wire/04_consumer_status/index.json")
+  for _, f in ipairs(idx.frames) do
+    if f.request_code == 307 and f.kind == "response" then return f.body_text end
+  end
+end
+
+describe("consumer: GET_CONSUMER_RUNNING_INFO", function()
+  local db, ns, dir
+  lazy_setup(function()
+    db, ns = cons.start_broker("--topic " .. TOPIC .. ":4")
+    dir = cons.tmpdir("admin")
+  end)
+  lazy_teardown(function()
+    raw.close_all()
+    if db then lib.rmq_devbroker_stop(db) end
+  end)
+
+  it("answers like a Java consumer", function()
+    cons.produce(db, TOPIC, N, "a")
+    local out = dir .. "/out.txt"
+    local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out })
+    local log = dir .. "/run.log"
+    local pid = cons.spawn(s, log)
+    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.wait_until(function() return cons.count_lines(out) >= N end, 60, "consumed")
+    local cid = helpers.wait_until(function() return cons.read(log):match("started as (%S+)") end,
+      10, "clientId in the log")
+    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local r
+    helpers.wait_until(function()
+      r = assert(raw.request(baddr, 307, { consumerGroup = GROUP, clientId = cid,
+        jstackEnable = "false" }))
+      assert.equal(0, r.code, r.remark)
+      -- Every queue's in-memory offset reached 25.
+      for q = 0, 3 do
+        local key = string.format('{"brokerName":"broker-a","queueId":%d,"topic":"%s"}:', q, TOPIC)
+        local v = r.body:match(key:gsub("%p", "%%%0") .. '{[^}]*"commitOffset":(%d+)')
+        if tonumber(v) ~= 25 then return false end
+      end
+      return true
+    end, 30, "running info with committed offsets")
+    local body = r.body
+    -- Top-level order and the object keys of mqTable (first: the retry queue, TreeMap order).
+    assert.matches('^{"mqTable":{{"brokerName":"broker%-a","queueId":0,"topic":"%%RETRY%%'
+      .. GROUP .. '"}:{"cachedMsgCount":0,', body)
+    local a = body:find('"properties":{', 1, true)
+    local b = body:find('"statusTable":{', 1, true)
+    local c = body:find('"subscriptionSet":[', 1, true)
+    assert.is_true(a and b and c and a < b and b < c)
+    assert.matches('"subscriptionSet":%[{"classFilterMode":false,"codeSet":%[%],'
+      .. '"expressionType":"TAG","subString":"%*","subVersion":%d+,"tagsSet":%[%],'
+      .. '"topic":"%%RETRY%%' .. GROUP .. '"},{.-"topic":"' .. TOPIC .. '"}%]}$', body)
+    -- ProcessQueueInfo and ConsumeStatus keys exactly as the Java client writes them.
+    local fx = fixture_running_info()
+    assert.same(keys_after(fx, '"topic":"CapTopic"}:'), keys_after(body, '"topic":"' .. TOPIC .. '"}:'))
+    assert.same(keys_after(fx, '"CapTopic":'), keys_after(body, '"' .. TOPIC .. '":'))
+    -- statusTable is a TreeMap: %RETRY%... sorts before the topic.
+    assert.is_true(body:find('"%RETRY%' .. GROUP .. '":{"consumeFailedMsgs"', 1, true)
+      < body:find('"' .. TOPIC .. '":{"consumeFailedMsgs"', 1, true))
+    -- The properties admin tools read.
+    assert.matches('"PROP_CONSUME_TYPE":"CONSUME_PASSIVELY"', body, 1, true)
+    assert.matches('"PROP_CONSUMEORDERLY":"false"', body, 1, true)
+    assert.matches('"PROP_CONSUMER_START_TIMESTAMP":"%d+"', body)
+    assert.matches('"PROP_CLIENT_VERSION":"V4_9_4"', body, 1, true)
+    assert.matches('"PROP_NAMESERVER_ADDR":"' .. ns:gsub("%p", "%%%0") .. ';"', body)
+    assert.matches('"consumerGroup":"' .. GROUP .. '"', body, 1, true)
+    -- A group the consumer does not have: SYSTEM_ERROR naming it.
+    local e = assert(raw.request(baddr, 307, { consumerGroup = "g_other", clientId = cid,
+      jstackEnable = "false" }))
+    assert.are_not.equal(0, e.code)
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log))
+  end)
+end)
