@@ -2,9 +2,10 @@
 local ffi = require "ffi"
 local helpers = require "helpers"
 
+-- rmq_mq_t may already be declared by another spec in the same LuaJIT process.
+pcall(ffi.cdef, "typedef struct rmq_mq { char *topic; char *broker_name; int queue_id; } rmq_mq_t;")
 ffi.cdef [[
 typedef struct rmq_conf rmq_conf_t;
-typedef struct rmq_mq { char *topic; char *broker_name; int queue_id; } rmq_mq_t;
 rmq_conf_t *rmq_conf_new(void);
 void rmq_conf_destroy(rmq_conf_t *conf);
 int rmq_conf_set(rmq_conf_t *conf, const char *name, const char *value, char *errstr,

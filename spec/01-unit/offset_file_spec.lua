@@ -3,8 +3,9 @@
 local ffi = require "ffi"
 local helpers = require "helpers"
 
+-- rmq_mq_t may already be declared by another spec in the same LuaJIT process.
+pcall(ffi.cdef, "typedef struct rmq_mq { char *topic; char *broker_name; int queue_id; } rmq_mq_t;")
 ffi.cdef [[
-typedef struct rmq_mq { char *topic; char *broker_name; int queue_id; } rmq_mq_t;
 typedef struct rmq_offset_entry { rmq_mq_t mq; int64_t offset; } rmq_offset_entry_t;
 size_t rmq_offset_file_encode(const rmq_offset_entry_t *e, int n, char *out, size_t out_size);
 int rmq_offset_file_write(const char *path, const char *data, size_t len, char *errstr,
