@@ -24,7 +24,8 @@ int rmq__acl_content(const rmq_cmd_t *c, rmq_buf_t *out)
     int i, rc = 0;
     if (c->n_ext > 0) {
         sorted = rmq__xmalloc(sizeof(*sorted) * (size_t)c->n_ext);
-        for (i = 0; i < c->n_ext; i++) sorted[i] = &c->ext[i];
+        for (i = 0; i < c->n_ext; i++)
+            sorted[i] = &c->ext[i];
         qsort(sorted, (size_t)c->n_ext, sizeof(*sorted), kv_cmp); /* keys are unique */
         for (i = 0; i < c->n_ext && !rc; i++) {
             if (!strcmp(sorted[i]->key, "Signature") || !sorted[i]->val) continue;
@@ -94,8 +95,10 @@ int rmq_acl_sign_fields(const char *const *keys, const char *const *vals, int n,
         if (k) memcpy(content, b.data, k);
         if (content_len) *content_len = b.len;
         s = rmq__cmd_ext(&c, "Signature");
-        if (!s || strlen(s) + 1 > sig_size) rc = RMQ_ERR_INVALID;
-        else memcpy(sig, s, strlen(s) + 1);
+        if (!s || strlen(s) + 1 > sig_size)
+            rc = RMQ_ERR_INVALID;
+        else
+            memcpy(sig, s, strlen(s) + 1);
     }
     rmq__buf_free(&b);
     c.body = NULL;

@@ -26,9 +26,12 @@ static uint32_t next_cp(const unsigned char **pp)
         *pp = p + 1;
         return c;
     }
-    if ((c & 0xE0) == 0xC0) n = 1, c &= 0x1F;
-    else if ((c & 0xF0) == 0xE0) n = 2, c &= 0x0F;
-    else if ((c & 0xF8) == 0xF0) n = 3, c &= 0x07;
+    if ((c & 0xE0) == 0xC0)
+        n = 1, c &= 0x1F;
+    else if ((c & 0xF0) == 0xE0)
+        n = 2, c &= 0x0F;
+    else if ((c & 0xF8) == 0xF0)
+        n = 3, c &= 0x07;
     else {
         *pp = p + 1;
         return 0xFFFD;
@@ -51,8 +54,10 @@ int rmq__java_strcmp(const char *a, const char *b)
     uint32_t la = 0, lb = 0;
     for (;;) {
         uint32_t ua, ub;
-        if (la) ua = la, la = 0;
-        else if (!*pa) ua = UINT32_MAX;
+        if (la)
+            ua = la, la = 0;
+        else if (!*pa)
+            ua = UINT32_MAX;
         else {
             uint32_t c = next_cp(&pa);
             if (c >= 0x10000) {
@@ -62,8 +67,10 @@ int rmq__java_strcmp(const char *a, const char *b)
             } else
                 ua = c;
         }
-        if (lb) ub = lb, lb = 0;
-        else if (!*pb) ub = UINT32_MAX;
+        if (lb)
+            ub = lb, lb = 0;
+        else if (!*pb)
+            ub = UINT32_MAX;
         else {
             uint32_t c = next_cp(&pb);
             if (c >= 0x10000) {
@@ -97,7 +104,8 @@ void rmq__mq_sort(rmq_mq_t *mqs, int n)
     int i, j;
     for (i = 1; i < n; i++) {
         rmq_mq_t v = mqs[i];
-        for (j = i; j > 0 && rmq__mq_cmp(&mqs[j - 1], &v) > 0; j--) mqs[j] = mqs[j - 1];
+        for (j = i; j > 0 && rmq__mq_cmp(&mqs[j - 1], &v) > 0; j--)
+            mqs[j] = mqs[j - 1];
         mqs[j] = v;
     }
 }
@@ -138,7 +146,8 @@ uint32_t rmq__alloc_md5_hash(const char *key, size_t len)
     return ((uint32_t)d[0] << 24) | ((uint32_t)d[1] << 16) | ((uint32_t)d[2] << 8) | d[3];
 }
 
-/* ---- strategies ------------------------------------------------------------------------------- */
+/* ---- strategies -------------------------------------------------------------------------------
+ */
 
 static int index_of(const char *cid, const char *const *cid_all, int n_cid)
 {
@@ -182,7 +191,8 @@ static void avg(int index, int n_cid, const int *sel, int n, int *out, int *n_ou
     size = n <= n_cid ? 1 : (mod > 0 && index < mod ? n / n_cid + 1 : n / n_cid);
     start = (mod > 0 && index < mod) ? index * size : index * size + mod;
     range = size < n - start ? size : n - start;
-    for (i = 0; i < range; i++) out[(*n_out)++] = sel[(start + i) % n];
+    for (i = 0; i < range; i++)
+        out[(*n_out)++] = sel[(start + i) % n];
 }
 
 static void avg_by_circle(int index, int n_cid, const int *sel, int n, int *out, int *n_out)
@@ -202,8 +212,10 @@ static int ring_find(const ring_node_t *r, int n, uint32_t h, int *found)
     int lo = 0, hi = n;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (r[mid].hash < h) lo = mid + 1;
-        else hi = mid;
+        if (r[mid].hash < h)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     *found = lo < n && r[lo].hash == h;
     return lo;
@@ -223,7 +235,8 @@ static int consistent_hash(const rmq_conf_t *conf, const char *cid, const rmq_mq
         int existing = 0, j;
         /* getExistingReplicas: virtual nodes already on the ring for this physical node. */
         if (index_of(cid_all[i], cid_all, n_cid) < i)
-            for (j = 0; j < nr; j++) existing += !strcmp(cid_all[ring[j].cid], cid_all[i]);
+            for (j = 0; j < nr; j++)
+                existing += !strcmp(cid_all[ring[j].cid], cid_all[i]);
         for (k = 0; k < vn; k++) {
             int found, pos;
             uint32_t h;
@@ -256,8 +269,8 @@ static int consistent_hash(const rmq_conf_t *conf, const char *cid, const rmq_mq
     return RMQ_OK;
 }
 
-static int by_config(const rmq_conf_t *conf, const rmq_mq_t *mq_all, int n_mq, int *out,
-                     int *n_out, int java_raw)
+static int by_config(const rmq_conf_t *conf, const rmq_mq_t *mq_all, int n_mq, int *out, int *n_out,
+                     int java_raw)
 {
     int i, j, k;
     for (i = 0; i < conf->n_alloc_config_mqs; i++) {
@@ -290,7 +303,8 @@ static int in_list(const char *list, const char *s, size_t n)
     const char *p = list ? list : "";
     while (*p) {
         size_t w;
-        while (*p == ',' || *p == ' ') p++;
+        while (*p == ',' || *p == ' ')
+            p++;
         w = strcspn(p, ", ");
         if (w == n && !memcmp(p, s, n)) return 1;
         p += w;
@@ -310,11 +324,13 @@ static int machine_room(const rmq_conf_t *conf, int index, int n_cid, const rmq_
         if (!at) continue;
         second = at + 1;
         second_end = strchr(second, '@');
-        if (!second_end) second_end = second + strlen(second);
+        if (!second_end)
+            second_end = second + strlen(second);
         else {
             /* More '@': only trailing empty pieces may follow ("a@b@" -> [a, b]). */
             const char *r = second_end;
-            while (*r == '@') r++;
+            while (*r == '@')
+                r++;
             if (*r) continue;
         }
         if (second_end == second) continue; /* "a@" -> [a] */
@@ -323,7 +339,8 @@ static int machine_room(const rmq_conf_t *conf, int index, int n_cid, const rmq_
     }
     mod = npre / n_cid;
     rem = npre % n_cid;
-    for (i = mod * index; i < mod * index + mod; i++) out[(*n_out)++] = pre[i];
+    for (i = mod * index; i < mod * index + mod; i++)
+        out[(*n_out)++] = pre[i];
     if (rem > index) out[(*n_out)++] = pre[index + mod * n_cid];
     free(pre);
     return RMQ_OK;
@@ -392,8 +409,7 @@ static int nearby(const rmq_conf_t *conf, const char *group, const char *cid,
     }
     for (i = 0; i < n_cid; i++) {
         if (!room_len(conf, cid_all[i])) {
-            rmq__seterr(errstr, errstr_size, "Machine room is null for consumer id %s",
-                        cid_all[i]);
+            rmq__seterr(errstr, errstr_size, "Machine room is null for consumer id %s", cid_all[i]);
             rc = RMQ_ERR_INVALID;
             goto out;
         }
@@ -418,11 +434,11 @@ static int nearby(const rmq_conf_t *conf, const char *group, const char *cid,
                     !memcmp(cid_all[i], rooms[r].name, rooms[r].len))
                     csel[nc++] = cid_all[i];
             if (mine)
-                rc = run_inner(conf->allocate_nearby_inner_strategy, conf, group, cid, mq_all,
-                               qsel, nq, csel, nc, out, n_out, errstr, errstr_size);
+                rc = run_inner(conf->allocate_nearby_inner_strategy, conf, group, cid, mq_all, qsel,
+                               nq, csel, nc, out, n_out, errstr, errstr_size);
             else if (nc == 0)
-                rc = run_inner(conf->allocate_nearby_inner_strategy, conf, group, cid, mq_all,
-                               qsel, nq, cid_all, n_cid, out, n_out, errstr, errstr_size);
+                rc = run_inner(conf->allocate_nearby_inner_strategy, conf, group, cid, mq_all, qsel,
+                               nq, cid_all, n_cid, out, n_out, errstr, errstr_size);
             if (rc) goto out;
         }
     }
@@ -452,8 +468,12 @@ static int run_inner(int strategy, const rmq_conf_t *conf, const char *group, co
     if (c == 0) return RMQ_OK;
     index = index_of(cid, cid_all, n_cid);
     switch (strategy) {
-    case RMQ_ALLOC_AVG: avg(index, n_cid, sel, n, out, n_out); return RMQ_OK;
-    case RMQ_ALLOC_AVG_BY_CIRCLE: avg_by_circle(index, n_cid, sel, n, out, n_out); return RMQ_OK;
+    case RMQ_ALLOC_AVG:
+        avg(index, n_cid, sel, n, out, n_out);
+        return RMQ_OK;
+    case RMQ_ALLOC_AVG_BY_CIRCLE:
+        avg_by_circle(index, n_cid, sel, n, out, n_out);
+        return RMQ_OK;
     case RMQ_ALLOC_CONSISTENT_HASH:
         return consistent_hash(conf, cid, mq_all, sel, n, cid_all, n_cid, out, n_out);
     case RMQ_ALLOC_MACHINE_ROOM:
@@ -466,24 +486,24 @@ static int run_inner(int strategy, const rmq_conf_t *conf, const char *group, co
                         "allocate_nearby_inner_strategy must be a built-in strategy");
             return RMQ_ERR_CONFIG;
         }
-        return nearby(conf, group, cid, mq_all, sel, n, cid_all, n_cid, out, n_out,
-                              errstr, errstr_size);
+        return nearby(conf, group, cid, mq_all, sel, n, cid_all, n_cid, out, n_out, errstr,
+                      errstr_size);
     default:
         rmq__seterr(errstr, errstr_size, "allocateMessageQueueStrategy is null");
         return RMQ_ERR_CONFIG;
     }
 }
 
-static int allocate_impl(int strategy, const rmq_conf_t *conf, const char *group,
-                         const char *cid, const rmq_mq_t *mq_all, int n_mq,
-                         const char *const *cid_all, int n_cid, int *out_idx, int *n_out,
-                         char *errstr, size_t errstr_size, int java_raw)
+static int allocate_impl(int strategy, const rmq_conf_t *conf, const char *group, const char *cid,
+                         const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
+                         int *out_idx, int *n_out, char *errstr, size_t errstr_size, int java_raw)
 {
     int *sel, i, rc;
     *n_out = 0;
     if (n_mq < 0) n_mq = 0;
     sel = rmq__xmalloc(sizeof(int) * (size_t)(n_mq ? n_mq : 1));
-    for (i = 0; i < n_mq; i++) sel[i] = i;
+    for (i = 0; i < n_mq; i++)
+        sel[i] = i;
     if (strategy == RMQ_ALLOC_CONFIG)
         rc = by_config(conf, mq_all, n_mq, out_idx, n_out, java_raw);
     else
@@ -518,11 +538,12 @@ int rmq__allocate_java(const rmq_conf_t *conf, const char *group, const char *ci
                          cid_all, n_cid, out_idx, n_out, errstr, errstr_size, 1);
 }
 
-/* ---- exports ---------------------------------------------------------------------------------- */
+/* ---- exports ----------------------------------------------------------------------------------
+ */
 
-int rmq_allocate(const rmq_conf_t *conf, const char *group, const char *cid,
-                 const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
-                 int *out_idx, int *n_out, char *errstr, size_t errstr_size)
+int rmq_allocate(const rmq_conf_t *conf, const char *group, const char *cid, const rmq_mq_t *mq_all,
+                 int n_mq, const char *const *cid_all, int n_cid, int *out_idx, int *n_out,
+                 char *errstr, size_t errstr_size)
 {
     return rmq__allocate(conf, group, cid, mq_all, n_mq, cid_all, n_cid, out_idx, n_out, errstr,
                          errstr_size);
@@ -536,13 +557,28 @@ int rmq_allocate_java(const rmq_conf_t *conf, const char *group, const char *cid
                               errstr, errstr_size);
 }
 
-void rmq_mq_sort(rmq_mq_t *mqs, int n) { rmq__mq_sort(mqs, n); }
-void rmq_cid_sort(const char **cids, int n) { rmq__cid_sort(cids, n); }
-int rmq_allocate_out_cap(const rmq_conf_t *conf, int n_mq) { return rmq__allocate_out_cap(conf, n_mq); }
+void rmq_mq_sort(rmq_mq_t *mqs, int n)
+{
+    rmq__mq_sort(mqs, n);
+}
+void rmq_cid_sort(const char **cids, int n)
+{
+    rmq__cid_sort(cids, n);
+}
+int rmq_allocate_out_cap(const rmq_conf_t *conf, int n_mq)
+{
+    return rmq__allocate_out_cap(conf, n_mq);
+}
 const rmq_mq_t *rmq_allocate_result_mq(const rmq_conf_t *conf, const rmq_mq_t *mq_all, int n_mq,
                                        int idx)
 {
     return rmq__allocate_result_mq(conf, mq_all, n_mq, idx);
 }
-int rmq_java_strcmp(const char *a, const char *b) { return rmq__java_strcmp(a, b); }
-uint32_t rmq_alloc_md5_hash(const char *key, size_t len) { return rmq__alloc_md5_hash(key, len); }
+int rmq_java_strcmp(const char *a, const char *b)
+{
+    return rmq__java_strcmp(a, b);
+}
+uint32_t rmq_alloc_md5_hash(const char *key, size_t len)
+{
+    return rmq__alloc_md5_hash(key, len);
+}

@@ -90,9 +90,8 @@ int rmq__allocate_with(int strategy, const struct rmq_conf *conf, const char *gr
 
 /* Thin exports for FFI specs. */
 RMQ_EXPORT int rmq_allocate(const struct rmq_conf *conf, const char *group, const char *cid,
-                            const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all,
-                            int n_cid, int *out_idx, int *n_out, char *errstr,
-                            size_t errstr_size);
+                            const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all, int n_cid,
+                            int *out_idx, int *n_out, char *errstr, size_t errstr_size);
 RMQ_EXPORT int rmq_allocate_java(const struct rmq_conf *conf, const char *group, const char *cid,
                                  const rmq_mq_t *mq_all, int n_mq, const char *const *cid_all,
                                  int n_cid, int *out_idx, int *n_out, char *errstr,

@@ -20,7 +20,8 @@
 #include <time.h>
 
 #define FAQ_SEE "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
-#define FAQ_DEFAULT "\nFor more information, please visit the url, http://rocketmq.apache.org/docs/faq/"
+#define FAQ_DEFAULT                                                                                \
+    "\nFor more information, please visit the url, http://rocketmq.apache.org/docs/faq/"
 #define GROUP_PATTERN "^[%|a-zA-Z0-9_-]+$"
 
 /* Option flag (internal): the default is computed at rmq__conf_new; defval documents it. */
@@ -51,7 +52,9 @@ static const rmq_conf_enum_val_t e_cfw[] = {
         {"AllocateMessageQueueAveragelyByCircle", RMQ_ALLOC_AVG_BY_CIRCLE},                        \
         {"AllocateMessageQueueConsistentHash", RMQ_ALLOC_CONSISTENT_HASH},                         \
         {"AllocateMessageQueueByConfig", RMQ_ALLOC_CONFIG},                                        \
-        {"AllocateMessageQueueByMachineRoom", RMQ_ALLOC_MACHINE_ROOM}
+    {                                                                                              \
+        "AllocateMessageQueueByMachineRoom", RMQ_ALLOC_MACHINE_ROOM                                \
+    }
 
 static const rmq_conf_enum_val_t e_alloc[] = {
     ALLOC_ENUMS_COMMON,
@@ -100,8 +103,10 @@ static int v_config_queues(rmq_conf_t *c, const char *v, char *errstr, size_t n)
         long qid;
         if (!e) e = p + strlen(p);
         len = (size_t)(e - p);
-        while (len && isspace((unsigned char)*s)) s++, len--;
-        while (len && isspace((unsigned char)s[len - 1])) len--;
+        while (len && isspace((unsigned char)*s))
+            s++, len--;
+        while (len && isspace((unsigned char)s[len - 1]))
+            len--;
         p = *e ? e + 1 : e;
         if (!len) continue;
         item = rmq__xstrndup(s, len);
@@ -109,14 +114,15 @@ static int v_config_queues(rmq_conf_t *c, const char *v, char *errstr, size_t n)
         c2 = strrchr(item, ':');
         errno = 0;
         qid = (c1 && c2 > c1) ? strtol(c2 + 1, &end, 10) : 0;
-        if (!c1 || c2 == c1 || c1 == item || c2 == c1 + 1 || !c2[1] || *end || errno ||
-            qid < 0 || qid > INT_MAX) {
+        if (!c1 || c2 == c1 || c1 == item || c2 == c1 + 1 || !c2[1] || *end || errno || qid < 0 ||
+            qid > INT_MAX) {
             rmq__seterr(errstr, n,
                         "allocate_config_queues: bad queue \"%s\" (expected "
                         "topic:brokerName:queueId, comma-separated)",
                         item);
             free(item);
-            for (int i = 0; i < nmq; i++) free(mqs[i].topic), free(mqs[i].broker_name);
+            for (int i = 0; i < nmq; i++)
+                free(mqs[i].topic), free(mqs[i].broker_name);
             free(mqs);
             return -1;
         }
@@ -158,7 +164,8 @@ static int v_log_debug(rmq_conf_t *c, const char *v, char *errstr, size_t n)
             }
         }
         p += w;
-        while (*p == ',' || *p == ' ') p++;
+        while (*p == ',' || *p == ' ')
+            p++;
     }
     return 0;
 }
@@ -172,7 +179,8 @@ static int v_nonempty(rmq_conf_t *c, const char *v, char *errstr, size_t n)
     return 0;
 }
 
-/* ---- the table -------------------------------------------------------------------------------- */
+/* ---- the table --------------------------------------------------------------------------------
+ */
 
 #define OFF(f) offsetof(rmq_conf_t, f)
 #define NOLIM 0, 0
@@ -185,8 +193,8 @@ static const rmq_conf_prop_t props[] = {
      NOLIM, "not blank, <= 255 chars of [%|a-zA-Z0-9_-], not DEFAULT_CONSUMER", NULL, NULL,
      RMQ_CONF_F_JAVA_CHECK,
      "Consumer group. Consumers of one group share the topic's queues (CLUSTERING)."},
-    {"message_model", "messageModel", RMQ_CONF_ENUM, OFF(message_model), "CLUSTERING", NOLIM,
-     NULL, e_model, NULL, RMQ_CONF_F_JAVA_CHECK,
+    {"message_model", "messageModel", RMQ_CONF_ENUM, OFF(message_model), "CLUSTERING", NOLIM, NULL,
+     e_model, NULL, RMQ_CONF_F_JAVA_CHECK,
      "CLUSTERING: the group shares the queues and offsets live on the broker. BROADCASTING: "
      "every consumer gets every message, offsets in a local file."},
     {"consume_from_where", "consumeFromWhere", RMQ_CONF_ENUM, OFF(consume_from_where),
@@ -202,14 +210,12 @@ static const rmq_conf_prop_t props[] = {
      OFF(allocate_message_queue_strategy), "AVG", NOLIM,
      "AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM, MACHINE_ROOM_NEARBY[-<inner>], "
      "LUA, or the Java class name",
-     e_alloc, NULL,
-     RMQ_CONF_F_JAVA_CHECK,
+     e_alloc, NULL, RMQ_CONF_F_JAVA_CHECK,
      "Queue allocation strategy (Java getName() or class name; MACHINE_ROOM_NEARBY-<inner> also "
      "sets the inner strategy; LUA = the script's allocate hook)."},
     {"allocate_nearby_inner_strategy", NULL, RMQ_CONF_ENUM, OFF(allocate_nearby_inner_strategy),
      "AVG", NOLIM, "AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, MACHINE_ROOM, or the Java class name",
-     e_alloc_inner, NULL, 0,
-     "Inner strategy of MACHINE_ROOM_NEARBY, applied per machine room."},
+     e_alloc_inner, NULL, 0, "Inner strategy of MACHINE_ROOM_NEARBY, applied per machine room."},
     {"allocate_config_queues", NULL, RMQ_CONF_STRING, OFF(allocate_config_queues), NULL, NOLIM,
      "topic:brokerName:queueId,...", NULL, v_config_queues, 0,
      "CONFIG strategy: the fixed queue list (AllocateMessageQueueByConfig.messageQueueList)."},
@@ -224,27 +230,26 @@ static const rmq_conf_prop_t props[] = {
     {"consistent_hash_virtual_nodes", NULL, RMQ_CONF_INT, OFF(consistent_hash_virtual_nodes), "10",
      0, 100000, NULL, NULL, NULL, 0,
      "CONSISTENT_HASH strategy: virtual nodes per consumer (virtualNodeCnt)."},
-    {"message_listener", "messageListener", RMQ_CONF_ENUM, OFF(message_listener), NULL, NOLIM,
-     NULL, e_listener, NULL, RMQ_CONF_F_JAVA_CHECK | F_DYNAMIC,
+    {"message_listener", "messageListener", RMQ_CONF_ENUM, OFF(message_listener), NULL, NOLIM, NULL,
+     e_listener, NULL, RMQ_CONF_F_JAVA_CHECK | F_DYNAMIC,
      "Set by the runtime from the script's hooks: CONCURRENTLY or ORDERLY consumption."},
-    {"consume_thread_min", "consumeThreadMin", RMQ_CONF_INT, OFF(consume_thread_min), "20", 1,
-     1000, NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
+    {"consume_thread_min", "consumeThreadMin", RMQ_CONF_INT, OFF(consume_thread_min), "20", 1, 1000,
+     NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
      "Consume threads (one LuaJIT state each); must be <= consume_thread_max."},
-    {"consume_thread_max", "consumeThreadMax", RMQ_CONF_INT, OFF(consume_thread_max), "20", 1,
-     1000, NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK, "Maximum consume threads."},
+    {"consume_thread_max", "consumeThreadMax", RMQ_CONF_INT, OFF(consume_thread_max), "20", 1, 1000,
+     NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK, "Maximum consume threads."},
     {"adjust_thread_pool_nums_threshold", "adjustThreadPoolNumsThreshold", RMQ_CONF_INT64,
      OFF(adjust_thread_pool_nums_threshold), "100000", I64, NULL, NULL, NULL, 0,
      "Java's (unused) thread-pool adjustment threshold, kept for parity."},
     {"consume_concurrently_max_span", "consumeConcurrentlyMaxSpan", RMQ_CONF_INT,
-     OFF(consume_concurrently_max_span), "2000", 1, 65535, NULL, NULL, NULL,
-     RMQ_CONF_F_JAVA_CHECK,
+     OFF(consume_concurrently_max_span), "2000", 1, 65535, NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
      "Concurrent consumption: stop pulling a queue while its cached offset span exceeds this."},
     {"pull_threshold_for_queue", "pullThresholdForQueue", RMQ_CONF_INT,
      OFF(pull_threshold_for_queue), "1000", 1, 65535, NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
      "Flow control: cached messages per queue."},
     {"pull_threshold_size_for_queue", "pullThresholdSizeForQueue", RMQ_CONF_INT,
-     OFF(pull_threshold_size_for_queue), "100", 1, 1024, NULL, NULL, NULL,
-     RMQ_CONF_F_JAVA_CHECK, "Flow control: cached message bodies per queue, MiB."},
+     OFF(pull_threshold_size_for_queue), "100", 1, 1024, NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
+     "Flow control: cached message bodies per queue, MiB."},
     {"pull_threshold_for_topic", "pullThresholdForTopic", RMQ_CONF_INT,
      OFF(pull_threshold_for_topic), "-1", -1, 6553500, "-1 (off) or 1..6553500", NULL, NULL,
      RMQ_CONF_F_JAVA_CHECK,
@@ -252,8 +257,8 @@ static const rmq_conf_prop_t props[] = {
     {"pull_threshold_size_for_topic", "pullThresholdSizeForTopic", RMQ_CONF_INT,
      OFF(pull_threshold_size_for_topic), "-1", -1, 102400, "-1 (off) or 1..102400", NULL, NULL,
      RMQ_CONF_F_JAVA_CHECK, "Flow control per topic in MiB, split over the owned queues."},
-    {"pull_interval", "pullInterval", RMQ_CONF_INT64, OFF(pull_interval), "0", 0, 65535, NULL,
-     NULL, NULL, RMQ_CONF_F_JAVA_CHECK, "Pause between pulls of one queue, ms."},
+    {"pull_interval", "pullInterval", RMQ_CONF_INT64, OFF(pull_interval), "0", 0, 65535, NULL, NULL,
+     NULL, RMQ_CONF_F_JAVA_CHECK, "Pause between pulls of one queue, ms."},
     {"consume_message_batch_max_size", "consumeMessageBatchMaxSize", RMQ_CONF_INT,
      OFF(consume_message_batch_max_size), "1", 1, 1024, NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
      "Messages per handler call."},
@@ -264,8 +269,8 @@ static const rmq_conf_prop_t props[] = {
      "Send the subscription expression with every pull."},
     {"unit_mode", "unitMode", RMQ_CONF_BOOL, OFF(unit_mode), "false", NOLIM, NULL, NULL, NULL, 0,
      "Unit mode (unitName-scoped topics)."},
-    {"max_reconsume_times", "maxReconsumeTimes", RMQ_CONF_INT, OFF(max_reconsume_times), "-1",
-     I32, NULL, NULL, NULL, 0,
+    {"max_reconsume_times", "maxReconsumeTimes", RMQ_CONF_INT, OFF(max_reconsume_times), "-1", I32,
+     NULL, NULL, NULL, 0,
      "Deliveries before a message goes to the DLQ; -1 = 16 (concurrently) or unlimited "
      "(orderly)."},
     {"suspend_current_queue_time_millis", "suspendCurrentQueueTimeMillis", RMQ_CONF_INT64,
@@ -274,12 +279,12 @@ static const rmq_conf_prop_t props[] = {
     {"consume_timeout", "consumeTimeout", RMQ_CONF_INT64, OFF(consume_timeout), "15", 1,
      INT64_MAX / 60000, ">= 1", NULL, NULL, 0,
      "Concurrently: a message cached longer than this (minutes) is sent back."},
-    {"await_termination_millis_when_shutdown", "awaitTerminationMillisWhenShutdown",
-     RMQ_CONF_INT64, OFF(await_termination_millis_when_shutdown), "0", 0, INT64_MAX, NULL, NULL,
-     NULL, 0, "Shutdown: wait this long for running handlers, ms (0 = do not wait)."},
+    {"await_termination_millis_when_shutdown", "awaitTerminationMillisWhenShutdown", RMQ_CONF_INT64,
+     OFF(await_termination_millis_when_shutdown), "0", 0, INT64_MAX, NULL, NULL, NULL, 0,
+     "Shutdown: wait this long for running handlers, ms (0 = do not wait)."},
     /* ClientConfig */
-    {"namesrv_addr", "namesrvAddr", RMQ_CONF_STRING, OFF(namesrv_addr), "env NAMESRV_ADDR",
-     NOLIM, "host:port;host:port", NULL, NULL, F_DYNAMIC, "Name server addresses."},
+    {"namesrv_addr", "namesrvAddr", RMQ_CONF_STRING, OFF(namesrv_addr), "env NAMESRV_ADDR", NOLIM,
+     "host:port;host:port", NULL, NULL, F_DYNAMIC, "Name server addresses."},
     {"instance_name", "instanceName", RMQ_CONF_STRING, OFF(instance_name), "DEFAULT", NOLIM, NULL,
      NULL, NULL, 0,
      "Instance name in the clientId; DEFAULT becomes <pid>#<nanotime> in CLUSTERING mode."},
@@ -342,7 +347,8 @@ const rmq_conf_prop_t *rmq__conf_prop_find(const char *name)
     return NULL;
 }
 
-/* ---- field access ------------------------------------------------------------------------------ */
+/* ---- field access ------------------------------------------------------------------------------
+ */
 
 #define FIELD(c, p, T) ((T *)((char *)(c) + (p)->offset))
 #define CFIELD(c, p, T) ((const T *)((const char *)(c) + (p)->offset))
@@ -380,11 +386,13 @@ static int parse_i64(const char *v, int64_t *out)
 {
     char *end;
     long long x;
-    while (isspace((unsigned char)*v)) v++;
+    while (isspace((unsigned char)*v))
+        v++;
     if (!*v) return -1;
     errno = 0;
     x = strtoll(v, &end, 10);
-    while (isspace((unsigned char)*end)) end++;
+    while (isspace((unsigned char)*end))
+        end++;
     if (errno || *end) return -1;
     *out = x;
     return 0;
@@ -412,8 +420,7 @@ static char *expand_path(const char *v)
     return rmq__xstrdup(v);
 }
 
-static int set_prop(rmq_conf_t *c, const rmq_conf_prop_t *p, const char *v, char *errstr,
-                    size_t n)
+static int set_prop(rmq_conf_t *c, const rmq_conf_prop_t *p, const char *v, char *errstr, size_t n)
 {
     char allowed[1024];
     switch (p->type) {
@@ -431,8 +438,7 @@ static int set_prop(rmq_conf_t *c, const rmq_conf_prop_t *p, const char *v, char
             rmq__seterr(errstr, n, "option %s: a number is required, not null", p->name);
             return RMQ_ERR_CONFIG;
         }
-        if (parse_i64(v, &x) ||
-            (p->type == RMQ_CONF_INT && (x < INT32_MIN || x > INT32_MAX))) {
+        if (parse_i64(v, &x) || (p->type == RMQ_CONF_INT && (x < INT32_MIN || x > INT32_MAX))) {
             rmq__seterr(errstr, n, "option %s: \"%s\" is not a %s integer", p->name, v,
                         p->type == RMQ_CONF_INT ? "32-bit" : "64-bit");
             return RMQ_ERR_CONFIG;
@@ -492,7 +498,8 @@ static int edit_distance(const char *a, const char *b)
     size_t la = strlen(a), lb = strlen(b), i, j;
     int row[64], prev, tmp;
     if (la >= 63 || lb >= 63) return 99;
-    for (j = 0; j <= lb; j++) row[j] = (int)j;
+    for (j = 0; j <= lb; j++)
+        row[j] = (int)j;
     for (i = 1; i <= la; i++) {
         prev = row[0];
         row[0] = (int)i;
@@ -529,11 +536,10 @@ int rmq__conf_set(rmq_conf_t *c, const char *name, const char *value, char *errs
     if (!p) {
         const char *s = name ? suggest(name) : NULL;
         if (s)
-            rmq__seterr(errstr, n, "unknown option \"%s\" (value \"%s\"); did you mean %s?",
-                        name, value ? value : "null", s);
+            rmq__seterr(errstr, n, "unknown option \"%s\" (value \"%s\"); did you mean %s?", name,
+                        value ? value : "null", s);
         else
-            rmq__seterr(errstr, n,
-                        "unknown option \"%s\" (value \"%s\"); see the option reference",
+            rmq__seterr(errstr, n, "unknown option \"%s\" (value \"%s\"); see the option reference",
                         name ? name : "null", value ? value : "null");
         return RMQ_ERR_CONFIG;
     }
@@ -550,9 +556,15 @@ static void get_prop(const rmq_conf_t *c, const rmq_conf_prop_t *p, char *out, s
         snprintf(out, n, "%s", s ? s : null_text);
         break;
     }
-    case RMQ_CONF_INT: snprintf(out, n, "%d", *CFIELD(c, p, int)); break;
-    case RMQ_CONF_INT64: snprintf(out, n, "%" PRId64, *CFIELD(c, p, int64_t)); break;
-    case RMQ_CONF_BOOL: snprintf(out, n, "%s", *CFIELD(c, p, int) ? "true" : "false"); break;
+    case RMQ_CONF_INT:
+        snprintf(out, n, "%d", *CFIELD(c, p, int));
+        break;
+    case RMQ_CONF_INT64:
+        snprintf(out, n, "%" PRId64, *CFIELD(c, p, int64_t));
+        break;
+    case RMQ_CONF_BOOL:
+        snprintf(out, n, "%s", *CFIELD(c, p, int) ? "true" : "false");
+        break;
     case RMQ_CONF_ENUM: {
         int v = *CFIELD(c, p, int);
         const char *s = v == RMQ_CONF_UNSET ? null_text : enum_name(p->enums, v);
@@ -660,7 +672,8 @@ void rmq__conf_destroy(rmq_conf_t *c)
     free(c);
 }
 
-/* ---- subscriptions ------------------------------------------------------------------------------ */
+/* ---- subscriptions ------------------------------------------------------------------------------
+ */
 
 /* Number of UTF-16 code units of a UTF-8 string (Java String.length()). */
 static size_t utf16_len(const char *s)
@@ -748,7 +761,8 @@ int rmq__conf_add_subscription(rmq_conf_t *c, const char *topic, const char *exp
     return rmq__conf_add_subscription_type(c, topic, expression, NULL, errstr, n);
 }
 
-/* ---- timestamps (lenient SimpleDateFormat "yyyyMMddHHmmss") --------------------------------------- */
+/* ---- timestamps (lenient SimpleDateFormat "yyyyMMddHHmmss")
+ * --------------------------------------- */
 
 /* DecimalFormat integer parse of s[*pos..end): optional '-', then ASCII digits. */
 static int dec_parse(const char *s, size_t end, size_t *pos, int64_t *val)
@@ -781,7 +795,8 @@ int rmq__conf_parse_timestamp(const char *ts, int64_t *ms_out)
     for (i = 0; i < 6; i++) {
         size_t start = pos, end;
         int obey = i < 5; /* every field but the last abuts a numeric field */
-        while (pos < len && (ts[pos] == ' ' || ts[pos] == '\t')) pos++;
+        while (pos < len && (ts[pos] == ' ' || ts[pos] == '\t'))
+            pos++;
         if (pos >= len) return -1;
         if (obey) {
             if (start + (size_t)width[i] > len) return -1;
@@ -805,10 +820,10 @@ int rmq__conf_parse_timestamp(const char *ts, int64_t *ms_out)
     return 0;
 }
 
-/* ---- checkConfig ---------------------------------------------------------------------------------- */
+/* ---- checkConfig
+ * ---------------------------------------------------------------------------------- */
 
-static int fail(char *errstr, size_t n, const char *java_msg, const rmq_conf_t *c,
-                const char *opt)
+static int fail(char *errstr, size_t n, const char *java_msg, const rmq_conf_t *c, const char *opt)
 {
     char val[300];
     const rmq_conf_prop_t *p = rmq__conf_prop_find(opt);
@@ -834,15 +849,17 @@ int rmq__conf_check(const rmq_conf_t *c, char *errstr, size_t n)
     size_t i;
 
     /* Validators.checkGroup */
-    if (is_blank(g)) return fail(errstr, n, "the specified group is blank" FAQ_DEFAULT, c,
-                                 "consumer_group");
+    if (is_blank(g))
+        return fail(errstr, n, "the specified group is blank" FAQ_DEFAULT, c, "consumer_group");
     if (utf16_len(g) > 255)
-        return fail(errstr, n, "the specified group is longer than group max length 255." FAQ_DEFAULT,
-                    c, "consumer_group");
+        return fail(errstr, n,
+                    "the specified group is longer than group max length 255." FAQ_DEFAULT, c,
+                    "consumer_group");
     if (name_illegal(g)) {
-        snprintf(msg, sizeof(msg),
-                 "the specified group[%s] contains illegal characters, allowing only %s" FAQ_DEFAULT,
-                 g, GROUP_PATTERN);
+        snprintf(
+            msg, sizeof(msg),
+            "the specified group[%s] contains illegal characters, allowing only %s" FAQ_DEFAULT, g,
+            GROUP_PATTERN);
         return fail(errstr, n, msg, c, "consumer_group");
     }
     if (!strcmp(g, "DEFAULT_CONSUMER"))
@@ -905,8 +922,7 @@ int rmq__conf_check(const rmq_conf_t *c, char *errstr, size_t n)
     if (check_range(c, "pull_interval", "pullInterval", c->pull_interval, 0, 65535, errstr, n) ||
         check_range(c, "consume_message_batch_max_size", "consumeMessageBatchMaxSize",
                     c->consume_message_batch_max_size, 1, 1024, errstr, n) ||
-        check_range(c, "pull_batch_size", "pullBatchSize", c->pull_batch_size, 1, 1024, errstr,
-                    n))
+        check_range(c, "pull_batch_size", "pullBatchSize", c->pull_batch_size, 1, 1024, errstr, n))
         return RMQ_ERR_CONFIG;
 
     /* Our limits for the options Java does not check. */
@@ -921,16 +937,18 @@ int rmq__conf_check(const rmq_conf_t *c, char *errstr, size_t n)
         else
             continue;
         if (v < p->min || v > p->max) {
-            rmq__seterr(errstr, n, "option %s=%" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]",
-                        p->name, v, p->min, p->max);
+            rmq__seterr(errstr, n,
+                        "option %s=%" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", p->name,
+                        v, p->min, p->max);
             return RMQ_ERR_CONFIG;
         }
     }
     if (c->allocate_message_queue_strategy == RMQ_ALLOC_MACHINE_ROOM_NEARBY &&
         (!enum_name(e_alloc_inner, c->allocate_nearby_inner_strategy) ||
          c->allocate_nearby_inner_strategy == RMQ_ALLOC_CONFIG)) {
-        rmq__seterr(errstr, n, "option allocate_nearby_inner_strategy must be AVG, AVG_BY_CIRCLE, "
-                               "CONSISTENT_HASH or MACHINE_ROOM for MACHINE_ROOM_NEARBY");
+        rmq__seterr(errstr, n,
+                    "option allocate_nearby_inner_strategy must be AVG, AVG_BY_CIRCLE, "
+                    "CONSISTENT_HASH or MACHINE_ROOM for MACHINE_ROOM_NEARBY");
         return RMQ_ERR_CONFIG;
     }
     if (c->language == RMQ_CONF_UNSET) {
@@ -940,16 +958,22 @@ int rmq__conf_check(const rmq_conf_t *c, char *errstr, size_t n)
     return RMQ_OK;
 }
 
-/* ---- option reference ------------------------------------------------------------------------- */
+/* ---- option reference -------------------------------------------------------------------------
+ */
 
 static const char *type_name(rmq_conf_type_t t)
 {
     switch (t) {
-    case RMQ_CONF_STRING: return "string";
-    case RMQ_CONF_INT: return "int";
-    case RMQ_CONF_INT64: return "int64";
-    case RMQ_CONF_BOOL: return "bool";
-    case RMQ_CONF_ENUM: return "enum";
+    case RMQ_CONF_STRING:
+        return "string";
+    case RMQ_CONF_INT:
+        return "int";
+    case RMQ_CONF_INT64:
+        return "int64";
+    case RMQ_CONF_BOOL:
+        return "bool";
+    case RMQ_CONF_ENUM:
+        return "enum";
     }
     return "?";
 }
@@ -1003,8 +1027,8 @@ int rmq__conf_describe_markdown(rmq_buf_t *b)
         else if (p->defval)
             rc |= rmq__buf_appendf(b, "`%s`", p->defval);
         else
-            rc |= rmq__buf_appendf(b, "%s", p->type == RMQ_CONF_ENUM ? "null (set by the runtime)"
-                                                                      : "unset");
+            rc |= rmq__buf_appendf(
+                b, "%s", p->type == RMQ_CONF_ENUM ? "null (set by the runtime)" : "unset");
         rc |= rmq__buf_append(b, " | ", 3);
         rc |= md_cell(b, range);
         rc |= rmq__buf_append(b, " | ", 3);
@@ -1015,11 +1039,21 @@ int rmq__conf_describe_markdown(rmq_buf_t *b)
     return rc ? RMQ_ERR_NOMEM : RMQ_OK;
 }
 
-/* ---- exports ---------------------------------------------------------------------------------- */
+/* ---- exports ----------------------------------------------------------------------------------
+ */
 
-rmq_conf_t *rmq_conf_new(void) { return rmq__conf_new(); }
-void rmq_conf_destroy(rmq_conf_t *c) { rmq__conf_destroy(c); }
-rmq_conf_t *rmq_conf_dup(const rmq_conf_t *c) { return rmq__conf_dup(c); }
+rmq_conf_t *rmq_conf_new(void)
+{
+    return rmq__conf_new();
+}
+void rmq_conf_destroy(rmq_conf_t *c)
+{
+    rmq__conf_destroy(c);
+}
+rmq_conf_t *rmq_conf_dup(const rmq_conf_t *c)
+{
+    return rmq__conf_dup(c);
+}
 
 int rmq_conf_set(rmq_conf_t *c, const char *name, const char *value, char *errstr, size_t n)
 {

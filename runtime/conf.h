@@ -37,12 +37,12 @@ enum { RMQ_MODEL_CLUSTERING = 0, RMQ_MODEL_BROADCASTING = 1 };
  * rmq__conf_cfw_effective() when deciding where a new queue starts.
  */
 enum {
-    RMQ_CFW_LAST_OFFSET = 0,                           /* CONSUME_FROM_LAST_OFFSET (default) */
-    RMQ_CFW_FIRST_OFFSET = 1,                          /* CONSUME_FROM_FIRST_OFFSET */
-    RMQ_CFW_TIMESTAMP = 2,                             /* CONSUME_FROM_TIMESTAMP */
+    RMQ_CFW_LAST_OFFSET = 0,                              /* CONSUME_FROM_LAST_OFFSET (default) */
+    RMQ_CFW_FIRST_OFFSET = 1,                             /* CONSUME_FROM_FIRST_OFFSET */
+    RMQ_CFW_TIMESTAMP = 2,                                /* CONSUME_FROM_TIMESTAMP */
     RMQ_CFW_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST = 3, /* deprecated = LAST_OFFSET */
-    RMQ_CFW_MIN_OFFSET = 4,                            /* deprecated = LAST_OFFSET */
-    RMQ_CFW_MAX_OFFSET = 5                             /* deprecated = LAST_OFFSET */
+    RMQ_CFW_MIN_OFFSET = 4,                               /* deprecated = LAST_OFFSET */
+    RMQ_CFW_MAX_OFFSET = 5                                /* deprecated = LAST_OFFSET */
 };
 static inline int rmq__conf_cfw_effective(int cfw)
 {
@@ -57,13 +57,13 @@ static inline int rmq__conf_cfw_effective(int cfw)
  * the script's allocate hook decides; rmq__allocate does not run it (see allocate.h).
  */
 enum {
-    RMQ_ALLOC_AVG = 0,             /* AllocateMessageQueueAveragely (default) */
-    RMQ_ALLOC_AVG_BY_CIRCLE = 1,   /* AllocateMessageQueueAveragelyByCircle */
-    RMQ_ALLOC_CONSISTENT_HASH = 2, /* AllocateMessageQueueConsistentHash */
-    RMQ_ALLOC_CONFIG = 3,          /* AllocateMessageQueueByConfig */
-    RMQ_ALLOC_MACHINE_ROOM = 4,    /* AllocateMessageQueueByMachineRoom */
+    RMQ_ALLOC_AVG = 0,                 /* AllocateMessageQueueAveragely (default) */
+    RMQ_ALLOC_AVG_BY_CIRCLE = 1,       /* AllocateMessageQueueAveragelyByCircle */
+    RMQ_ALLOC_CONSISTENT_HASH = 2,     /* AllocateMessageQueueConsistentHash */
+    RMQ_ALLOC_CONFIG = 3,              /* AllocateMessageQueueByConfig */
+    RMQ_ALLOC_MACHINE_ROOM = 4,        /* AllocateMessageQueueByMachineRoom */
     RMQ_ALLOC_MACHINE_ROOM_NEARBY = 5, /* AllocateMachineRoomNearby */
-    RMQ_ALLOC_LUA = 6              /* the script's allocate hook */
+    RMQ_ALLOC_LUA = 6                  /* the script's allocate hook */
 };
 
 /*
@@ -90,55 +90,55 @@ typedef struct rmq_conf_sub {
  */
 typedef struct rmq_conf {
     /* DefaultMQPushConsumer */
-    char *consumer_group;                 /* default "DEFAULT_CONSUMER" (rejected by check) */
-    int message_model;                    /* RMQ_MODEL_* */
-    int consume_from_where;               /* RMQ_CFW_* */
-    char *consume_timestamp;              /* yyyyMMddHHmmss local time; default now - 30 min */
-    int allocate_message_queue_strategy;  /* RMQ_ALLOC_* */
-    int allocate_nearby_inner_strategy;   /* RMQ_ALLOC_*, for MACHINE_ROOM_NEARBY; default AVG */
-    char *allocate_config_queues;         /* CONFIG: "topic:brokerName:queueId,..." */
-    char *allocate_machine_room_idcs;     /* MACHINE_ROOM: "idc1,idc2" (consumeridcs) */
-    char *machine_room_separator;         /* MACHINE_ROOM_NEARBY resolver separator, "-" */
-    int consistent_hash_virtual_nodes;    /* CONSISTENT_HASH virtualNodeCnt, 10 */
-    int message_listener;                 /* RMQ_LISTENER_*, set by the runtime from the script */
-    int consume_thread_min;               /* 20 */
-    int consume_thread_max;               /* 20 */
-    int64_t adjust_thread_pool_nums_threshold; /* 100000 */
-    int consume_concurrently_max_span;    /* 2000 */
-    int pull_threshold_for_queue;         /* 1000 messages */
-    int pull_threshold_size_for_queue;    /* 100 MiB */
-    int pull_threshold_for_topic;         /* -1 (off) */
-    int pull_threshold_size_for_topic;    /* -1 (off), MiB */
-    int64_t pull_interval;                /* 0 ms */
-    int consume_message_batch_max_size;   /* 1 */
-    int pull_batch_size;                  /* 32 */
-    int post_subscription_when_pull;      /* false */
-    int unit_mode;                        /* false */
-    int max_reconsume_times;              /* -1 (16 concurrently, INT_MAX orderly) */
-    int64_t suspend_current_queue_time_millis; /* 1000 */
-    int64_t consume_timeout;              /* 15 minutes */
+    char *consumer_group;                /* default "DEFAULT_CONSUMER" (rejected by check) */
+    int message_model;                   /* RMQ_MODEL_* */
+    int consume_from_where;              /* RMQ_CFW_* */
+    char *consume_timestamp;             /* yyyyMMddHHmmss local time; default now - 30 min */
+    int allocate_message_queue_strategy; /* RMQ_ALLOC_* */
+    int allocate_nearby_inner_strategy;  /* RMQ_ALLOC_*, for MACHINE_ROOM_NEARBY; default AVG */
+    char *allocate_config_queues;        /* CONFIG: "topic:brokerName:queueId,..." */
+    char *allocate_machine_room_idcs;    /* MACHINE_ROOM: "idc1,idc2" (consumeridcs) */
+    char *machine_room_separator;        /* MACHINE_ROOM_NEARBY resolver separator, "-" */
+    int consistent_hash_virtual_nodes;   /* CONSISTENT_HASH virtualNodeCnt, 10 */
+    int message_listener;                /* RMQ_LISTENER_*, set by the runtime from the script */
+    int consume_thread_min;              /* 20 */
+    int consume_thread_max;              /* 20 */
+    int64_t adjust_thread_pool_nums_threshold;      /* 100000 */
+    int consume_concurrently_max_span;              /* 2000 */
+    int pull_threshold_for_queue;                   /* 1000 messages */
+    int pull_threshold_size_for_queue;              /* 100 MiB */
+    int pull_threshold_for_topic;                   /* -1 (off) */
+    int pull_threshold_size_for_topic;              /* -1 (off), MiB */
+    int64_t pull_interval;                          /* 0 ms */
+    int consume_message_batch_max_size;             /* 1 */
+    int pull_batch_size;                            /* 32 */
+    int post_subscription_when_pull;                /* false */
+    int unit_mode;                                  /* false */
+    int max_reconsume_times;                        /* -1 (16 concurrently, INT_MAX orderly) */
+    int64_t suspend_current_queue_time_millis;      /* 1000 */
+    int64_t consume_timeout;                        /* 15 minutes */
     int64_t await_termination_millis_when_shutdown; /* 0 */
     /* ClientConfig */
-    char *namesrv_addr;                   /* default: env NAMESRV_ADDR, else NULL */
-    char *instance_name;                  /* "DEFAULT" */
-    char *unit_name;                      /* NULL */
-    char *client_ip;                      /* NULL = detect (RemotingUtil.getLocalAddress) */
-    char *namespace;                      /* NULL */
-    int poll_name_server_interval;        /* 30000 ms */
-    int heartbeat_broker_interval;        /* 30000 ms */
-    int persist_consumer_offset_interval; /* 5000 ms */
+    char *namesrv_addr;                           /* default: env NAMESRV_ADDR, else NULL */
+    char *instance_name;                          /* "DEFAULT" */
+    char *unit_name;                              /* NULL */
+    char *client_ip;                              /* NULL = detect (RemotingUtil.getLocalAddress) */
+    char *namespace;                              /* NULL */
+    int poll_name_server_interval;                /* 30000 ms */
+    int heartbeat_broker_interval;                /* 30000 ms */
+    int persist_consumer_offset_interval;         /* 5000 ms */
     int64_t pull_time_delay_mills_when_exception; /* 1000 ms */
-    int mq_client_api_timeout;            /* 3000 ms */
-    int vip_channel_enabled;              /* false */
-    int language;                         /* RMQ_LANG_* (codes.h), JAVA */
-    char *access_key;                     /* ACL (AclClientRPCHook); NULL = no signing */
+    int mq_client_api_timeout;                    /* 3000 ms */
+    int vip_channel_enabled;                      /* false */
+    int language;                                 /* RMQ_LANG_* (codes.h), JAVA */
+    char *access_key;                             /* ACL (AclClientRPCHook); NULL = no signing */
     char *secret_key;
     char *security_token;
-    int enable_stream_request_type;       /* false; clientId gets "@STREAM" */
+    int enable_stream_request_type; /* false; clientId gets "@STREAM" */
     /* runtime */
-    char *local_offset_store_dir;         /* "$HOME/.rocketmq_offsets" */
-    int frame_max_length;                 /* 16777216 */
-    char *log_debug;                      /* "remoting,rebalance,pull,lua" or "all"; NULL */
+    char *local_offset_store_dir; /* "$HOME/.rocketmq_offsets" */
+    int frame_max_length;         /* 16777216 */
+    char *log_debug;              /* "remoting,rebalance,pull,lua" or "all"; NULL */
 
     /* subscriptions, in subscribe order */
     rmq_conf_sub_t *subs;
@@ -173,10 +173,10 @@ typedef struct rmq_conf_prop {
     const char *name;      /* snake_case option name */
     const char *java_name; /* Java field name ("consumeThreadMin"), or NULL for ours */
     rmq_conf_type_t type;
-    size_t offset;         /* offsetof(rmq_conf_t, field) */
-    const char *defval;    /* default as text (NULL = null); dynamic defaults are described */
-    int64_t min, max;      /* INT/INT64 range enforced by rmq__conf_check */
-    const char *range;     /* range as shown in the docs when not just "min..max", or NULL */
+    size_t offset;      /* offsetof(rmq_conf_t, field) */
+    const char *defval; /* default as text (NULL = null); dynamic defaults are described */
+    int64_t min, max;   /* INT/INT64 range enforced by rmq__conf_check */
+    const char *range;  /* range as shown in the docs when not just "min..max", or NULL */
     const rmq_conf_enum_val_t *enums; /* ENUM: names (first spelling of a value is canonical) */
     /* STRING: extra validation at set time (returns 0, or -1 with errstr); may be NULL. */
     int (*validate)(rmq_conf_t *conf, const char *value, char *errstr, size_t errstr_size);
@@ -251,11 +251,10 @@ RMQ_EXPORT void rmq_conf_destroy(rmq_conf_t *conf);
 RMQ_EXPORT rmq_conf_t *rmq_conf_dup(const rmq_conf_t *conf);
 RMQ_EXPORT int rmq_conf_set(rmq_conf_t *conf, const char *name, const char *value, char *errstr,
                             size_t errstr_size);
-RMQ_EXPORT int rmq_conf_get(const rmq_conf_t *conf, const char *name, char *out,
-                            size_t out_size);
+RMQ_EXPORT int rmq_conf_get(const rmq_conf_t *conf, const char *name, char *out, size_t out_size);
 RMQ_EXPORT int rmq_conf_add_subscription(rmq_conf_t *conf, const char *topic,
-                                         const char *expression, const char *type,
-                                         char *errstr, size_t errstr_size);
+                                         const char *expression, const char *type, char *errstr,
+                                         size_t errstr_size);
 RMQ_EXPORT int rmq_conf_check(const rmq_conf_t *conf, char *errstr, size_t errstr_size);
 /* Writes the Markdown reference into out (truncated, NUL-terminated); returns its full length. */
 RMQ_EXPORT size_t rmq_conf_describe_markdown(char *out, size_t out_size);

@@ -15,8 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int rmq__offset_file_path(const char *dir, const char *client_id, const char *group,
-                          rmq_buf_t *out)
+int rmq__offset_file_path(const char *dir, const char *client_id, const char *group, rmq_buf_t *out)
 {
     return rmq__buf_appendf(out, "%s/%s/%s/offsets.json", dir, client_id, group);
 }
@@ -36,7 +35,8 @@ int rmq__offset_file_encode(const rmq_offset_entry_t *e, int n, rmq_buf_t *b)
     uint32_t cap = 16, *bucket;
     int *ord, i, j, rc = 0;
     /* ConcurrentHashMap: resized when the count reaches 0.75 * table size. */
-    while ((uint64_t)n * 4 >= (uint64_t)cap * 3) cap <<= 1;
+    while ((uint64_t)n * 4 >= (uint64_t)cap * 3)
+        cap <<= 1;
     ord = rmq__xmalloc(sizeof(int) * (size_t)(n ? n : 1));
     bucket = rmq__xmalloc(sizeof(uint32_t) * (size_t)(n ? n : 1));
     for (i = 0; i < n; i++) {
@@ -46,7 +46,8 @@ int rmq__offset_file_encode(const rmq_offset_entry_t *e, int n, rmq_buf_t *b)
     }
     for (i = 1; i < n; i++) { /* stable: insertion order within a bucket */
         int v = ord[i];
-        for (j = i; j > 0 && bucket[ord[j - 1]] > bucket[v]; j--) ord[j] = ord[j - 1];
+        for (j = i; j > 0 && bucket[ord[j - 1]] > bucket[v]; j--)
+            ord[j] = ord[j - 1];
         ord[j] = v;
     }
     rc |= rmq__buf_append(b, "{\n\t\"offsetTable\":{", strlen("{\n\t\"offsetTable\":{"));
@@ -219,8 +220,8 @@ int rmq__offset_file_write(const char *path, const char *data, size_t len, char 
                     strerror(errno));
         rc = RMQ_ERR_IO;
     } else if (rename(tmp.data, path)) {
-        rmq__seterr(errstr, errstr_size, "offsets file: cannot rename %s to %s: %s", tmp.data,
-                    path, strerror(errno));
+        rmq__seterr(errstr, errstr_size, "offsets file: cannot rename %s to %s: %s", tmp.data, path,
+                    strerror(errno));
         rc = RMQ_ERR_IO;
     }
     rmq__buf_free(&tmp);
@@ -296,4 +297,7 @@ int rmq_offset_file_decode(const char *data, size_t len, rmq_offset_entry_t **ou
     return rmq__offset_file_decode(data, len, out, n, errstr, errstr_size);
 }
 
-void rmq_offset_file_free(rmq_offset_entry_t *e, int n) { rmq__offset_file_free(e, n); }
+void rmq_offset_file_free(rmq_offset_entry_t *e, int n)
+{
+    rmq__offset_file_free(e, n);
+}

@@ -61,8 +61,8 @@ int rmq__offset_file_load(const char *path, rmq_offset_entry_t **out, int *n, ch
 /* Thin exports for FFI specs. */
 RMQ_EXPORT size_t rmq_offset_file_encode(const rmq_offset_entry_t *e, int n, char *out,
                                          size_t out_size);
-RMQ_EXPORT int rmq_offset_file_write(const char *path, const char *data, size_t len,
-                                     char *errstr, size_t errstr_size);
+RMQ_EXPORT int rmq_offset_file_write(const char *path, const char *data, size_t len, char *errstr,
+                                     size_t errstr_size);
 RMQ_EXPORT int rmq_offset_file_load(const char *path, rmq_offset_entry_t **out, int *n,
                                     char *errstr, size_t errstr_size);
 RMQ_EXPORT int rmq_offset_file_decode(const char *data, size_t len, rmq_offset_entry_t **out,

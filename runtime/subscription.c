@@ -17,7 +17,8 @@ static void java_trim(const char **s, size_t *n)
         (*s)++;
         (*n)--;
     }
-    while (*n && (unsigned char)(*s)[*n - 1] <= ' ') (*n)--;
+    while (*n && (unsigned char)(*s)[*n - 1] <= ' ')
+        (*n)--;
 }
 
 /* HashMap.hash(): h ^ (h >>> 16). */
@@ -31,17 +32,20 @@ static uint32_t spread(int32_t h)
 static uint32_t hashset_capacity(int n)
 {
     uint32_t cap = 16;
-    while ((uint64_t)n * 4 > (uint64_t)cap * 3) cap <<= 1;
+    while ((uint64_t)n * 4 > (uint64_t)cap * 3)
+        cap <<= 1;
     return cap;
 }
 
-/* Stable reorder of idx[0..n) by bucket index (insertion sort keeps insertion order in a bucket). */
+/* Stable reorder of idx[0..n) by bucket index (insertion sort keeps insertion order in a bucket).
+ */
 static void bucket_order(int *idx, const uint32_t *bucket, int n)
 {
     int i, j;
     for (i = 1; i < n; i++) {
         int v = idx[i];
-        for (j = i; j > 0 && bucket[idx[j - 1]] > bucket[v]; j--) idx[j] = idx[j - 1];
+        for (j = i; j > 0 && bucket[idx[j - 1]] > bucket[v]; j--)
+            idx[j] = idx[j - 1];
         idx[j] = v;
     }
 }
@@ -84,7 +88,8 @@ static void to_hashset_order(rmq_sub_t *sub)
     bucket_order(idx, bucket, sub->n_tags);
     {
         char **t = rmq__xmalloc(sizeof(char *) * (size_t)sub->n_tags);
-        for (i = 0; i < sub->n_tags; i++) t[i] = sub->tags[idx[i]];
+        for (i = 0; i < sub->n_tags; i++)
+            t[i] = sub->tags[idx[i]];
         memcpy(sub->tags, t, sizeof(char *) * (size_t)sub->n_tags);
         free(t);
     }
@@ -97,7 +102,8 @@ static void to_hashset_order(rmq_sub_t *sub)
     bucket_order(idx, bucket, sub->n_codes);
     {
         int32_t *c = rmq__xmalloc(sizeof(int32_t) * (size_t)(sub->n_codes ? sub->n_codes : 1));
-        for (i = 0; i < sub->n_codes; i++) c[i] = sub->codes[idx[i]];
+        for (i = 0; i < sub->n_codes; i++)
+            c[i] = sub->codes[idx[i]];
         memcpy(sub->codes, c, sizeof(int32_t) * (size_t)sub->n_codes);
         free(c);
     }
@@ -168,7 +174,8 @@ void rmq__sub_destroy(rmq_sub_t *sub)
 {
     int i;
     if (!sub) return;
-    for (i = 0; i < sub->n_tags; i++) free(sub->tags[i]);
+    for (i = 0; i < sub->n_tags; i++)
+        free(sub->tags[i]);
     free(sub->tags);
     free(sub->codes);
     free(sub->topic);
@@ -186,7 +193,8 @@ rmq_sub_t *rmq__sub_dup(const rmq_sub_t *s)
     d->sub_string = rmq__xstrdup(s->sub_string);
     d->expression_type = rmq__xstrdup(s->expression_type);
     d->tags = rmq__xmalloc(sizeof(char *) * (size_t)(s->n_tags ? s->n_tags : 1));
-    for (i = 0; i < s->n_tags; i++) d->tags[i] = rmq__xstrdup(s->tags[i]);
+    for (i = 0; i < s->n_tags; i++)
+        d->tags[i] = rmq__xstrdup(s->tags[i]);
     d->codes = rmq__xmalloc(sizeof(int32_t) * (size_t)(s->n_codes ? s->n_codes : 1));
     if (s->n_codes) memcpy(d->codes, s->codes, sizeof(int32_t) * (size_t)s->n_codes);
     return d;
@@ -241,15 +249,18 @@ int rmq__sub_match_code(const rmq_sub_t *sub, int has_code, int64_t tags_code)
 
 /* ---- exports ---------------------------------------------------------------------------- */
 
-rmq_sub_t *rmq_sub_build(const char *topic, const char *sub_string, const char *type,
-                         char *errstr, size_t errstr_size)
+rmq_sub_t *rmq_sub_build(const char *topic, const char *sub_string, const char *type, char *errstr,
+                         size_t errstr_size)
 {
     rmq_sub_t *s = NULL;
     rmq__sub_build(topic, sub_string, type, &s, errstr, errstr_size);
     return s;
 }
 
-void rmq_sub_destroy(rmq_sub_t *sub) { rmq__sub_destroy(sub); }
+void rmq_sub_destroy(rmq_sub_t *sub)
+{
+    rmq__sub_destroy(sub);
+}
 
 size_t rmq_sub_to_json(const rmq_sub_t *sub, char *out, size_t out_size)
 {

@@ -28,7 +28,7 @@ typedef struct rmq_sub {
     int64_t sub_version;   /* System.currentTimeMillis() at build */
     char **tags;           /* tagsSet, HashSet order */
     int n_tags;
-    int32_t *codes;        /* codeSet (J-hash of each tag, deduplicated), HashSet order */
+    int32_t *codes; /* codeSet (J-hash of each tag, deduplicated), HashSet order */
     int n_codes;
 } rmq_sub_t;
 

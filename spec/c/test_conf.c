@@ -29,11 +29,9 @@ static void test_conf_lifecycle(void)
     CHECK(rmq__conf_set(c, "consumer_group", "G", err, sizeof(err)) == RMQ_OK);
     CHECK(rmq__conf_set(c, "consumer_group", "G2", err, sizeof(err)) == RMQ_OK);
     CHECK(rmq__conf_set(c, "message_listener", "ORDERLY", err, sizeof(err)) == RMQ_OK);
-    CHECK(rmq__conf_set(c, "allocate_config_queues", "T:b:1, T:b@x:2", err, sizeof(err)) ==
-          RMQ_OK);
+    CHECK(rmq__conf_set(c, "allocate_config_queues", "T:b:1, T:b@x:2", err, sizeof(err)) == RMQ_OK);
     CHECK(c->n_alloc_config_mqs == 2 && !strcmp(c->alloc_config_mqs[1].broker_name, "b@x"));
-    CHECK(rmq__conf_set(c, "allocate_config_queues", "T:b:x", err, sizeof(err)) ==
-          RMQ_ERR_CONFIG);
+    CHECK(rmq__conf_set(c, "allocate_config_queues", "T:b:x", err, sizeof(err)) == RMQ_ERR_CONFIG);
     CHECK(c->n_alloc_config_mqs == 2); /* a rejected value changes nothing */
     CHECK(rmq__conf_set(c, "secret_key", "s3cret", err, sizeof(err)) == RMQ_OK);
     CHECK(rmq__conf_set(c, "namespace", NULL, err, sizeof(err)) == RMQ_OK);
@@ -117,15 +115,17 @@ static void test_allocation_partitions(void)
             }
             for (int i = 0; i < n_mq; i++)
                 if (owner[i] != 1) {
-                    fprintf(stderr, "%s: round %d queue %d owned %d times\n", strategies[s],
-                            round, i, owner[i]);
+                    fprintf(stderr, "%s: round %d queue %d owned %d times\n", strategies[s], round,
+                            i, owner[i]);
                     failures++;
                     break;
                 }
             rmq__conf_destroy(c);
         }
-        for (int i = 0; i < n_mq; i++) free(mqs[i].topic), free(mqs[i].broker_name);
-        for (int i = 0; i < n_cid; i++) free(cid_store[i]);
+        for (int i = 0; i < n_mq; i++)
+            free(mqs[i].topic), free(mqs[i].broker_name);
+        for (int i = 0; i < n_cid; i++)
+            free(cid_store[i]);
         free(mqs);
         free(cid_store);
         free(cids);
