@@ -108,6 +108,11 @@ struct rmq_conn {
     size_t npending;
     peer_t *peer; /* client side: its address entry (NULL once detached) */
     uv_connect_t connect_req;
+    uv_getaddrinfo_t gai;
+    int resolving; /* gai in flight (counted in t->handles) */
+    int host_name; /* host is a name: resolved (asynchronously) before each connect */
+    int port;
+    char host[256];
     struct sockaddr_storage sa;
     int64_t deadline; /* WAITING: connect start; CONNECTING: connect timeout */
     int64_t last_io;
@@ -366,6 +371,7 @@ static void rearm(rmq_remoting_t *t)
 }
 
 static void start_connect(rmq_conn_t *c);
+static void handle_closed(rmq_remoting_t *t);
 
 /* One connection due for an action at now, or NULL. */
 static rmq_conn_t *conn_due(rmq_remoting_t *t, int64_t now)
@@ -567,6 +573,7 @@ static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
             free(p);
         }
     }
+    if (c->resolving) uv_cancel((uv_req_t *)&c->gai); /* on_resolved still runs */
     if (c->handle_inited) {
         if (was == RMQ_CONN_OPEN) uv_read_stop((uv_stream_t *)&c->tcp);
         uv_close((uv_handle_t *)&c->tcp, on_handle_close);
@@ -800,31 +807,19 @@ int rmq__addr_split(const char *addr, char *host, size_t host_size, int *port)
     return 0;
 }
 
-static int resolve(const char *addr, struct sockaddr_storage *sa, char *err, size_t errsz)
+/*
+ * Split addr; a numeric host fills sa, a host name is left for conn_start to resolve.
+ * Returns 0 or RMQ_ERR_INVALID with the reason in err.
+ */
+static int parse_addr(rmq_conn_t *c, const char *addr, char *err, size_t errsz)
 {
-    char host[256];
-    int port;
-    if (rmq__addr_split(addr, host, sizeof host, &port)) {
+    if (rmq__addr_split(addr, c->host, sizeof c->host, &c->port)) {
         rmq__seterr(err, errsz, "bad address \"%s\" (want host:port or [v6]:port)", addr);
         return RMQ_ERR_INVALID;
     }
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)sa) == 0) return 0;
-    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)sa) == 0) return 0;
-    /* A host name: resolved synchronously (name-server lists only, once per connection). */
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
-    if (rc || !res) {
-        rmq__seterr(err, errsz, "cannot resolve \"%s\": %s", host, gai_strerror(rc));
-        return RMQ_ERR_INVALID;
-    }
-    memcpy(sa, res->ai_addr, res->ai_addrlen);
-    if (sa->ss_family == AF_INET)
-        ((struct sockaddr_in *)sa)->sin_port = htons((uint16_t)port);
-    else
-        ((struct sockaddr_in6 *)sa)->sin6_port = htons((uint16_t)port);
-    freeaddrinfo(res);
+    if (uv_ip4_addr(c->host, c->port, (struct sockaddr_in *)&c->sa) == 0) return 0;
+    if (uv_ip6_addr(c->host, c->port, (struct sockaddr_in6 *)&c->sa) == 0) return 0;
+    c->host_name = 1;
     return 0;
 }
 
@@ -851,36 +846,108 @@ static void on_connect(uv_connect_t *req, int status)
     rmq__conn_release(c);
 }
 
-/* WAITING -> CONNECTING. A synchronous failure closes the connection (from the timer only). */
-static void start_connect(rmq_conn_t *c)
+/* Start the TCP connect to c->sa (on_connect holds a reference). Returns 0 or a libuv error. */
+static int tcp_connect(rmq_conn_t *c)
 {
-    rmq_remoting_t *t = c->t;
-    set_state(c, RMQ_CONN_CONNECTING);
-    c->deadline = now_ms(t) + t->opts.connect_timeout_ms;
     c->connect_req.data = c;
     int rc = uv_tcp_connect(&c->connect_req, &c->tcp, (struct sockaddr *)&c->sa, on_connect);
-    if (rc < 0) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "connect to %s failed: %s", c->addr, uv_strerror(rc));
-        rmq_log_warn(SUB(t), "%s", msg);
-        c->connect_failed = 1;
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
-        return;
-    }
-    rmq__conn_keep(c); /* for on_connect */
-    arm_timer(t, c->deadline);
+    if (rc == 0) rmq__conn_keep(c);
+    return rc;
 }
 
-static peer_t *peer_get(rmq_remoting_t *t, const char *addr)
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    rmq_conn_t *c = req->data;
+    rmq_remoting_t *t = c->t; /* alive: the lookup counts as one of its handles */
+    char msg[400];
+    c->resolving = 0;
+    if (c->state == RMQ_CONN_CONNECTING) {
+        const struct addrinfo *ai = res;
+        for (const struct addrinfo *a = res; a; a = a->ai_next) {
+            if (a->ai_family == AF_INET) { /* Java prefers IPv4 addresses */
+                ai = a;
+                break;
+            }
+        }
+        int rc = status;
+        if (rc == 0 && (!ai || ai->ai_addrlen > sizeof c->sa)) rc = UV_EAI_NONAME;
+        if (rc == 0) {
+            memcpy(&c->sa, ai->ai_addr, ai->ai_addrlen);
+            if (c->sa.ss_family == AF_INET6)
+                ((struct sockaddr_in6 *)&c->sa)->sin6_port = htons((uint16_t)c->port);
+            else
+                ((struct sockaddr_in *)&c->sa)->sin_port = htons((uint16_t)c->port);
+            rc = tcp_connect(c);
+            if (rc < 0)
+                snprintf(msg, sizeof msg, "connect to %s failed: %s", c->addr, uv_strerror(rc));
+        } else {
+            snprintf(msg, sizeof msg, "cannot resolve \"%s\" for %s: %s", c->host, c->addr,
+                     uv_strerror(rc));
+        }
+        if (rc < 0) {
+            rmq_log_warn(SUB(t), "%s", msg);
+            c->connect_failed = 1;
+            conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
+        }
+    }
+    if (res) uv_freeaddrinfo(res);
+    rmq__conn_release(c);
+    handle_closed(t);
+}
+
+/*
+ * WAITING -> CONNECTING: resolve the host name if there is one, then connect; the connect
+ * timeout covers both. Returns 0, or RMQ_ERR_TRANSPORT with the reason in err (the caller
+ * closes the connection, or defers that when it runs inside a user's call).
+ */
+static int conn_start(rmq_conn_t *c, char *err, size_t errsz)
+{
+    rmq_remoting_t *t = c->t;
+    int rc;
+    set_state(c, RMQ_CONN_CONNECTING);
+    c->deadline = now_ms(t) + t->opts.connect_timeout_ms;
+    if (c->host_name) {
+        struct addrinfo hints;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        c->gai.data = c;
+        rc = uv_getaddrinfo(t->loop, &c->gai, on_resolved, c->host, NULL, &hints);
+        if (rc == 0) {
+            rmq__conn_keep(c);
+            c->resolving = 1;
+            t->handles++;
+        } else {
+            rmq__seterr(err, errsz, "cannot resolve \"%s\" for %s: %s", c->host, c->addr,
+                        uv_strerror(rc));
+        }
+    } else {
+        rc = tcp_connect(c);
+        if (rc < 0) rmq__seterr(err, errsz, "connect to %s failed: %s", c->addr, uv_strerror(rc));
+    }
+    if (rc < 0) {
+        rmq_log_warn(SUB(t), "%s", err);
+        c->connect_failed = 1;
+        return RMQ_ERR_TRANSPORT;
+    }
+    arm_timer(t, c->deadline);
+    return 0;
+}
+
+/* From the timer: WAITING -> CONNECTING, or closed at once when that fails. */
+static void start_connect(rmq_conn_t *c)
+{
+    char msg[400];
+    if (conn_start(c, msg, sizeof msg)) conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
+}
+
+static peer_t *peer_find(rmq_remoting_t *t, const char *addr)
 {
     for (link_t *l = t->peers.next; l != &t->peers; l = l->next) {
         peer_t *p = CONTAINER_OF(l, peer_t, link);
         if (strcmp(p->addr, addr) == 0) return p;
     }
-    peer_t *p = rmq__xcalloc(1, sizeof(*p));
-    p->addr = rmq__xstrdup(addr);
-    list_push_back(&t->peers, &p->link);
-    return p;
+    return NULL;
 }
 
 /*
@@ -891,18 +958,18 @@ static peer_t *peer_get(rmq_remoting_t *t, const char *addr)
 static int conn_for_addr(rmq_remoting_t *t, const char *addr, rmq_conn_t **out, char *err,
                          size_t errsz)
 {
-    struct sockaddr_storage sa;
-    peer_t *p = peer_get(t, addr);
-    if (p->conn) {
+    peer_t *p = peer_find(t, addr);
+    if (p && p->conn) {
         *out = p->conn;
         return 0;
     }
-    memset(&sa, 0, sizeof sa);
-    int rc = resolve(addr, &sa, err, errsz);
-    if (rc) return rc;
     rmq_conn_t *c = conn_new(t, 0);
     snprintf(c->addr, sizeof c->addr, "%s", addr);
-    c->sa = sa;
+    int rc = parse_addr(c, addr, err, errsz);
+    if (rc) {
+        rmq__conn_release(c);
+        return rc;
+    }
     rc = uv_tcp_init(t->loop, &c->tcp);
     if (rc < 0) {
         rmq__seterr(err, errsz, "socket for %s: %s", addr, uv_strerror(rc));
@@ -912,6 +979,11 @@ static int conn_for_addr(rmq_remoting_t *t, const char *addr, rmq_conn_t **out, 
     c->tcp.data = c;
     c->handle_inited = 1;
     t->handles++;
+    if (!p) {
+        p = rmq__xcalloc(1, sizeof(*p));
+        p->addr = rmq__xstrdup(addr);
+        list_push_back(&t->peers, &p->link);
+    }
     c->peer = p;
     p->conn = c;
     list_push_back(&t->conns, &c->live);
@@ -922,22 +994,11 @@ static int conn_for_addr(rmq_remoting_t *t, const char *addr, rmq_conn_t **out, 
                 (long long)(p->retry_at - now));
         arm_timer(t, c->deadline);
     } else {
-        /* Synchronous connect errors are reported through the timer (callbacks never run
-         * from inside the caller's call). */
-        set_state(c, RMQ_CONN_CONNECTING);
-        c->deadline = now + t->opts.connect_timeout_ms;
-        c->connect_req.data = c;
-        rc = uv_tcp_connect(&c->connect_req, &c->tcp, (struct sockaddr *)&c->sa, on_connect);
-        if (rc < 0) {
-            snprintf(c->doom_why, sizeof c->doom_why, "connect to %s failed: %s", addr,
-                     uv_strerror(rc));
-            rmq_log_warn(SUB(t), "%s", c->doom_why);
-            c->connect_failed = 1;
+        /* Synchronous failures are reported through the timer (callbacks never run from
+         * inside the caller's call). */
+        if (conn_start(c, c->doom_why, sizeof c->doom_why)) {
             c->doomed = 1;
             arm_timer(t, 0);
-        } else {
-            rmq__conn_keep(c);
-            arm_timer(t, c->deadline);
         }
     }
     *out = c;
@@ -1158,11 +1219,8 @@ void rmq__remoting_foreach_conn(rmq_remoting_t *t, void (*fn)(rmq_conn_t *, void
 
 rmq_conn_t *rmq__remoting_find_conn(rmq_remoting_t *t, const char *addr)
 {
-    for (link_t *l = t->peers.next; l != &t->peers; l = l->next) {
-        peer_t *p = CONTAINER_OF(l, peer_t, link);
-        if (strcmp(p->addr, addr) == 0) return p->conn;
-    }
-    return NULL;
+    peer_t *p = peer_find(t, addr);
+    return p ? p->conn : NULL;
 }
 
 void rmq__remoting_close_addr(rmq_remoting_t *t, const char *addr, const char *why)

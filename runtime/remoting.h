@@ -166,8 +166,9 @@ void rmq__remoting_set_default_handler(rmq_remoting_t *t, rmq_request_handler h,
 
 /*
  * Send req to addr and call cb once with the outcome. addr is "host:port", "[v6]:port", or NULL
- * for the current name server (rmq__remoting_set_namesrv). The transport sets req->opaque (one
- * counter per transport) and clears the RESPONSE/ONEWAY flag bits it manages; everything else
+ * for the current name server (rmq__remoting_set_namesrv). A host name is resolved before each
+ * connect, asynchronously (libuv thread pool), IPv4 first like Java. The transport sets req->opaque
+ * (one counter per transport) and clears the RESPONSE/ONEWAY flag bits it manages; everything else
  * (code, serialize, extFields, body) is sent as is. req can be freed when the call returns.
  * The first request to an address creates its connection; requests made while it connects are
  * queued (a queued request that times out before the connection opens is dropped, not sent

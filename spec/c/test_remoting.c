@@ -933,6 +933,41 @@ static void test_expired_before_connect(void)
     result_clear(&r3);
 }
 
+/* Host names are resolved asynchronously before each connect. */
+static void test_host_name(void)
+{
+    server_t s;
+    client_t cl;
+    result_t r, bad;
+    char addr[64];
+    memset(&r, 0, sizeof r);
+    memset(&bad, 0, sizeof bad);
+    server_start(&s, "127.0.0.1", 0);
+    client_start(&cl);
+    snprintf(addr, sizeof addr, "localhost:%d", s.port);
+    CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 5, NULL, 0, 5000, &r) == 0);
+    rmq_conn_t *c = rmq__remoting_find_conn(cl.t, addr);
+    CHECK(c && rmq__conn_state(c) == RMQ_CONN_CONNECTING);
+    WAIT_UNTIL(r.done, 5000);
+    CHECK(r.err == 0 && strcmp(r.echo, "5") == 0);
+    /* A name that does not resolve fails the request, never the call. */
+    CHECK(send_echo(cl.t, "no-such-host.invalid:9876", RMQ_SERIALIZE_JSON, 6, NULL, 0, 20000,
+                    &bad) == 0);
+    WAIT_UNTIL(bad.done, 20000);
+    CHECK(bad.err == RMQ_ERR_TRANSPORT);
+    /* Destroy while a lookup is in flight: the close callback waits for it. */
+    result_t inflight;
+    memset(&inflight, 0, sizeof inflight);
+    CHECK(send_echo(cl.t, "no-such-host-2.invalid:9876", RMQ_SERIALIZE_JSON, 7, NULL, 0, 20000,
+                    &inflight) == 0);
+    client_stop(&cl);
+    CHECK(inflight.done && inflight.err == RMQ_ERR_DESTROYED);
+    server_stop(&s);
+    result_clear(&r);
+    result_clear(&bad);
+    result_clear(&inflight);
+}
+
 /* Idle connections close after idle_timeout_ms with no reads and writes. */
 static void test_idle_close(void)
 {
@@ -1400,6 +1435,7 @@ int main(void)
     test_drop_reconnect();
     test_connect_fail_and_namesrv();
     test_connect_timeout();
+    test_host_name();
     test_expired_before_connect();
     test_idle_close();
     test_malformed_to_server();
