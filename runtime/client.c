@@ -856,6 +856,12 @@ int rmq__consumer_run(rmq_consumer_t *c)
     rmq__client_set_state(c, RMQ_CLIENT_STARTING);
     make_client_id(c);
     c->start_ms = rmq__now_ms();
+    if (rmq__offset_load(c, err, sizeof(err))) {
+        rmq_log_error("client", "cannot start: %s", err);
+        uv_close((uv_handle_t *)&c->stop_async, NULL);
+        uv_run(&c->loop, UV_RUN_DEFAULT);
+        return RMQ_CONSUMER_EXIT_FAILURE;
+    }
     rmq_remoting_opts_t ro = {0};
     ro.loop = &c->loop;
     ro.name = "remoting";
@@ -1068,6 +1074,7 @@ void rmq__consumer_destroy(rmq_consumer_t *c)
     uv_mutex_destroy(&c->stats_mu);
     rmq__conf_destroy(c->conf);
     free(c->script_path);
+    free(c->offset_path);
     free(c->group);
     free(c->retry_topic);
     free(c);

@@ -134,6 +134,7 @@ struct rmq_consumer {
 
     rmq_csub_t *subs;
     int n_subs;
+    char *offset_path;      /* BROADCASTING: the local offsets.json (LocalFileOffsetStore) */
     struct rmq_route **routes; /* index-aligned with subs: last route of each topic, or NULL */
     int paused;             /* RESET_CONSUMER_CLIENT_OFFSET in progress: no rebalance */
 
@@ -210,6 +211,9 @@ void rmq__consume_abandon_retries(rmq_consumer_t *c);
 void rmq__offset_update(rmq_qent_t *q, int64_t off, int increase_only);
 void rmq__offset_persist(rmq_consumer_t *c, rmq_qent_t *q);
 void rmq__offset_persist_all(rmq_consumer_t *c);
+/* Start: BROADCASTING locates (and checks) the local offset file; CLUSTERING does nothing.
+ * Returns 0 or RMQ_ERR_BAD_JSON / RMQ_ERR_NOMEM with errstr (the consumer does not start). */
+int rmq__offset_load(rmq_consumer_t *c, char *errstr, size_t errstr_size);
 /* READ_FROM_STORE: cb(ud, offset) with offset >= 0, -1 (no offset) or -2 (error). */
 typedef void (*rmq_offset_cb)(void *ud, int64_t offset);
 int rmq__offset_query(rmq_consumer_t *c, const rmq_mq_t *mq, rmq_offset_cb cb, void *ud);

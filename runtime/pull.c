@@ -87,7 +87,7 @@ void rmq__pull_now(rmq_qent_t *q)
     }
     int sys_flag = 0x2; /* SUSPEND */
     int64_t commit = 0;
-    if (q->offset > 0 && !slave) {
+    if (q->offset > 0 && !slave && cf->message_model == RMQ_MODEL_CLUSTERING) {
         sys_flag |= 0x1; /* COMMIT_OFFSET */
         commit = q->offset;
     }
