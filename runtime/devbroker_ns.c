@@ -314,7 +314,8 @@ static void h_register(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
                 t->write_q = rmq__fj_get_i32(v, "writeQueueNums", &x) == 0 ? x : 0;
                 t->perm = rmq__fj_get_i32(v, "perm", &x) == 0 ? x : 6;
                 t->sys_flag = rmq__fj_get_i32(v, "topicSysFlag", &x) == 0 ? x : 0;
-                free_topic_cfg(rmq__dbmap_put(&r->topics, tn, t));
+                db_topic_t *old = rmq__dbmap_put(&r->topics, tn, t);
+                if (old) free_topic_cfg(old);
             }
         } else if (!doc) {
             rmq_log_warn(DB_LOG, "name server: REGISTER_BROKER from %s: bad body: %s", addr, err);
