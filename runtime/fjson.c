@@ -55,8 +55,14 @@ void rmq__fj_free(rmq_fjdoc_t *doc)
     free(doc);
 }
 
-rmq_fj_t *rmq__fj_root(const rmq_fjdoc_t *doc) { return doc->root; }
-void rmq__fj_set_root(rmq_fjdoc_t *doc, rmq_fj_t *root) { doc->root = root; }
+rmq_fj_t *rmq__fj_root(const rmq_fjdoc_t *doc)
+{
+    return doc->root;
+}
+void rmq__fj_set_root(rmq_fjdoc_t *doc, rmq_fj_t *root)
+{
+    doc->root = root;
+}
 
 static rmq_fj_t *new_node(rmq_fjdoc_t *doc, rmq_fj_type_t type)
 {
@@ -90,8 +96,7 @@ static rmq_fj_t *fail(parser_t *ps, const char *what)
 
 static void skip_ws(parser_t *ps)
 {
-    while (ps->p < ps->end &&
-           (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
         ps->p++;
 }
 
@@ -101,10 +106,14 @@ static int hex4(const char *p, unsigned *out)
     for (int i = 0; i < 4; i++) {
         char c = p[i];
         v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return -1;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return -1;
     }
     *out = v;
     return 0;
@@ -157,14 +166,30 @@ static rmq_fj_t *parse_string(parser_t *ps)
         c = q[1];
         q += 2;
         switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '/': *o++ = '/'; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
+        case '"':
+            *o++ = '"';
+            break;
+        case '\\':
+            *o++ = '\\';
+            break;
+        case '/':
+            *o++ = '/';
+            break;
+        case 'b':
+            *o++ = '\b';
+            break;
+        case 'f':
+            *o++ = '\f';
+            break;
+        case 'n':
+            *o++ = '\n';
+            break;
+        case 'r':
+            *o++ = '\r';
+            break;
+        case 't':
+            *o++ = '\t';
+            break;
         case 'u': {
             unsigned cp, lo;
             if (s - q < 4 || hex4(q, &cp)) {
@@ -201,12 +226,14 @@ static rmq_fj_t *parse_number(parser_t *ps)
     char *text;
     if (q < ps->end && *q == '-') q++;
     digits = q;
-    while (q < ps->end && *q >= '0' && *q <= '9') q++;
+    while (q < ps->end && *q >= '0' && *q <= '9')
+        q++;
     if (q == digits) return fail(ps, "bad number");
     if (q < ps->end && *q == '.') {
         const char *f = ++q;
         is_int = 0;
-        while (q < ps->end && *q >= '0' && *q <= '9') q++;
+        while (q < ps->end && *q >= '0' && *q <= '9')
+            q++;
         if (q == f) return fail(ps, "bad number fraction");
     }
     if (q < ps->end && (*q == 'e' || *q == 'E')) {
@@ -215,7 +242,8 @@ static rmq_fj_t *parse_number(parser_t *ps)
         q++;
         if (q < ps->end && (*q == '+' || *q == '-')) q++;
         e = q;
-        while (q < ps->end && *q >= '0' && *q <= '9') q++;
+        while (q < ps->end && *q >= '0' && *q <= '9')
+            q++;
         if (q == e) return fail(ps, "bad number exponent");
     }
     /* fastjson type suffixes (L, S, B, F, D) are accepted and dropped. */
@@ -267,12 +295,15 @@ static rmq_fj_t *parse_container(parser_t *ps, int depth, int is_obj)
         val = parse_value(ps, depth + 1);
         if (!val) return NULL;
         val->key = key;
-        if (v->last) v->last->next = val;
-        else v->child = val;
+        if (v->last)
+            v->last->next = val;
+        else
+            v->child = val;
         v->last = val;
         v->len++;
         skip_ws(ps);
-        if (ps->p >= ps->end) return fail(ps, is_obj ? "unterminated object" : "unterminated array");
+        if (ps->p >= ps->end)
+            return fail(ps, is_obj ? "unterminated object" : "unterminated array");
         if (*ps->p == ',') {
             ps->p++;
             continue;
@@ -300,12 +331,18 @@ static rmq_fj_t *parse_value(parser_t *ps, int depth)
     skip_ws(ps);
     if (ps->p >= ps->end) return fail(ps, "unexpected end of input");
     switch (*ps->p) {
-    case '{': return parse_container(ps, depth, 1);
-    case '[': return parse_container(ps, depth, 0);
-    case '"': return parse_string(ps);
-    case 't': return parse_word(ps, "true", RMQ_FJ_TRUE);
-    case 'f': return parse_word(ps, "false", RMQ_FJ_FALSE);
-    case 'n': return parse_word(ps, "null", RMQ_FJ_NULL);
+    case '{':
+        return parse_container(ps, depth, 1);
+    case '[':
+        return parse_container(ps, depth, 0);
+    case '"':
+        return parse_string(ps);
+    case 't':
+        return parse_word(ps, "true", RMQ_FJ_TRUE);
+    case 'f':
+        return parse_word(ps, "false", RMQ_FJ_FALSE);
+    case 'n':
+        return parse_word(ps, "null", RMQ_FJ_NULL);
     default:
         if (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9')) return parse_number(ps);
         return fail(ps, "unexpected character");
@@ -399,8 +436,14 @@ int rmq__fj_get_bool(const rmq_fj_t *obj, const char *name)
 
 /* ---- building ----------------------------------------------------------------------------- */
 
-rmq_fj_t *rmq__fj_new_obj(rmq_fjdoc_t *doc) { return new_node(doc, RMQ_FJ_OBJECT); }
-rmq_fj_t *rmq__fj_new_arr(rmq_fjdoc_t *doc) { return new_node(doc, RMQ_FJ_ARRAY); }
+rmq_fj_t *rmq__fj_new_obj(rmq_fjdoc_t *doc)
+{
+    return new_node(doc, RMQ_FJ_OBJECT);
+}
+rmq_fj_t *rmq__fj_new_arr(rmq_fjdoc_t *doc)
+{
+    return new_node(doc, RMQ_FJ_ARRAY);
+}
 
 rmq_fj_t *rmq__fj_new_str(rmq_fjdoc_t *doc, const char *s, size_t len)
 {
@@ -436,13 +479,18 @@ rmq_fj_t *rmq__fj_new_i64(rmq_fjdoc_t *doc, int64_t x)
     return v;
 }
 
-rmq_fj_t *rmq__fj_new_bool(rmq_fjdoc_t *doc, int b) { return new_node(doc, b ? RMQ_FJ_TRUE : RMQ_FJ_FALSE); }
+rmq_fj_t *rmq__fj_new_bool(rmq_fjdoc_t *doc, int b)
+{
+    return new_node(doc, b ? RMQ_FJ_TRUE : RMQ_FJ_FALSE);
+}
 
 void rmq__fj_arr_add(rmq_fj_t *arr, rmq_fj_t *val)
 {
     val->next = NULL;
-    if (arr->last) arr->last->next = val;
-    else arr->child = val;
+    if (arr->last)
+        arr->last->next = val;
+    else
+        arr->child = val;
     arr->last = val;
     arr->len++;
 }
@@ -461,12 +509,12 @@ rmq_fj_t *rmq__fj_obj_set(rmq_fjdoc_t *doc, rmq_fj_t *obj, const char *name, rmq
     return val;
 }
 
-rmq_fj_t *rmq__fj_new_mq(rmq_fjdoc_t *doc, const char *topic, const char *broker_name,
-                         int queue_id)
+rmq_fj_t *rmq__fj_new_mq(rmq_fjdoc_t *doc, const char *topic, const char *broker_name, int queue_id)
 {
     rmq_fj_t *o = rmq__fj_new_obj(doc);
     if (!o) return NULL;
-    if (!rmq__fj_obj_set(doc, o, "brokerName", rmq__fj_new_str(doc, broker_name, strlen(broker_name))) ||
+    if (!rmq__fj_obj_set(doc, o, "brokerName",
+                         rmq__fj_new_str(doc, broker_name, strlen(broker_name))) ||
         !rmq__fj_obj_set(doc, o, "queueId", rmq__fj_new_i64(doc, queue_id)) ||
         !rmq__fj_obj_set(doc, o, "topic", rmq__fj_new_str(doc, topic, strlen(topic))))
         return NULL;
@@ -486,13 +534,41 @@ int rmq__fj_write_str(rmq_buf_t *out, const char *s, size_t len, int flags)
         char e[12];
         size_t en = 0;
         switch (c) {
-        case '"': e[0] = '\\'; e[1] = '"'; en = 2; break;
-        case '\\': e[0] = '\\'; e[1] = '\\'; en = 2; break;
-        case '\b': e[0] = '\\'; e[1] = 'b'; en = 2; break;
-        case '\f': e[0] = '\\'; e[1] = 'f'; en = 2; break;
-        case '\n': e[0] = '\\'; e[1] = 'n'; en = 2; break;
-        case '\r': e[0] = '\\'; e[1] = 'r'; en = 2; break;
-        case '\t': e[0] = '\\'; e[1] = 't'; en = 2; break;
+        case '"':
+            e[0] = '\\';
+            e[1] = '"';
+            en = 2;
+            break;
+        case '\\':
+            e[0] = '\\';
+            e[1] = '\\';
+            en = 2;
+            break;
+        case '\b':
+            e[0] = '\\';
+            e[1] = 'b';
+            en = 2;
+            break;
+        case '\f':
+            e[0] = '\\';
+            e[1] = 'f';
+            en = 2;
+            break;
+        case '\n':
+            e[0] = '\\';
+            e[1] = 'n';
+            en = 2;
+            break;
+        case '\r':
+            e[0] = '\\';
+            e[1] = 'r';
+            en = 2;
+            break;
+        case '\t':
+            e[0] = '\\';
+            e[1] = 't';
+            en = 2;
+            break;
         case '/':
             if (flags & RMQ_FJ_ASCII) {
                 e[0] = '\\';
@@ -500,7 +576,8 @@ int rmq__fj_write_str(rmq_buf_t *out, const char *s, size_t len, int flags)
                 en = 2;
             }
             break;
-        default: break;
+        default:
+            break;
         }
         if (en) {
             i++;
@@ -520,10 +597,12 @@ int rmq__fj_write_str(rmq_buf_t *out, const char *s, size_t len, int flags)
                 continue;
             }
             cp = c & (0x3F >> need);
-            for (k = 1; k <= need; k++) cp = cp << 6 | ((unsigned char)s[i + k] & 0x3F);
+            for (k = 1; k <= need; k++)
+                cp = cp << 6 | ((unsigned char)s[i + k] & 0x3F);
             i += need + 1;
             if (cp >= 0x10000) {
-                unsigned hi = 0xD800 + ((cp - 0x10000) >> 10), lo = 0xDC00 + ((cp - 0x10000) & 0x3FF);
+                unsigned hi = 0xD800 + ((cp - 0x10000) >> 10),
+                         lo = 0xDC00 + ((cp - 0x10000) & 0x3FF);
                 snprintf(e, sizeof(e), "\\u%04X", hi);
                 if (rmq__buf_append(out, e, 6)) return RMQ_ERR_NOMEM;
                 cp = lo;
@@ -553,7 +632,8 @@ static int newline(rmq_buf_t *out, int indent)
 {
     if (rmq__buf_reserve(out, (size_t)indent + 1)) return RMQ_ERR_NOMEM;
     out->data[out->len++] = '\n';
-    for (int i = 0; i < indent; i++) out->data[out->len++] = '\t';
+    for (int i = 0; i < indent; i++)
+        out->data[out->len++] = '\t';
     return 0;
 }
 
@@ -588,13 +668,19 @@ static int write_container(rmq_buf_t *out, const rmq_fj_t *v, int flags, int ind
 static int write_value(rmq_buf_t *out, const rmq_fj_t *v, int flags, int indent)
 {
     switch (v->type) {
-    case RMQ_FJ_NULL: return rmq__buf_append(out, "null", 4);
-    case RMQ_FJ_TRUE: return rmq__buf_append(out, "true", 4);
-    case RMQ_FJ_FALSE: return rmq__buf_append(out, "false", 5);
-    case RMQ_FJ_NUMBER: return rmq__buf_append(out, v->s, v->len);
-    case RMQ_FJ_STRING: return rmq__fj_write_str(out, v->s, v->len, flags);
+    case RMQ_FJ_NULL:
+        return rmq__buf_append(out, "null", 4);
+    case RMQ_FJ_TRUE:
+        return rmq__buf_append(out, "true", 4);
+    case RMQ_FJ_FALSE:
+        return rmq__buf_append(out, "false", 5);
+    case RMQ_FJ_NUMBER:
+        return rmq__buf_append(out, v->s, v->len);
+    case RMQ_FJ_STRING:
+        return rmq__fj_write_str(out, v->s, v->len, flags);
     case RMQ_FJ_ARRAY:
-    case RMQ_FJ_OBJECT: return write_container(out, v, flags, indent);
+    case RMQ_FJ_OBJECT:
+        return write_container(out, v, flags, indent);
     }
     return RMQ_ERR_INVALID;
 }

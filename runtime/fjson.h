@@ -31,15 +31,15 @@ typedef enum {
 typedef struct rmq_fj rmq_fj_t;
 struct rmq_fj {
     rmq_fj_type_t type;
-    int is_int;       /* NUMBER: integer syntax that fits int64 (then i is exact) */
-    int64_t i;        /* NUMBER: value when is_int */
-    double d;         /* NUMBER: value as a double */
-    const char *s;    /* STRING: decoded UTF-8, NUL-terminated; NUMBER: its text */
-    size_t len;       /* STRING/NUMBER: bytes of s; ARRAY/OBJECT: number of children */
-    rmq_fj_t *child;  /* ARRAY/OBJECT: first element / member value */
-    rmq_fj_t *last;   /* ARRAY/OBJECT: last child (for appending) */
-    rmq_fj_t *next;   /* next sibling */
-    rmq_fj_t *key;    /* member of an OBJECT: its key (any node; a STRING for standard JSON) */
+    int is_int;      /* NUMBER: integer syntax that fits int64 (then i is exact) */
+    int64_t i;       /* NUMBER: value when is_int */
+    double d;        /* NUMBER: value as a double */
+    const char *s;   /* STRING: decoded UTF-8, NUL-terminated; NUMBER: its text */
+    size_t len;      /* STRING/NUMBER: bytes of s; ARRAY/OBJECT: number of children */
+    rmq_fj_t *child; /* ARRAY/OBJECT: first element / member value */
+    rmq_fj_t *last;  /* ARRAY/OBJECT: last child (for appending) */
+    rmq_fj_t *next;  /* next sibling */
+    rmq_fj_t *key;   /* member of an OBJECT: its key (any node; a STRING for standard JSON) */
 };
 
 typedef struct rmq_fjdoc rmq_fjdoc_t;

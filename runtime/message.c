@@ -115,8 +115,7 @@ int rmq__msg_restore_retry_topic(rmq_msg_t *m)
 
 int rmq__msg_restore_retry_topic_for(rmq_msg_t *m, const char *group_retry_topic, size_t len)
 {
-    if (m->store_topic_len != len || memcmp(m->store_topic, group_retry_topic, len) != 0)
-        return 0;
+    if (m->store_topic_len != len || memcmp(m->store_topic, group_retry_topic, len) != 0) return 0;
     return rmq__msg_restore_retry_topic(m);
 }
 
@@ -316,9 +315,9 @@ overrun:
     return RMQ_ERR_BAD_MESSAGE;
 }
 
-int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len,
-                          const char *broker_name, int64_t min_offset, int64_t max_offset,
-                          int flags, rmq_msgset_t **out, char *errstr, size_t errstr_size)
+int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const char *broker_name,
+                          int64_t min_offset, int64_t max_offset, int flags, rmq_msgset_t **out,
+                          char *errstr, size_t errstr_size)
 {
     size_t off = 0, nmax = 0, bnlen = broker_name ? strlen(broker_name) : 0, head;
     rmq_msgset_t *set;
@@ -432,8 +431,8 @@ static int unhex(char c)
     return -1;
 }
 
-int rmq__offset_msg_id_decode(const char *id, size_t len, uint8_t *ip, int *ip_len,
-                              int32_t *port, int64_t *offset)
+int rmq__offset_msg_id_decode(const char *id, size_t len, uint8_t *ip, int *ip_len, int32_t *port,
+                              int64_t *offset)
 {
     uint8_t b[28];
     size_t n = len / 2, il;
@@ -537,8 +536,8 @@ int rmq__uniq_id_new(char *out)
     start = uniq_start;
     pthread_mutex_unlock(&uniq_lock);
     c = __atomic_fetch_add(&uniq_counter, 1, __ATOMIC_RELAXED);
-    return rmq__uniq_id_make(uniq_ip, 4, uniq_pid, uniq_seed, (uint32_t)(now - start),
-                             (uint16_t)c, out);
+    return rmq__uniq_id_make(uniq_ip, 4, uniq_pid, uniq_seed, (uint32_t)(now - start), (uint16_t)c,
+                             out);
 }
 
 /* ---- encoder -------------------------------------------------------------------------- */
@@ -653,8 +652,7 @@ RMQ_EXPORT int rmq_ffi_abi_version(void)
 RMQ_EXPORT int rmq_msg_offset_msg_id(const rmq_msg_t *m, char *out)
 {
     int v6 = (m->sys_flag & RMQ_SYSFLAG_STOREHOST_V6) != 0;
-    return rmq__offset_msg_id(m->store_host, v6 ? 16 : 4, m->store_port, m->commit_log_offset,
-                              out);
+    return rmq__offset_msg_id(m->store_host, v6 ? 16 : 4, m->store_port, m->commit_log_offset, out);
 }
 
 /* "1.2.3.4:5678", or for IPv6 Java's getHostAddress form in brackets: "[0:0:0:0:0:0:0:1]:5678". */

@@ -45,12 +45,12 @@
 typedef struct rmq_msgset_infl rmq_msgset_infl_t;
 
 typedef struct rmq_msgset {
-    volatile int refs;        /* atomic: one per live message + the creator reference */
-    rmq_rbuf_t *frame;        /* one reference, released with the set */
-    int n;                    /* decoded messages */
-    rmq_msg_t *msgs;          /* n views, in the same allocation as the set */
-    rmq_msgset_infl_t *infl;  /* inflated bodies (singly linked), owned */
-    char *broker_name;        /* NUL-terminated copy, in the same allocation */
+    volatile int refs;       /* atomic: one per live message + the creator reference */
+    rmq_rbuf_t *frame;       /* one reference, released with the set */
+    int n;                   /* decoded messages */
+    rmq_msg_t *msgs;         /* n views, in the same allocation as the set */
+    rmq_msgset_infl_t *infl; /* inflated bodies (singly linked), owned */
+    char *broker_name;       /* NUL-terminated copy, in the same allocation */
 } rmq_msgset_t;
 
 /* rmq__msgset_decode_ex() flags. */
@@ -72,9 +72,9 @@ typedef struct rmq_msgset {
 int rmq__msgset_decode(rmq_rbuf_t *frame, const char *body, size_t len, const char *broker_name,
                        int64_t min_offset, int64_t max_offset, rmq_msgset_t **out, char *errstr,
                        size_t errstr_size);
-int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len,
-                          const char *broker_name, int64_t min_offset, int64_t max_offset,
-                          int flags, rmq_msgset_t **out, char *errstr, size_t errstr_size);
+int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const char *broker_name,
+                          int64_t min_offset, int64_t max_offset, int flags, rmq_msgset_t **out,
+                          char *errstr, size_t errstr_size);
 
 rmq_msgset_t *rmq__msgset_keep(rmq_msgset_t *set);
 /* Drop one reference; the last one frees the set, its inflated bodies and its frame reference. */
@@ -120,8 +120,8 @@ int rmq__msg_restore_retry_topic_for(rmq_msg_t *m, const char *group_retry_topic
 int rmq__offset_msg_id(const uint8_t *ip, int ip_len, int32_t port, int64_t offset, char *out);
 /* Decode an offsetMsgId: 32 chars = IPv4, anything else must be 56 (IPv6). ip needs 16 bytes.
  * Returns 0 or RMQ_ERR_INVALID. */
-int rmq__offset_msg_id_decode(const char *id, size_t len, uint8_t *ip, int *ip_len,
-                              int32_t *port, int64_t *offset);
+int rmq__offset_msg_id_decode(const char *id, size_t len, uint8_t *ip, int *ip_len, int32_t *port,
+                              int64_t *offset);
 
 /*
  * UNIQ_KEY (MessageClientIDSetter.createUniqID): uppercase hex of ip (4 bytes here), pid low 16

@@ -23,12 +23,14 @@ int rmq__mq_qsort_cmp(const void *a, const void *b)
 void rmq__route_free(rmq_route_t *r)
 {
     if (!r) return;
-    for (int i = 0; i < r->n_qds; i++) free(r->qds[i].broker_name);
+    for (int i = 0; i < r->n_qds; i++)
+        free(r->qds[i].broker_name);
     for (int i = 0; i < r->n_bds; i++) {
         rmq_broker_data_t *bd = &r->bds[i];
         free(bd->cluster);
         free(bd->broker_name);
-        for (int j = 0; j < bd->n_addrs; j++) free(bd->addrs[j].addr);
+        for (int j = 0; j < bd->n_addrs; j++)
+            free(bd->addrs[j].addr);
         free(bd->addrs);
     }
     free(r->qds);
@@ -104,8 +106,8 @@ static int addr_ent_cmp(const void *a, const void *b)
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
-static int i32_field(const rmq_fj_t *o, const char *name, int32_t *out, const char *where,
-                     int idx, char *errstr, size_t errstr_size)
+static int i32_field(const rmq_fj_t *o, const char *name, int32_t *out, const char *where, int idx,
+                     char *errstr, size_t errstr_size)
 {
     int rc = rmq__fj_get_i32(o, name, out);
     if (rc == RMQ_ERR_NOT_FOUND) {
@@ -209,8 +211,8 @@ int rmq__route_parse(const char *json, size_t len, rmq_route_t **out, char *errs
             for (j = 0, a = addrs->child; a; a = a->next, j++) {
                 if (rmq__fj_i64(a->key, &ents[j].id) || a->type != RMQ_FJ_STRING) {
                     rmq__seterr(errstr, errstr_size,
-                                "route: brokerDatas[%d].brokerAddrs entry %d is not id:\"addr\"",
-                                i, j);
+                                "route: brokerDatas[%d].brokerAddrs entry %d is not id:\"addr\"", i,
+                                j);
                     free(ents);
                     goto bad;
                 }
@@ -303,8 +305,10 @@ static int qd_ptr_cmp(const void *a, const void *b)
     const rmq_queue_data_t *y = *(const rmq_queue_data_t *const *)b;
     int c = strcmp(x->broker_name, y->broker_name);
     if (c) return c;
-    if (x->read_queue_nums != y->read_queue_nums) return x->read_queue_nums < y->read_queue_nums ? -1 : 1;
-    if (x->write_queue_nums != y->write_queue_nums) return x->write_queue_nums < y->write_queue_nums ? -1 : 1;
+    if (x->read_queue_nums != y->read_queue_nums)
+        return x->read_queue_nums < y->read_queue_nums ? -1 : 1;
+    if (x->write_queue_nums != y->write_queue_nums)
+        return x->write_queue_nums < y->write_queue_nums ? -1 : 1;
     if (x->perm != y->perm) return x->perm < y->perm ? -1 : 1;
     return x->topic_sys_flag < y->topic_sys_flag ? -1 : x->topic_sys_flag > y->topic_sys_flag;
 }
@@ -344,14 +348,16 @@ int rmq__route_equal(const rmq_route_t *a, const rmq_route_t *b)
     }
     qsort(pa, (size_t)a->n_qds, sizeof(*pa), qd_ptr_cmp);
     qsort(pb, (size_t)a->n_qds, sizeof(*pb), qd_ptr_cmp);
-    for (int i = 0; i < a->n_qds && eq; i++) eq = qd_ptr_cmp(&pa[i], &pb[i]) == 0;
+    for (int i = 0; i < a->n_qds && eq; i++)
+        eq = qd_ptr_cmp(&pa[i], &pb[i]) == 0;
     for (int i = 0; i < a->n_bds; i++) {
         pa[i] = &a->bds[i];
         pb[i] = &b->bds[i];
     }
     qsort(pa, (size_t)a->n_bds, sizeof(*pa), bd_ptr_cmp);
     qsort(pb, (size_t)a->n_bds, sizeof(*pb), bd_ptr_cmp);
-    for (int i = 0; i < a->n_bds && eq; i++) eq = bd_ptr_cmp(&pa[i], &pb[i]) == 0;
+    for (int i = 0; i < a->n_bds && eq; i++)
+        eq = bd_ptr_cmp(&pa[i], &pb[i]) == 0;
     free(pa);
     return eq;
 }

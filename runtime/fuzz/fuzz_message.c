@@ -28,7 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rmq_buf_t re;
     if (!rb) return 0;
     memcpy(rb->data, data, size);
-    if (rmq__msgset_decode(rb, rb->data, size, "b", 1, 2, &set, err, sizeof(err)) != RMQ_ERR_NOMEM) {
+    if (rmq__msgset_decode(rb, rb->data, size, "b", 1, 2, &set, err, sizeof(err)) !=
+        RMQ_ERR_NOMEM) {
         for (int i = 0; i < set->n; i++) {
             rmq_msg_t *m = &set->msgs[i];
             rmq_msg_offset_msg_id(m, id);
@@ -50,7 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                   err, sizeof(err)) != RMQ_OK ||
             again->n != raw->n)
             __builtin_trap();
-        for (int i = 0; i < raw->n; i++) same(&raw->msgs[i], &again->msgs[i]);
+        for (int i = 0; i < raw->n; i++)
+            same(&raw->msgs[i], &again->msgs[i]);
         again->refs = 1;
         rmq__msgset_release(again);
         rmq__buf_free(&re);

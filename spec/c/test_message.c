@@ -86,7 +86,8 @@ static int sveq(const char *p, uint32_t n, const char *s)
 
 static int64_t ext_i64(json_t *frame, const char *key)
 {
-    json_t *v = json_object_get(json_object_get(json_object_get(frame, "header"), "extFields"), key);
+    json_t *v =
+        json_object_get(json_object_get(json_object_get(frame, "header"), "extFields"), key);
     return v ? strtoll(json_string_value(v), NULL, 10) : -1;
 }
 
@@ -111,7 +112,8 @@ static void collect_sends(const char *session, json_t *frames)
 {
     size_t i;
     json_t *f;
-    json_array_foreach(frames, i, f) {
+    json_array_foreach(frames, i, f)
+    {
         json_t *ext = json_object_get(json_object_get(f, "header"), "extFields");
         const char *kind = json_string_value(json_object_get(f, "kind"));
         int code = (int)json_integer_value(json_object_get(f, "request_code"));
@@ -122,7 +124,8 @@ static void collect_sends(const char *session, json_t *frames)
         props = json_string_value(json_object_get(ext, code == 310 ? "i" : "properties"));
         if (!props) continue;
         uk = rmq__props_find(props, strlen(props), "UNIQ_KEY", 8, &ulen);
-        resp = json_array_get(frames, (size_t)json_integer_value(json_object_get(f, "response_seq")) - 1);
+        resp = json_array_get(frames,
+                              (size_t)json_integer_value(json_object_get(f, "response_seq")) - 1);
         if (!uk || !resp || nsent >= 256) continue;
         sent_t *s = &sent[nsent++];
         snprintf(s->uniq, sizeof(s->uniq), "%.*s", (int)ulen, uk);
@@ -158,7 +161,8 @@ static void check_message(const char *where, rmq_msg_t *m, json_t *jm, const fra
     uint32_t vlen;
     const char *p;
 
-#define IEQ(field, key) CHECKF((int64_t)m->field == json_integer_value(json_object_get(jm, key)), "%s %s", where, key)
+#define IEQ(field, key)                                                                            \
+    CHECKF((int64_t)m->field == json_integer_value(json_object_get(jm, key)), "%s %s", where, key)
     IEQ(body_crc, "bodyCRC");
     IEQ(queue_id, "queueId");
     IEQ(flag, "flag");
@@ -171,10 +175,13 @@ static void check_message(const char *where, rmq_msg_t *m, json_t *jm, const fra
     IEQ(prepared_tx_offset, "preparedTransactionOffset");
 #undef IEQ
     rmq_msg_host(m, 0, buf);
-    CHECKF(strcmp(buf, json_string_value(json_object_get(jm, "bornHost"))) == 0, "%s born %s", where, buf);
+    CHECKF(strcmp(buf, json_string_value(json_object_get(jm, "bornHost"))) == 0, "%s born %s",
+           where, buf);
     rmq_msg_host(m, 1, buf);
-    CHECKF(strcmp(buf, json_string_value(json_object_get(jm, "storeHost"))) == 0, "%s store %s", where, buf);
-    CHECK(sveq(m->store_topic, m->store_topic_len, json_string_value(json_object_get(jm, "topic"))));
+    CHECKF(strcmp(buf, json_string_value(json_object_get(jm, "storeHost"))) == 0, "%s store %s",
+           where, buf);
+    CHECK(
+        sveq(m->store_topic, m->store_topic_len, json_string_value(json_object_get(jm, "topic"))));
     CHECK(sveq(m->topic, m->topic_len, json_string_value(json_object_get(jm, "topic"))));
     CHECK(sveq(m->broker_name, m->broker_name_len, "broker-a"));
     CHECK(m->owner != NULL);
@@ -183,7 +190,8 @@ static void check_message(const char *where, rmq_msg_t *m, json_t *jm, const fra
     if (json_object_get(jm, "compression")) {
         n_compressed++;
         CHECK(strcmp(json_string_value(json_object_get(jm, "compression")), "zlib") == 0);
-        CHECKF((int64_t)m->body_len == json_integer_value(json_object_get(jm, "uncompressedBodyLength")),
+        CHECKF((int64_t)m->body_len ==
+                   json_integer_value(json_object_get(jm, "uncompressedBodyLength")),
                "%s inflated %u", where, m->body_len);
         CHECK(m->body < fr->rb->data || m->body >= fr->rb->data + fr->rb->len);
     } else {
@@ -194,7 +202,8 @@ static void check_message(const char *where, rmq_msg_t *m, json_t *jm, const fra
     }
 
     /* Properties: every pair of index.json, nothing else; tags/keys/uniq_key views. */
-    json_object_foreach(props, k, v) {
+    json_object_foreach(props, k, v)
+    {
         p = rmq_msg_prop(m, k, &vlen);
         CHECKF(p && sveq(p, vlen, json_string_value(v)), "%s property %s", where, k);
     }
@@ -214,7 +223,8 @@ static void check_message(const char *where, rmq_msg_t *m, json_t *jm, const fra
         const sent_t *s = find_sent(m->uniq_key, m->uniq_key_len);
         if (s) {
             n_idmatch++;
-            CHECKF(strcmp(s->msg_id, id) == 0, "%s offsetMsgId %s != SEND msgId %s", where, id, s->msg_id);
+            CHECKF(strcmp(s->msg_id, id) == 0, "%s offsetMsgId %s != SEND msgId %s", where, id,
+                   s->msg_id);
             if (json_object_get(jm, "compression")) {
                 /* The producer's compressed bytes inflate to the same body. */
                 frame_t sf = load_frame(s->session, s->file);
@@ -262,10 +272,12 @@ static void check_pull(const char *session, json_t *f)
     n_pulls++;
     CHECK((int64_t)fr.body_len == json_integer_value(json_object_get(f, "body_length")));
     CHECKF(rmq__msgset_decode(fr.rb, fr.body, fr.body_len, "broker-a", minoff, maxoff, &set, err,
-                              sizeof(err)) == RMQ_OK, "%s/%s: %s", session, file, err);
+                              sizeof(err)) == RMQ_OK,
+           "%s/%s: %s", session, file, err);
     CHECK(set && (size_t)set->n == json_array_size(msgs));
     CHECK(fr.rb->refs == 2); /* the set holds the frame */
-    json_array_foreach(msgs, i, jm) {
+    json_array_foreach(msgs, i, jm)
+    {
         if (i >= (size_t)set->n) break;
         snprintf(where, sizeof(where), "%s/%s msg %zu", session, file, i);
         check_message(where, &set->msgs[i], jm, &fr);
@@ -282,13 +294,16 @@ static void check_pull(const char *session, json_t *f)
               json_integer_value(json_object_get(json_array_get(msgs, (size_t)j), "totalSize")));
         CHECK(rmq__msg_encode_stored(&re, &raw->msgs[j]) == 0);
     }
-    CHECKF(re.len == fr.body_len && memcmp(re.data, fr.body, re.len) == 0, "%s/%s re-encode", session, file);
+    CHECKF(re.len == fr.body_len && memcmp(re.data, fr.body, re.len) == 0, "%s/%s re-encode",
+           session, file);
     rmq__buf_free(&re);
 
     /* Release the messages one by one (as consumed), then the creator references. */
-    for (int j = 0; j < raw->n; j++) rmq__msg_release(&raw->msgs[j]);
+    for (int j = 0; j < raw->n; j++)
+        rmq__msg_release(&raw->msgs[j]);
     rmq__msgset_release(raw);
-    for (int j = set->n - 1; j >= 0; j--) rmq__msg_release(&set->msgs[j]);
+    for (int j = set->n - 1; j >= 0; j--)
+        rmq__msg_release(&set->msgs[j]);
     CHECK(fr.rb->refs == 2);
     rmq__msgset_release(set);
     CHECK(fr.rb->refs == 1);
@@ -319,7 +334,8 @@ static void test_captures(void)
         size_t i;
         json_t *f;
         if (!idx[s]) continue;
-        json_array_foreach(json_object_get(idx[s], "frames"), i, f) {
+        json_array_foreach(json_object_get(idx[s], "frames"), i, f)
+        {
             if (json_is_array(json_object_get(f, "messages"))) check_pull(names[s], f);
         }
         json_decref(idx[s]);
@@ -327,7 +343,8 @@ static void test_captures(void)
     /* A retry's ORIGIN_MESSAGE_ID is the offsetMsgId of the first delivery. */
     for (int i = 0; i < n_origin_ids; i++) {
         int found = 0;
-        for (int j = 0; j < n_all_ids && !found; j++) found = strcmp(origin_ids[i], all_ids[j]) == 0;
+        for (int j = 0; j < n_all_ids && !found; j++)
+            found = strcmp(origin_ids[i], all_ids[j]) == 0;
         CHECKF(found, "ORIGIN_MESSAGE_ID %s matches no pulled message", origin_ids[i]);
         n_origin += found;
     }
@@ -401,7 +418,8 @@ static void test_vector_10_5(void)
     CHECK(sveq(d->tags, d->tags_len, "TagA") && d->keys_len == 0);
     CHECK(sveq(d->body, d->body_len, "Hello") && sveq(d->topic, d->topic_len, "TopicTest"));
     CHECK(d->broker_name == NULL && d->min_offset == 3 && d->max_offset == 9);
-    CHECK(rmq_msg_offset_msg_id(d, id) == 32 && strcmp(id, "C0A8000100002A9F00000000000003E8") == 0);
+    CHECK(rmq_msg_offset_msg_id(d, id) == 32 &&
+          strcmp(id, "C0A8000100002A9F00000000000003E8") == 0);
     CHECK(rmq_msg_host(d, 0, host) > 0 && strcmp(host, "192.168.0.2:50000") == 0);
     CHECK(rmq_msg_host(d, 1, host) > 0 && strcmp(host, "192.168.0.1:10911") == 0);
     rmq__msg_release(d);
@@ -422,7 +440,8 @@ static void test_compressed_and_ipv6(void)
     rmq_msgset_t *set;
     rmq_msg_t m = v105_msg();
     uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0, 0x02};
-    for (size_t i = 0; i < sizeof(plain); i++) plain[i] = (char)('a' + (i * 7 + i / 13) % 26);
+    for (size_t i = 0; i < sizeof(plain); i++)
+        plain[i] = (char)('a' + (i * 7 + i / 13) % 26);
     rmq__buf_init(&z);
     rmq__buf_init(&body);
     CHECK(rmq__zlib_deflate(plain, sizeof(plain), 5, &z) == 0 && z.len < sizeof(plain));
@@ -473,14 +492,16 @@ static void test_compressed_and_ipv6(void)
     CHECK(set->n == 3);
     rmq_buf_t re;
     rmq__buf_init(&re);
-    for (int i = 0; i < set->n; i++) CHECK(rmq__msg_encode_stored(&re, &set->msgs[i]) == 0);
+    for (int i = 0; i < set->n; i++)
+        CHECK(rmq__msg_encode_stored(&re, &set->msgs[i]) == 0);
     CHECK(re.len == body.len && memcmp(re.data, body.data, re.len) == 0);
     set->refs = 1;
     rmq__msgset_release(set);
     rmq__buf_free(&re);
 
     /* A ZSTD type and an unknown type are named; a corrupt zlib stream is reported. */
-    rb->data[4 + 4 + 4 + 4 + 4 + 8 + 8 + 2] = 0x02; /* first message's sysFlag byte 2: 0x2 -> ZSTD */
+    rb->data[4 + 4 + 4 + 4 + 4 + 8 + 8 + 2] =
+        0x02; /* first message's sysFlag byte 2: 0x2 -> ZSTD */
     CHECK(rmq__msgset_decode(rb, rb->data, rb->len, "b", 0, 8, &set, err, sizeof(err)) ==
           RMQ_ERR_BAD_MESSAGE);
     CHECKF(strstr(err, "ZSTD") && set->n == 0, "%s", err);
@@ -622,18 +643,20 @@ static void test_ids(void)
     int ipl;
     int32_t port;
     int64_t off;
-    CHECK(rmq__offset_msg_id_decode("C0A8000100002A9F00000000075BCD15", 32, ip, &ipl, &port, &off) == 0);
+    CHECK(rmq__offset_msg_id_decode("C0A8000100002A9F00000000075BCD15", 32, ip, &ipl, &port,
+                                    &off) == 0);
     CHECK(ipl == 4 && memcmp(ip, "\xc0\xa8\x00\x01", 4) == 0 && port == 10911 && off == 123456789);
     CHECK(rmq__offset_msg_id_decode("FE80000000000000000000000000000100002AA00000010000000000", 56,
                                     ip, &ipl, &port, &off) == 0);
     CHECK(ipl == 16 && ip[0] == 0xfe && ip[15] == 1 && port == 10912 && off == 1099511627776LL);
     CHECK(rmq__offset_msg_id_decode("C0A8000100002A9F00000000075BCD1", 31, ip, &ipl, &port, &off) ==
           RMQ_ERR_INVALID);
-    CHECK(rmq__offset_msg_id_decode("C0A8000100002A9F00000000075BCDZZ", 32, ip, &ipl, &port, &off) ==
-          RMQ_ERR_INVALID);
+    CHECK(rmq__offset_msg_id_decode("C0A8000100002A9F00000000075BCDZZ", 32, ip, &ipl, &port,
+                                    &off) == RMQ_ERR_INVALID);
 
     /* msgid.json fixedIdsDecoded. */
-    CHECK(rmq__uniq_id_make((const uint8_t *)"\x7f\0\0\x01", 4, 4660, 0x0A0B0C0D, 86400000, 1, id) == 32);
+    CHECK(rmq__uniq_id_make((const uint8_t *)"\x7f\0\0\x01", 4, 4660, 0x0A0B0C0D, 86400000, 1,
+                            id) == 32);
     CHECK(strcmp(id, "7F00000112340A0B0C0D05265C000001") == 0);
     uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
     CHECK(rmq__uniq_id_make(v6, 16, 48879, 0x11223344, 1, 65535, id) == 56);
@@ -643,7 +666,8 @@ static void test_ids(void)
     CHECK(rmq__uniq_id_new(id) == 32 && strlen(id) == 32);
     CHECK(rmq__uniq_id_new(id2) == 32);
     CHECK(memcmp(id, id2, 20) == 0);
-    for (int i = 0; i < 32; i++) CHECK((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'A' && id[i] <= 'F'));
+    for (int i = 0; i < 32; i++)
+        CHECK((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'A' && id[i] <= 'F'));
     unsigned pid, c1, c2, t1;
     sscanf(id + 8, "%4x", &pid);
     sscanf(id + 28, "%4x", &c1);
@@ -675,9 +699,12 @@ static void test_damaged(void)
         err[0] = '\0';
         int rc = rmq__msgset_decode(NULL, copy, cut, "b", 0, 0, &set, err, sizeof(err));
         CHECK(set != NULL && set->n == (int)(cut / 156));
-        if (cut % 156) CHECKF(rc == RMQ_ERR_BAD_MESSAGE && strstr(err, "body offset"), "cut %zu", cut);
-        else CHECK(rc == RMQ_OK);
-        for (int i = 0; i < set->n; i++) rmq__msg_release(&set->msgs[i]);
+        if (cut % 156)
+            CHECKF(rc == RMQ_ERR_BAD_MESSAGE && strstr(err, "body offset"), "cut %zu", cut);
+        else
+            CHECK(rc == RMQ_OK);
+        for (int i = 0; i < set->n; i++)
+            rmq__msg_release(&set->msgs[i]);
         rmq__msgset_release(set);
         free(copy);
     }
@@ -716,7 +743,8 @@ static void test_damaged(void)
     CHECK(set->n == 0 && strstr(err, "too small"));
     rmq__msgset_release(set);
     /* An empty body is no messages and no error. */
-    CHECK(rmq__msgset_decode(NULL, NULL, 0, "b", 0, 0, &set, err, sizeof(err)) == RMQ_OK && set->n == 0);
+    CHECK(rmq__msgset_decode(NULL, NULL, 0, "b", 0, 0, &set, err, sizeof(err)) == RMQ_OK &&
+          set->n == 0);
     rmq__msgset_release(set);
 
     /* Pseudo-random garbage (fixed seed), with plausible TOTALSIZE words: never crashes. */
@@ -730,7 +758,8 @@ static void test_damaged(void)
         }
         if (n >= 4) rmq__wr32(g, (uint32_t)(RMQ_MSG_MIN_SIZE + (seed >> 8) % n));
         if (n >= 40) rmq__wr32(g + 36, (seed >> 4) & 0x731);
-        if (rmq__msgset_decode(NULL, g, n, "b", 0, 0, &set, err, sizeof(err)) == RMQ_ERR_NOMEM) continue;
+        if (rmq__msgset_decode(NULL, g, n, "b", 0, 0, &set, err, sizeof(err)) == RMQ_ERR_NOMEM)
+            continue;
         set->refs = 1;
         rmq__msgset_release(set);
     }

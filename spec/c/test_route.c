@@ -76,7 +76,8 @@ static json_t *find_frame(json_t *frames, const char *file)
 {
     size_t i;
     json_t *f;
-    json_array_foreach(frames, i, f) {
+    json_array_foreach(frames, i, f)
+    {
         if (strcmp(json_string_value(json_object_get(f, "file")), file) == 0) return f;
     }
     return NULL;
@@ -138,7 +139,8 @@ static void check_route_body(const char *where, json_t *frames, json_t *f, const
 static void check_mq_key(const rmq_fj_t *k)
 {
     CHECK(k && k->type == RMQ_FJ_OBJECT && k->len == 3);
-    CHECK(rmq__fj_get_str(k, "brokerName") && strcmp(rmq__fj_get_str(k, "brokerName"), "broker-a") == 0);
+    CHECK(rmq__fj_get_str(k, "brokerName") &&
+          strcmp(rmq__fj_get_str(k, "brokerName"), "broker-a") == 0);
     const char *t = rmq__fj_get_str(k, "topic");
     CHECK(t && (strcmp(t, "CapTopic") == 0 || strcmp(t, "%RETRY%cap_status_g") == 0));
     int32_t q = -1;
@@ -156,7 +158,8 @@ static void check_running_info(const rmq_fj_t *root)
         CHECK(rmq__fj_get_i64(v, "commitOffset", &x) == 0 && x >= 0);
         CHECK(rmq__fj_get_bool(v, "droped") == 0 && rmq__fj_get_bool(v, "locked") == 0);
     }
-    /* The second key: {"brokerName":"broker-a","queueId":0,"topic":"CapTopic"} -> commitOffset 5. */
+    /* The second key: {"brokerName":"broker-a","queueId":0,"topic":"CapTopic"} -> commitOffset 5.
+     */
     v = mqt->child->next;
     CHECK(strcmp(rmq__fj_get_str(v->key, "topic"), "CapTopic") == 0);
     CHECK(rmq__fj_get_i64(v, "commitOffset", &x) == 0 && x == 5);
@@ -172,10 +175,12 @@ static void check_running_info(const rmq_fj_t *root)
 
 static void check_consume_stats(const rmq_fj_t *root)
 {
-    const rmq_fj_t *t = rmq__fj_get(root, "offsetTable"), *v, *tps = rmq__fj_get(root, "consumeTps");
+    const rmq_fj_t *t = rmq__fj_get(root, "offsetTable"), *v,
+                   *tps = rmq__fj_get(root, "consumeTps");
     int64_t x;
     n_stats++;
-    CHECK(tps && tps->type == RMQ_FJ_NUMBER && !tps->is_int && tps->d == 2.2 && strcmp(tps->s, "2.2") == 0);
+    CHECK(tps && tps->type == RMQ_FJ_NUMBER && !tps->is_int && tps->d == 2.2 &&
+          strcmp(tps->s, "2.2") == 0);
     CHECK(t && t->len == 5);
     for (v = t ? t->child : NULL; v; v = v->next) {
         check_mq_key(v->key);
@@ -201,7 +206,8 @@ static void test_captures(void)
         CHECKF(idx != NULL, "%s: %s", path, je.text);
         if (!idx) continue;
         frames = json_object_get(idx, "frames");
-        json_array_foreach(frames, i, f) {
+        json_array_foreach(frames, i, f)
+        {
             const char *file = json_string_value(json_object_get(f, "file"));
             const char *kind = json_string_value(json_object_get(f, "kind"));
             int code = (int)json_integer_value(json_object_get(f, "request_code"));
@@ -223,8 +229,10 @@ static void test_captures(void)
                 CHECKF(out.len == len && memcmp(out.data, body, len) == 0, "%s: rewrote %.*s",
                        where, (int)out.len, out.data);
                 rmq__buf_free(&out);
-                if (code == 307 && strcmp(kind, "response") == 0) check_running_info(rmq__fj_root(doc));
-                if (code == 208 && strcmp(kind, "response") == 0) check_consume_stats(rmq__fj_root(doc));
+                if (code == 307 && strcmp(kind, "response") == 0)
+                    check_running_info(rmq__fj_root(doc));
+                if (code == 208 && strcmp(kind, "response") == 0)
+                    check_consume_stats(rmq__fj_root(doc));
                 rmq__fj_free(doc);
             }
             if (code == 105 && strcmp(kind, "response") == 0)
@@ -252,7 +260,11 @@ static void test_offsets_file(void)
     rmq_buf_t out;
     int n = 0;
     int64_t x;
-    static const struct { const char *topic, *broker; int q; int64_t off; } want[] = {
+    static const struct {
+        const char *topic, *broker;
+        int q;
+        int64_t off;
+    } want[] = {
         {"TopicOrder", "broker-b", 0, 42},
         {"TopicOrder", "broker-b", 1, 123456789},
         {"TopicOrder", "broker-b", 2, 9007199254740993LL},
@@ -273,7 +285,8 @@ static void test_offsets_file(void)
     }
     rmq__buf_init(&out);
     CHECK(rmq__fj_write(&out, rmq__fj_root(doc), RMQ_FJ_PRETTY) == 0);
-    CHECKF(out.len == len && memcmp(out.data, file, len) == 0, "pretty:\n%.*s", (int)out.len, out.data);
+    CHECKF(out.len == len && memcmp(out.data, file, len) == 0, "pretty:\n%.*s", (int)out.len,
+           out.data);
 
     /* Built from scratch with the same entries: the same bytes. */
     mk = rmq__fj_new();
@@ -347,15 +360,17 @@ static void test_reader(void)
         out.len = 0;
         CHECK(rmq__fj_write(&out, r, 0) == 0);
         rmq__buf_append(&out, "", 1);
-        CHECKF(strcmp(out.data, "{\"s\":\"a\xc3\xa9\xe6\xa0\x87\xf0\x9f\x98\x80\\n/\\\"\",7:true,-1:null,"
-                                "\"d\":1,\"d\":2,\"n\":[1.5e3,-0.25,9223372036854775807,"
-                                "-9223372036854775808,9223372036854775808],\"q\":\"12\"}") == 0,
+        CHECKF(strcmp(out.data,
+                      "{\"s\":\"a\xc3\xa9\xe6\xa0\x87\xf0\x9f\x98\x80\\n/\\\"\",7:true,-1:null,"
+                      "\"d\":1,\"d\":2,\"n\":[1.5e3,-0.25,9223372036854775807,"
+                      "-9223372036854775808,9223372036854775808],\"q\":\"12\"}") == 0,
                "%s", out.data);
         out.len = 0;
         CHECK(rmq__fj_write_str(&out, rmq__fj_get_str(r, "s"), strlen(rmq__fj_get_str(r, "s")),
                                 RMQ_FJ_ASCII) == 0);
         rmq__buf_append(&out, "", 1);
-        CHECKF(strcmp(out.data, "\"a\\u00E9\\u6807\\uD83D\\uDE00\\n\\/\\\"\"") == 0, "%s", out.data);
+        CHECKF(strcmp(out.data, "\"a\\u00E9\\u6807\\uD83D\\uDE00\\n\\/\\\"\"") == 0, "%s",
+               out.data);
         rmq__fj_free(doc);
     }
     /* Control characters are written as fastjson does. */
@@ -364,7 +379,10 @@ static void test_reader(void)
     CHECK(out.len == 16 && memcmp(out.data, "\"\\u0001\\t\\u001F\"", 16) == 0);
 
     /* Malformed input: the reason and the byte offset. */
-    static const struct { const char *in; const char *msg; } bad[] = {
+    static const struct {
+        const char *in;
+        const char *msg;
+    } bad[] = {
         {"", "unexpected end of input at byte 0"},
         {"{", "unexpected end of input at byte 1"},
         {"{\"a\"}", "expected ':' at byte 4"},
@@ -394,8 +412,10 @@ static void test_reader(void)
         memset(deep, '[', (size_t)depth);
         memset(deep + depth, ']', (size_t)depth);
         doc = rmq__fj_parse(deep, (size_t)depth * 2, err, sizeof(err));
-        if (depth == 64) CHECK(doc != NULL);
-        else CHECKF(doc == NULL && strstr(err, "nesting deeper than 64 at byte 64"), "%s", err);
+        if (depth == 64)
+            CHECK(doc != NULL);
+        else
+            CHECKF(doc == NULL && strstr(err, "nesting deeper than 64 at byte 64"), "%s", err);
         rmq__fj_free(doc);
     }
     memset(deep, '{', sizeof(deep));
@@ -410,7 +430,8 @@ static void test_routes(void)
 {
     static const char two[] =
         "{\"brokerDatas\":[{\"brokerAddrs\":{1:\"10.0.0.2:10911\",0:\"10.0.0.1:10911\"},"
-        "\"brokerName\":\"broker-b\",\"cluster\":\"c1\"},{\"brokerAddrs\":{\"2\":\"10.0.0.9:10911\"},"
+        "\"brokerName\":\"broker-b\",\"cluster\":\"c1\"},{\"brokerAddrs\":{\"2\":\"10.0.0.9:"
+        "10911\"},"
         "\"brokerName\":\"broker-a\",\"cluster\":\"c1\"}],\"filterServerTable\":{},"
         "\"orderTopicConf\":\"broker-b:2;broker-a:2\",\"queueDatas\":[{\"brokerName\":\"broker-b\","
         "\"perm\":6,\"readQueueNums\":2,\"topicSynFlag\":1,\"writeQueueNums\":3},{\"brokerName\":"
@@ -449,16 +470,21 @@ static void test_routes(void)
     CHECK(rmq__route_write(r, 0, &out) == 0);
     rmq__buf_append(&out, "", 1);
     CHECKF(strstr(out.data, "{\"brokerAddrs\":{0:\"10.0.0.1:10911\",1:\"10.0.0.2:10911\"}") &&
-               strstr(out.data, "\"filterServerTable\":{},\"orderTopicConf\":\"broker-b:2;broker-a:2\",\"queueDatas\":[") &&
-               strstr(out.data, "{\"brokerName\":\"broker-b\",\"perm\":6,\"readQueueNums\":2,\"topicSysFlag\":1,\"writeQueueNums\":3}"),
+               strstr(out.data, "\"filterServerTable\":{},\"orderTopicConf\":\"broker-b:2;broker-a:"
+                                "2\",\"queueDatas\":[") &&
+               strstr(out.data, "{\"brokerName\":\"broker-b\",\"perm\":6,\"readQueueNums\":2,"
+                                "\"topicSysFlag\":1,\"writeQueueNums\":3}"),
            "%s", out.data);
-    CHECK(rmq__route_parse(out.data, out.len - 1, &r2, err, sizeof(err)) == 0 && rmq__route_equal(r, r2));
+    CHECK(rmq__route_parse(out.data, out.len - 1, &r2, err, sizeof(err)) == 0 &&
+          rmq__route_equal(r, r2));
     rmq__route_free(r2);
     out.len = 0;
     CHECK(rmq__route_write(r, 1, &out) == 0);
     rmq__buf_append(&out, "", 1);
-    CHECK(strstr(out.data, "{\"brokerAddrs\":{\"0\":\"10.0.0.1:10911\",\"1\":\"10.0.0.2:10911\"}") != NULL);
-    CHECK(rmq__route_parse(out.data, out.len - 1, &r2, err, sizeof(err)) == 0 && rmq__route_equal(r, r2));
+    CHECK(strstr(out.data,
+                 "{\"brokerAddrs\":{\"0\":\"10.0.0.1:10911\",\"1\":\"10.0.0.2:10911\"}") != NULL);
+    CHECK(rmq__route_parse(out.data, out.len - 1, &r2, err, sizeof(err)) == 0 &&
+          rmq__route_equal(r, r2));
 
     /* Change detection ignores the order of queue and broker data, sees any field change. */
     d = rmq__route_dup(r);
@@ -490,10 +516,12 @@ static void test_routes(void)
     out.len = 0;
     CHECK(rmq__route_write(r, 1, &out) == 0);
     rmq__buf_append(&out, "", 1);
-    CHECKF(strcmp(out.data, "{\"brokerDatas\":[{\"brokerAddrs\":{\"0\":\"h:1\"},\"brokerName\":\"b\\u6807\"}],"
-                            "\"filterServerTable\":{},\"queueDatas\":[{\"brokerName\":\"b\\u6807\","
-                            "\"perm\":6,\"readQueueNums\":1,\"topicSysFlag\":0,\"writeQueueNums\":1}]}") == 0,
-           "%s", out.data);
+    CHECKF(
+        strcmp(out.data,
+               "{\"brokerDatas\":[{\"brokerAddrs\":{\"0\":\"h:1\"},\"brokerName\":\"b\\u6807\"}],"
+               "\"filterServerTable\":{},\"queueDatas\":[{\"brokerName\":\"b\\u6807\","
+               "\"perm\":6,\"readQueueNums\":1,\"topicSysFlag\":0,\"writeQueueNums\":1}]}") == 0,
+        "%s", out.data);
     out.len = 0;
     CHECK(rmq__route_write(r, 0, &out) == 0);
     rmq__buf_append(&out, "", 1);
@@ -501,25 +529,33 @@ static void test_routes(void)
     rmq__route_free(r);
 
     /* Bad routes name the field at fault. */
-    static const struct { const char *in; const char *msg; } bad[] = {
+    static const struct {
+        const char *in;
+        const char *msg;
+    } bad[] = {
         {"[]", "not a JSON object"},
         {"{\"queueDatas\":{}}", "not an array"},
         {"{\"queueDatas\":[{\"perm\":6}]}", "queueDatas[0] has no brokerName"},
-        {"{\"queueDatas\":[{\"brokerName\":\"a\",\"perm\":\"x\"}]}", "queueDatas[0].perm is not an int"},
-        {"{\"queueDatas\":[{\"brokerName\":\"a\",\"perm\":99999999999}]}", "queueDatas[0].perm is not an int"},
+        {"{\"queueDatas\":[{\"brokerName\":\"a\",\"perm\":\"x\"}]}",
+         "queueDatas[0].perm is not an int"},
+        {"{\"queueDatas\":[{\"brokerName\":\"a\",\"perm\":99999999999}]}",
+         "queueDatas[0].perm is not an int"},
         {"{\"brokerDatas\":[{\"brokerName\":\"a\"},{}]}", "brokerDatas[1] has no brokerName"},
-        {"{\"brokerDatas\":[{\"brokerName\":\"a\",\"brokerAddrs\":[]}]}", "brokerAddrs is not a map"},
-        {"{\"brokerDatas\":[{\"brokerName\":\"a\",\"brokerAddrs\":{\"m\":\"x\"}}]}", "entry 0 is not id"},
+        {"{\"brokerDatas\":[{\"brokerName\":\"a\",\"brokerAddrs\":[]}]}",
+         "brokerAddrs is not a map"},
+        {"{\"brokerDatas\":[{\"brokerName\":\"a\",\"brokerAddrs\":{\"m\":\"x\"}}]}",
+         "entry 0 is not id"},
         {"{\"brokerDatas\":[{\"brokerName\":\"a\",\"brokerAddrs\":{0:1}}]}", "entry 0 is not id"},
         {"{\"brokerDatas\":[{\"brokerAddrs\":{0:\"a\"}", "unterminated object at byte 38"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int rc = rmq__route_parse(bad[i].in, strlen(bad[i].in), &r, err, sizeof(err));
-        CHECKF(rc == RMQ_ERR_BAD_JSON && r == NULL && strstr(err, bad[i].msg), "route %zu: %s", i, err);
+        CHECKF(rc == RMQ_ERR_BAD_JSON && r == NULL && strstr(err, bad[i].msg), "route %zu: %s", i,
+               err);
     }
     /* A duplicated broker id keeps its last address (Java HashMap). */
-    static const char dupid[] =
-        "{\"brokerDatas\":[{\"brokerAddrs\":{1:\"x:1\",0:\"m:1\",\"1\":\"y:1\"},\"brokerName\":\"a\"}]}";
+    static const char dupid[] = "{\"brokerDatas\":[{\"brokerAddrs\":{1:\"x:1\",0:\"m:1\",\"1\":\"y:"
+                                "1\"},\"brokerName\":\"a\"}]}";
     CHECK(rmq__route_parse(dupid, sizeof(dupid) - 1, &r, err, sizeof(err)) == 0);
     CHECK(r->bds[0].n_addrs == 2 && strcmp(r->bds[0].addrs[1].addr, "y:1") == 0);
     CHECK(strcmp(rmq__route_master_addr(r, "a"), "m:1") == 0);
