@@ -876,6 +876,7 @@ typedef struct jp {
     dec_t *d;
     const char *s, *p, *end;
     const char *why;
+    size_t slen; /* decoded length of the last string (it may hold a NUL) */
 } jp_t;
 
 static int jfail(jp_t *j, const char *why)
@@ -991,6 +992,7 @@ static int jstring(jp_t *j, char **out)
         }
     }
     j->p++; /* closing quote */
+    j->slen = (size_t)(o - start);
     *o++ = '\0';
     d->used += (size_t)(o - start);
     *out = start;
@@ -1175,14 +1177,15 @@ static int jext(jp_t *j)
     return 0;
 }
 
-static int key_is(const char *k, const char *name)
+/* The top-level key just parsed is exactly name (an embedded NUL does not match). */
+static int key_is(const jp_t *j, const char *k, const char *name)
 {
-    return !strcmp(k, name);
+    return j->slen == strlen(name) && !memcmp(k, name, j->slen);
 }
 
 static int decode_json(dec_t *d, const char *h, size_t hlen)
 {
-    jp_t j = {d, h, h, h + hlen, NULL};
+    jp_t j = {d, h, h, h + hlen, NULL, 0};
     rmq_cmd_t *c = d->c;
     int first = 1;
     jws(&j);
@@ -1231,21 +1234,21 @@ static int decode_json(dec_t *d, const char *h, size_t hlen)
             goto bad;
         }
         /* key still reads correctly: nothing has been written over it yet. */
-        if (key_is(key, "code")) {
+        if (key_is(&j, key, "code")) {
             if (jint32(&j, &c->code, "code is not an int")) goto bad;
-        } else if (key_is(key, "version")) {
+        } else if (key_is(&j, key, "version")) {
             if (jint32(&j, &c->version, "version is not an int")) goto bad;
-        } else if (key_is(key, "opaque")) {
+        } else if (key_is(&j, key, "opaque")) {
             if (jint32(&j, &c->opaque, "opaque is not an int")) goto bad;
-        } else if (key_is(key, "flag")) {
+        } else if (key_is(&j, key, "flag")) {
             if (jint32(&j, &c->flag, "flag is not an int")) goto bad;
-        } else if (key_is(key, "language")) {
+        } else if (key_is(&j, key, "language")) {
             if (*j.p == '"') {
                 char *name;
                 int lang;
                 mark = d->used;
                 if (jstring(&j, &name)) goto bad;
-                lang = rmq_language_from_name(name, strlen(name));
+                lang = rmq_language_from_name(name, j.slen);
                 d->used = mark;
                 /* An unknown (newer) language name: keep going as OTHER. */
                 c->language = lang >= 0 ? lang : RMQ_LANG_OTHER;
@@ -1258,7 +1261,7 @@ static int decode_json(dec_t *d, const char *h, size_t hlen)
                 }
                 c->language = v;
             }
-        } else if (key_is(key, "remark")) {
+        } else if (key_is(&j, key, "remark")) {
             if (*j.p == '"') {
                 if (jstring(&j, &c->remark)) goto bad;
             } else if (*j.p == 'n') {
@@ -1268,7 +1271,7 @@ static int decode_json(dec_t *d, const char *h, size_t hlen)
                 jfail(&j, "remark is not a string");
                 goto bad;
             }
-        } else if (key_is(key, "extFields")) {
+        } else if (key_is(&j, key, "extFields")) {
             if (jext(&j)) goto bad;
         } else {
             /* serializeTypeCurrentRPC and anything unknown. */

@@ -79,7 +79,13 @@ void rmq__cmd_init(rmq_cmd_t *c, int32_t code, int serialize);
 void rmq__cmd_init_response(rmq_cmd_t *c, const rmq_cmd_t *req, int32_t code, const char *remark);
 void rmq__cmd_free(rmq_cmd_t *c);
 
-/* Set (or replace) an extField; values are copied. Return 0 or RMQ_ERR_NOMEM. */
+/*
+ * Set (or replace, keeping its position) an extField; key and value are copied. val NULL removes
+ * the key. Return 0 or RMQ_ERR_NOMEM. The insertion order is the Java HashMap insertion order
+ * the encoder emulates: put a header's fields in the Java class's declaration order
+ * (makeCustomHeaderToNet), then any extra keys in the order Java adds them (e.g. ACL Signature,
+ * then AccessKey); it only matters for keys that share a HashMap bucket.
+ */
 int rmq__cmd_set_ext(rmq_cmd_t *c, const char *key, const char *val);
 int rmq__cmd_set_ext_i64(rmq_cmd_t *c, const char *key, int64_t v);
 int rmq__cmd_set_ext_bool(rmq_cmd_t *c, const char *key, int v);
@@ -97,6 +103,11 @@ int rmq__cmd_ext_bool(const rmq_cmd_t *c, const char *key);
 /*
  * Append the frame prefix and header to out: [int32 frameLength][int32 type<<24|H][header].
  * frameLength counts c->body_len, so the caller writes the body right after (writev, no copy).
+ * The header is what Java 4.9.4's NettyEncoder writes for the same command: JSON as fastjson
+ * writes it, extFields in java.util.HashMap order, FastCodesHeader fields first for ROCKETMQ.
+ * Returns 0; RMQ_ERR_INVALID (bad serialize type, a key over 32767 bytes in a ROCKETMQ header);
+ * RMQ_ERR_TOO_LARGE (header over 16 MiB - 1, or frame over RMQ_FRAME_MAX_DEFAULT); or
+ * RMQ_ERR_NOMEM. On error out is left as it was.
  */
 int rmq__cmd_encode_header(const rmq_cmd_t *c, rmq_buf_t *out);
 /* Append the whole frame, body included. */
@@ -104,8 +115,14 @@ int rmq__cmd_encode(const rmq_cmd_t *c, rmq_buf_t *out);
 
 /*
  * Decode one whole frame (starting at the 4-byte length) into c. On success c takes its own
- * reference on frame. Returns 0, or RMQ_ERR_BAD_FRAME with the reason in errstr (c is then
- * left empty and needs no free).
+ * reference on frame. Returns 0, or RMQ_ERR_BAD_FRAME (RMQ_ERR_NOMEM) with the reason in errstr
+ * (c is then left empty and needs no free).
+ * Both header types are accepted on every frame. JSON: any key order, unknown keys and nesting
+ * (64 levels), nulls, escapes, numbers or booleans as extFields values (kept as text), language
+ * as a name (unknown names become RMQ_LANG_OTHER) or a number. ROCKETMQ: every length is checked
+ * against the bytes present; an empty remark, key or value decodes as absent (Java: null).
+ * extFields keep the wire order; a repeated key overwrites the earlier value in place.
+ * Strings are NUL-terminated: a value carrying "\u0000" reads as cut there.
  */
 int rmq__cmd_decode(rmq_rbuf_t *frame, rmq_cmd_t *c, char *errstr, size_t errstr_size);
 

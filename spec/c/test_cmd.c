@@ -658,6 +658,10 @@ static void test_json_parser(void)
               !c.ext_empty,
           "empty object");
     if (!rc) rmq__cmd_free(&c);
+    /* A key with an escaped NUL is not the key before the NUL. */
+    rc = decode_json_hdr("{\"code\\u0000x\":5,\"opaque\":6}", &c, err, sizeof(err));
+    CHECK(rc == 0 && c.code == 0 && c.opaque == 6, "NUL in a key: %s", err);
+    if (!rc) rmq__cmd_free(&c);
     /* An unknown (newer) language name is kept as OTHER. */
     rc = decode_json_hdr("{\"language\":\"NODE_JS\"}", &c, err, sizeof(err));
     CHECK(rc == 0 && c.language == RMQ_LANG_OTHER, "unknown language name");
