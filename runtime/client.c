@@ -882,6 +882,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     timer_init(c, &c->t_stats);
     timer_init(c, &c->t_retry);
     timer_init(c, &c->t_drain);
+    timer_init(c, &c->t_expire);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_NOTIFY_CONSUMER_IDS_CHANGED, h_notify, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_RUNNING_INFO, h_running_info, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_STATUS_FROM_CLIENT, h_consumer_status,
@@ -923,6 +924,9 @@ int rmq__consumer_run(rmq_consumer_t *c)
     uv_timer_start(&c->t_persist, on_persist_timer, (uint64_t)cf->persist_consumer_offset_interval,
                    (uint64_t)cf->persist_consumer_offset_interval);
     uv_timer_start(&c->t_stats, on_stats_timer, 1000, 1000);
+    if (cf->consume_timeout > 0)
+        uv_timer_start(&c->t_expire, rmq__consume_expire_timer,
+                       (uint64_t)(cf->consume_timeout * 60000), (uint64_t)(cf->consume_timeout * 60000));
     rmq__rb_timer_start(c);
     rmq__c_refresh_routes(c);
     if (c->stop_requested) shutdown_begin(c);
@@ -952,6 +956,7 @@ static void shutdown_begin(rmq_consumer_t *c)
     uv_timer_stop(&c->t_route);
     uv_timer_stop(&c->t_heartbeat);
     uv_timer_stop(&c->t_rebalance);
+    uv_timer_stop(&c->t_expire);
     rmq__consume_abandon_retries(c);
     if (c->pool)
         rmq__pool_stop(c->pool, c->conf->await_termination_millis_when_shutdown, on_pool_closed,
@@ -1042,6 +1047,7 @@ static void shutdown_finish(rmq_consumer_t *c)
     uv_close((uv_handle_t *)&c->t_stats, NULL);
     uv_close((uv_handle_t *)&c->t_retry, NULL);
     uv_close((uv_handle_t *)&c->t_drain, NULL);
+    uv_close((uv_handle_t *)&c->t_expire, NULL);
     if (c->producer) rmq__producer_destroy(c->producer);
     c->producer = NULL;
     rmq__client_set_state(c, RMQ_CLIENT_STOPPED);

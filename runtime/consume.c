@@ -44,6 +44,10 @@ static void batch_submit(rmq_consumer_t *c, rmq_cbatch_t *cb)
     cb->b.delay_level = 0;
     cb->b.suspend_millis = -1;
     cb->submit_ms = rmq__mono_ms();
+    cb->iprev = NULL;
+    cb->inext = c->inflight;
+    if (c->inflight) c->inflight->iprev = cb;
+    c->inflight = cb;
     c->inflight_batches++;
     rmq__pool_submit(c->pool, &cb->b);
 }
@@ -257,6 +261,81 @@ static void send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, int delay_
     if (rc) fallback(sb);
 }
 
+/* ---- consume timeout (ProcessQueue.cleanExpiredMsg, PROTOCOL.md 6.13) ------------------------ */
+
+typedef struct expire_sb {
+    rmq_consumer_t *c;
+    rmq_qent_t *q;  /* one reference */
+    rmq_msg_t *m;   /* kept alive by a reference on its set; still owned by its batch */
+} expire_sb_t;
+
+static void on_expire_sendback(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
+{
+    expire_sb_t *x = ud;
+    rmq_qent_t *q = x->q;
+    if (!err && resp->code == RMQ_RESP_SUCCESS) {
+        x->c->n_retried++;
+        /* Still held (its batch has not come back): resolve it now, the batch skips it. */
+        if (rmq__pq_get(&q->pq, x->m->queue_offset) == x->m) {
+            int64_t off = rmq__pq_remove(&q->pq, &x->m, 1);
+            if (off >= 0 && q->pq.state != RMQ_PQ_DROPPED) rmq__offset_update(q, off, 1);
+        }
+    } else {
+        rmq_log_warn("consume", "%s: send back of expired offset %" PRId64 " failed: %s",
+                     q->name, x->m->queue_offset,
+                     err ? errmsg : (resp->remark ? resp->remark : rmq_err_name(resp->code)));
+    }
+    rmq__msgset_release((rmq_msgset_t *)x->m->owner);
+    rmq__qent_release(q);
+    free(x);
+}
+
+void rmq__consume_expire_timer(uv_timer_t *t)
+{
+    rmq_consumer_t *c = t->data;
+    if (c->state != RMQ_CLIENT_RUNNING) return;
+    int64_t limit = c->conf->consume_timeout * 60000;
+    int64_t now = rmq__mono_ms();
+    for (rmq_cbatch_t *cb = c->inflight; cb; cb = cb->inext) {
+        rmq_qent_t *q = cb->q;
+        if (cb->expired || now - cb->submit_ms <= limit || q->pq.state == RMQ_PQ_DROPPED)
+            continue;
+        cb->expired = 1;
+        const char *addr = rmq__c_master_addr(c, q->mq.broker_name);
+        rmq_log_warn("consume", "%s: %d message(s) from offset %" PRId64 " consumed for more "
+                     "than %" PRId64 " min: sending them back", q->name, cb->b.n,
+                     cb->msgs[0]->queue_offset, c->conf->consume_timeout);
+        for (int i = 0; i < cb->b.n && addr; i++) {
+            rmq_msg_t *m = cb->msgs[i];
+            char id[64];
+            msg_id_of(m, id);
+            rmq_cmd_t cmd;
+            rmq__cmd_init(&cmd, RMQ_REQ_CONSUMER_SEND_MSG_BACK, RMQ_SERIALIZE_JSON);
+            rmq__cmd_set_ext_i64(&cmd, "offset", m->commit_log_offset);
+            rmq__cmd_set_ext(&cmd, "group", c->group);
+            rmq__cmd_set_ext_i64(&cmd, "delayLevel", 3);
+            rmq__cmd_set_ext(&cmd, "originMsgId", id);
+            char *topic = rmq__xstrndup(m->topic, m->topic_len);
+            rmq__cmd_set_ext(&cmd, "originTopic", topic);
+            free(topic);
+            rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);
+            rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
+            expire_sb_t *x = rmq__xcalloc(1, sizeof(*x));
+            x->c = c;
+            x->q = rmq__qent_keep(q);
+            x->m = m;
+            rmq__msgset_keep((rmq_msgset_t *)m->owner);
+            if (rmq__remoting_request(c->rt, addr, &cmd, RMQ_SENDBACK_TIMEOUT_MS,
+                                      on_expire_sendback, x) != 0) {
+                rmq__msgset_release((rmq_msgset_t *)m->owner);
+                rmq__qent_release(q);
+                free(x);
+            }
+            rmq__cmd_free(&cmd);
+        }
+    }
+}
+
 /* ---- results ---------------------------------------------------------------------------------- */
 
 static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
@@ -269,6 +348,22 @@ static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         resolve(q, cb->msgs, b->n);
         batch_free(cb);
         return;
+    }
+    if (cb->expired) {
+        /* The consume timeout sent these back already (those still held failed to go): only
+         * the ones still in the process queue get this result. */
+        int k = 0, ack0 = b->ack_count, ack1 = 0;
+        for (int i = 0; i < b->n; i++) {
+            rmq_msg_t *m = cb->msgs[i];
+            if (rmq__pq_get(&q->pq, m->queue_offset) == m) {
+                cb->msgs[k++] = m;
+                ack1 += i < ack0;
+            } else {
+                rmq__msg_release(m);
+            }
+        }
+        b->n = k;
+        b->ack_count = ack1;
     }
     int n = b->n, ack;
     int delay = b->delay_level;
@@ -381,6 +476,10 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
     rmq_consumer_t *c = ud;
     rmq_cbatch_t *cb = b->internal;
     c->inflight_batches--;
+    if (cb->iprev) cb->iprev->inext = cb->inext;
+    else c->inflight = cb->inext;
+    if (cb->inext) cb->inext->iprev = cb->iprev;
+    cb->iprev = cb->inext = NULL;
     if (b->status == RMQ_CONSUME_NOT_RUN) {
         /* Never ran (shutdown): neither acknowledged nor sent back; the process queue keeps the
          * messages so the offset cannot pass them. */

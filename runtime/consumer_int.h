@@ -105,6 +105,8 @@ typedef struct rmq_cbatch {
     struct rmq_cbatch *next;/* retry-later list */
     int64_t due_ms;         /* retry-later: monotonic time to resubmit */
     int64_t submit_ms;
+    struct rmq_cbatch *iprev, *inext; /* batches in the pool (consume timeout scan) */
+    int expired;            /* its messages were sent back by the consume timeout */
     int n_pending;          /* send-backs still in flight for this batch */
     int n_retry;            /* messages collected for the local retry */
     rmq_msg_t *msgs[];      /* b.n views */
@@ -145,6 +147,7 @@ struct rmq_consumer {
     int thr_size_queue;     /* effective pull_threshold_size_for_queue (MiB) */
 
     rmq_cbatch_t *retry_list;
+    rmq_cbatch_t *inflight; /* batches submitted to the pool, oldest last */
     int inflight_batches;
     int inflight_sendbacks;
 
@@ -153,7 +156,8 @@ struct rmq_consumer {
     int rb_outstanding;     /* async steps of the running rebalance */
     int rb_changed;
 
-    uv_timer_t t_route, t_heartbeat, t_rebalance, t_persist, t_stats, t_retry, t_drain;
+    uv_timer_t t_route, t_heartbeat, t_rebalance, t_persist, t_stats, t_retry, t_drain,
+        t_expire;
     int drain_started;      /* shutdown: waiting for send-backs in flight */
     int64_t drain_deadline; /* monotonic */
 
@@ -204,6 +208,8 @@ void rmq__pull_later(rmq_qent_t *q, int64_t delay_ms);
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n);
 void rmq__consume_done(void *ud, rmq_batch_t *b);
 void rmq__consume_retry_timer(uv_timer_t *t);
+/* cleanExpiredMsg: every consume_timeout minutes (timer data = consumer). */
+void rmq__consume_expire_timer(uv_timer_t *t);
 /* Release every locally retried batch (shutdown). */
 void rmq__consume_abandon_retries(rmq_consumer_t *c);
 
