@@ -157,6 +157,8 @@ struct rmq_remoting {
     char **ns;
     int n_ns;
     int ns_idx;
+
+    rmq_remoting_stats_t st; /* conns and pending are filled in by rmq__remoting_stats */
 };
 
 static const char *const state_names[] = {"WAITING", "CONNECTING", "OPEN", "CLOSING", "CLOSED"};
@@ -413,6 +415,7 @@ static void on_timer(uv_timer_t *tm)
                  p->code, p->opaque, c->addr, (long long)p->timeout_ms,
                  rmq__conn_state_name(c->state));
         rmq_log_warn(SUB(t), "%s", msg);
+        t->st.timeouts++;
         pending_fail(t, p, RMQ_ERR_TIMEOUT, msg);
         if (close_it) conn_close(c, RMQ_ERR_TIMEOUT, RMQ_ERR_TRANSPORT, msg);
         rmq__conn_release(c);
@@ -480,6 +483,8 @@ static int wreq_issue(rmq_conn_t *c, wreq_t *w)
     }
     rmq__conn_keep(c);
     c->last_io = now_ms(c->t);
+    for (unsigned i = 0; i < w->nbufs; i++)
+        c->t->st.bytes_out += w->bufs[i].len;
     return 0;
 }
 
@@ -560,6 +565,8 @@ static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
     int was = c->state;
     set_state(c, RMQ_CONN_CLOSING);
     list_remove(&c->live);
+    t->st.closes++;
+    if (c->connect_failed) t->st.connect_failures++;
     if (c->peer) {
         peer_t *p = c->peer;
         p->conn = NULL;
@@ -661,10 +668,12 @@ static void dispatch(rmq_conn_t *c, rmq_cmd_t *cmd)
             return;
         }
         pending_unlink(t, p);
+        t->st.responses_recv++;
         p->cb(p->ud, 0, cmd, "");
         free(p);
         return;
     }
+    t->st.requests_recv++;
     handler_slot_t *s = NULL;
     if (cmd->code >= 0 && cmd->code < t->n_handlers && t->handlers[cmd->code].h)
         s = &t->handlers[cmd->code];
@@ -692,6 +701,7 @@ static void on_frame(void *ud, rmq_rbuf_t *frame)
         snprintf(why, sizeof why, "malformed frame: %s", err);
         rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
                       err);
+        c->t->st.malformed++;
         conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
         return;
     }
@@ -723,12 +733,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     rmq__conn_keep(c);
     if (nread > 0) {
         c->last_io = now_ms(c->t);
+        c->t->st.bytes_in += (uint64_t)nread;
         int rc =
             rmq__framer_commit(&c->framer, buf->base, (size_t)nread, on_frame, c, err, sizeof err);
         if (rc && c->state == RMQ_CONN_OPEN) {
             snprintf(why, sizeof why, "malformed frame: %s", err);
             rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
                           err);
+            c->t->st.malformed++;
             conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
         }
     } else {
@@ -841,6 +853,7 @@ static void on_connect(uv_connect_t *req, int status)
             c->peer->fails = 0;
             c->peer->retry_at = 0;
         }
+        c->t->st.connects++;
         conn_opened(c);
     }
     rmq__conn_release(c);
@@ -1036,6 +1049,7 @@ static int request_on(rmq_remoting_t *t, rmq_conn_t *c, rmq_cmd_t *req, int64_t 
                 rmq__conn_state_name(c->state));
     }
     int rc = conn_send(c, req, !oneway, 1, NULL, 0, NULL, NULL);
+    if (rc == 0) t->st.requests_sent++;
     if (rc) {
         if (p) {
             pending_unlink(t, p);
@@ -1150,6 +1164,7 @@ static void on_connection(uv_stream_t *server, int status)
     else
         snprintf(c->addr, sizeof c->addr, "(unknown peer)");
     rmq_log_info(SUB(t), "accepted connection from %s", c->addr);
+    t->st.accepts++;
     conn_opened(c);
 }
 
@@ -1232,6 +1247,15 @@ void rmq__remoting_close_addr(rmq_remoting_t *t, const char *addr, const char *w
 size_t rmq__remoting_pending(const rmq_remoting_t *t)
 {
     return t->npending;
+}
+
+void rmq__remoting_stats(const rmq_remoting_t *t, rmq_remoting_stats_t *out)
+{
+    *out = t->st;
+    out->conns = 0;
+    for (const link_t *l = t->conns.next; l != &t->conns; l = l->next)
+        out->conns++;
+    out->pending = t->npending;
 }
 
 /* ---- handlers -------------------------------------------------------------------------------- */

@@ -244,6 +244,25 @@ void rmq__remoting_close_addr(rmq_remoting_t *t, const char *addr, const char *w
 /* Requests waiting for a response, over all connections. */
 size_t rmq__remoting_pending(const rmq_remoting_t *t);
 
+/* Counters since the transport was created (for the stats snapshot). */
+typedef struct rmq_remoting_stats {
+    uint64_t requests_sent;  /* requests and oneways handed to a connection */
+    uint64_t responses_recv; /* responses matched to a pending request */
+    uint64_t timeouts;       /* requests failed with RMQ_ERR_TIMEOUT */
+    uint64_t requests_recv;  /* incoming requests dispatched */
+    uint64_t connects;       /* client connections that reached OPEN */
+    uint64_t connect_failures;
+    uint64_t accepts;   /* server connections accepted */
+    uint64_t closes;    /* connections closed, any reason */
+    uint64_t malformed; /* connections closed for a malformed frame */
+    uint64_t bytes_in;
+    uint64_t bytes_out; /* bytes handed to uv_write */
+    uint64_t conns;     /* live connections now */
+    uint64_t pending;   /* requests waiting for a response now */
+} rmq_remoting_stats_t;
+
+void rmq__remoting_stats(const rmq_remoting_t *t, rmq_remoting_stats_t *out);
+
 /* ---- server side ----------------------------------------------------------------------------- */
 
 /*

@@ -604,6 +604,13 @@ static void test_request_response(const char *host)
     CHECK(r[0].opaque != r[1].opaque);
     CHECK(cl.opened == 1 && s.opened == 1 && s.requests == 2);
     CHECK(rmq__remoting_pending(cl.t) == 0);
+    rmq_remoting_stats_t cs, ss;
+    rmq__remoting_stats(cl.t, &cs);
+    rmq__remoting_stats(s.t, &ss);
+    CHECK(cs.requests_sent == 2 && cs.responses_recv == 2 && cs.connects == 1 && cs.conns == 1);
+    CHECK(cs.pending == 0 && cs.timeouts == 0 && cs.closes == 0);
+    CHECK(ss.accepts == 1 && ss.requests_recv == 2 && ss.conns == 1);
+    CHECK(cs.bytes_out == ss.bytes_in && ss.bytes_out == cs.bytes_in && cs.bytes_in > 0);
 
     /* The zero-copy response with 32 lent buffers (the broker's PULL response). */
     result_t pr;
@@ -1049,6 +1056,9 @@ static void test_malformed_to_server(void)
     memcpy(b + 8, "{nope", 5);
     send_bad(&s, b, 13, "bad JSON");
 
+    rmq_remoting_stats_t ss;
+    rmq__remoting_stats(s.t, &ss);
+    CHECK(ss.malformed == 5 && ss.closes == 5 && ss.accepts == 6);
     /* The good client's connection was never touched. */
     CHECK(cl.closed == 0);
     memset(&r, 0, sizeof r);
