@@ -316,6 +316,14 @@ static void test_offsets_file(void)
     CHECK(rmq__fj_write(&out, e, RMQ_FJ_PRETTY) == 0);
     CHECK(out.len == strlen("{\n\t\"a\":{},\n\t\"b\":[]\n}") &&
           memcmp(out.data, "{\n\t\"a\":{},\n\t\"b\":[]\n}", out.len) == 0);
+    /* fastjson's own PrettyFormatTest: [{},{}] -> "[\n\t{},\n\t{}\n]". */
+    rmq_fj_t *arr = rmq__fj_new_arr(mk);
+    rmq__fj_arr_add(arr, rmq__fj_new_obj(mk));
+    rmq__fj_arr_add(arr, rmq__fj_new_obj(mk));
+    out.len = 0;
+    CHECK(rmq__fj_write(&out, arr, RMQ_FJ_PRETTY) == 0);
+    CHECKF(out.len == 12 && memcmp(out.data, "[\n\t{},\n\t{}\n]", 12) == 0, "%.*s", (int)out.len,
+           out.data);
     rmq__fj_free(mk);
     rmq__buf_free(&out);
     rmq__fj_free(doc);
