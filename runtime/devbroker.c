@@ -362,6 +362,13 @@ static int node_init(rmq_devbroker_t *db, db_node_t *node, int idx, const char *
         }
         node->port = 0;
     }
+    unsigned a0, a1, a2, a3;
+    node->store_ip[0] = 127, node->store_ip[1] = 0, node->store_ip[2] = 0, node->store_ip[3] = 1;
+    if (sscanf(node->host, "%u.%u.%u.%u", &a0, &a1, &a2, &a3) == 4 && a0 < 256 && a1 < 256 &&
+        a2 < 256 && a3 < 256 && (a0 | a1 | a2 | a3)) {
+        node->store_ip[0] = (uint8_t)a0, node->store_ip[1] = (uint8_t)a1;
+        node->store_ip[2] = (uint8_t)a2, node->store_ip[3] = (uint8_t)a3;
+    }
     return 0;
 }
 

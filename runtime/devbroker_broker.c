@@ -131,21 +131,9 @@ static void peer_host(rmq_conn_t *conn, uint8_t *ip, int *ip_len, int32_t *port)
     if (inet_pton(AF_INET6, host, ip) == 1) *ip_len = 16;
 }
 
-static void store_host_ip(const db_broker_t *b, uint8_t ip[4])
-{
-    unsigned a0, a1, a2, a3;
-    ip[0] = 127, ip[1] = 0, ip[2] = 0, ip[3] = 1;
-    if (sscanf(b->node.host, "%u.%u.%u.%u", &a0, &a1, &a2, &a3) == 4 && a0 < 256 && a1 < 256 &&
-        a2 < 256 && a3 < 256 && (a0 | a1 | a2 | a3)) {
-        ip[0] = (uint8_t)a0, ip[1] = (uint8_t)a1, ip[2] = (uint8_t)a2, ip[3] = (uint8_t)a3;
-    }
-}
-
 static void offset_msg_id(const db_broker_t *b, int64_t phys, char *out)
 {
-    uint8_t ip[4];
-    store_host_ip(b, ip);
-    rmq__offset_msg_id(ip, 4, b->node.port, phys, out);
+    rmq__offset_msg_id(b->node.store_ip, 4, b->node.port, phys, out);
 }
 
 /* ---- properties -------------------------------------------------------------------------------- */

@@ -150,6 +150,7 @@ typedef struct db_node {
     char host[64];
     int port;
     char addr[80];
+    uint8_t store_ip[4]; /* STOREHOST address: host when IPv4 (not 0.0.0.0), else 127.0.0.1 */
     db_fault_t *faults;
     db_latency_t *latency;
     struct {

@@ -270,19 +270,7 @@ db_msg_t *rmq__db_store(db_broker_t *b, db_topic_t *t, const db_msg_in_t *in, ch
     memcpy(mm.born_host, in->born_host, (size_t)in->born_ip_len);
     mm.born_port = in->born_port;
     mm.store_timestamp = rmq__now_ms();
-    mm.store_host[0] = 127;
-    mm.store_host[3] = 1;
-    {
-        /* Store host: the broker's listening address when it is IPv4, else 127.0.0.1. */
-        unsigned a0, a1, a2, a3;
-        if (sscanf(b->node.host, "%u.%u.%u.%u", &a0, &a1, &a2, &a3) == 4 && a0 < 256 &&
-            a1 < 256 && a2 < 256 && a3 < 256 && (a0 | a1 | a2 | a3)) {
-            mm.store_host[0] = (uint8_t)a0;
-            mm.store_host[1] = (uint8_t)a1;
-            mm.store_host[2] = (uint8_t)a2;
-            mm.store_host[3] = (uint8_t)a3;
-        }
-    }
+    memcpy(mm.store_host, b->node.store_ip, 4);
     mm.store_port = b->node.port;
     mm.reconsume_times = in->reconsume;
     rmq_buf_t out;
