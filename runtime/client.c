@@ -257,6 +257,8 @@ typedef struct route_req {
     int idx;
 } route_req_t;
 
+static void on_route_timer(uv_timer_t *t);
+
 static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
 {
     route_req_t *rq = ud;
@@ -266,6 +268,14 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     if (c->state != RMQ_CLIENT_RUNNING) return;
     rmq_csub_t *s = &c->subs[i];
     s->route_inflight = 0;
+    if (err || resp->code != RMQ_RESP_SUCCESS || !resp->body) {
+        /* A topic without any route yet is asked again soon (the next name server after a
+         * transport failure), not only at the next poll. */
+        if (!s->have_route)
+            uv_timer_start(&c->t_route, on_route_timer,
+                           (uint64_t)c->conf->pull_time_delay_mills_when_exception,
+                           (uint64_t)c->conf->poll_name_server_interval);
+    }
     if (err) {
         rmq_log_warn("client", "GET_ROUTEINFO_BY_TOPIC %s failed: %s", s->sd->topic, errmsg);
         return;
