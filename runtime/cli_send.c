@@ -96,6 +96,15 @@ static void usage(FILE *out)
             RMQ_PRODUCER_RETRY_TIMES, RMQ_PRODUCER_COMPRESS_OVER);
 }
 
+/* MessageConst.STRING_HASH_SET: names Message.putUserProperty refuses. */
+static const char *const reserved_props[] = {
+    "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
+    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
+    "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INSTANCE_ID", "CORRELATION_ID",
+    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
+    "INNER_MULTI_QUEUE_OFFSET"};
+
 static int parse_i64(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out)
 {
     char *end;
@@ -341,6 +350,20 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
                 return 2;
             }
             char *k = rmq__xstrndup(v, (size_t)(eq - v));
+            for (size_t j = 0; j < RMQ_ARRAY_SIZE(reserved_props); j++) {
+                if (!strcmp(k, reserved_props[j])) {
+                    fprintf(stderr, "rmqlua send: --property %s: the name is reserved by RocketMQ "
+                                    "(use --tags, --keys or --delay for those)\n", k);
+                    free(k);
+                    return 2;
+                }
+            }
+            if (strchr(k, 1) || strchr(k, 2) || strchr(eq + 1, 1) || strchr(eq + 1, 2)) {
+                fprintf(stderr, "rmqlua send: --property %s: bytes 0x01 and 0x02 are not allowed\n",
+                        k);
+                free(k);
+                return 2;
+            }
             r->props[r->n_props].key = k;
             r->props[r->n_props].val = eq + 1;
             r->n_props++;
@@ -445,8 +468,7 @@ int rmq__cli_send(int argc, char **argv)
             rc = 2;
         }
     }
-    if (rc == 0) po.max_inflight = r->window < RMQ_PRODUCER_MAX_INFLIGHT ? r->window
-                                                                         : RMQ_PRODUCER_MAX_INFLIGHT;
+    if (rc == 0) po.max_inflight = r->window;
     if (rc == 0) {
         uv_loop_init(&r->loop);
         rmq_remoting_opts_t ro;

@@ -83,6 +83,7 @@ describe("rmqlua send (usage)", function()
       {"send --namesrv 127.0.0.1:1 --topic T --property novalue", "--property needs key=value"},
       {"send --namesrv 127.0.0.1:1 --topic T --file /nonexistent/x", "cannot open /nonexistent/x"},
       {"send --namesrv 127.0.0.1:1 --topic T --delay 19", "--delay needs an integer in 1..18"},
+      {"send --namesrv 127.0.0.1:1 --topic T --property TAGS=x", "--property TAGS: the name is reserved"},
     }
     for _, c in ipairs(cases) do
       local rc, out = helpers.run("NAMESRV_ADDR= " .. bin .. " " .. c[1] .. " < /dev/null")
