@@ -238,8 +238,8 @@ int rmq__cmd_ext_bool(const rmq_cmd_t *c, const char *key)
 
 typedef struct hnode {
     uint32_t hash;
-    int idx;                                /* entry index in c->ext */
-    int next, prev, left, right, parent;    /* node indexes, -1 for null */
+    int idx;                             /* entry index in c->ext */
+    int next, prev, left, right, parent; /* node indexes, -1 for null */
     uint8_t red, tree;
 } hnode_t;
 
@@ -264,14 +264,17 @@ static int utf16_next(const unsigned char **sp, const unsigned char *end, unsign
     if (s >= end) return -1;
     c = s[0];
     left = (size_t)(end - s);
-    if (c < 0x80) cp = c, s += 1;
-    else if ((c & 0xe0) == 0xc0 && left > 1) cp = ((c & 0x1fu) << 6) | (s[1] & 0x3fu), s += 2;
+    if (c < 0x80)
+        cp = c, s += 1;
+    else if ((c & 0xe0) == 0xc0 && left > 1)
+        cp = ((c & 0x1fu) << 6) | (s[1] & 0x3fu), s += 2;
     else if ((c & 0xf0) == 0xe0 && left > 2)
         cp = ((c & 0x0fu) << 12) | ((s[1] & 0x3fu) << 6) | (s[2] & 0x3fu), s += 3;
     else if ((c & 0xf8) == 0xf0 && left > 3)
         cp = ((c & 0x07u) << 18) | ((s[1] & 0x3fu) << 12) | ((s[2] & 0x3fu) << 6) | (s[3] & 0x3fu),
         s += 4;
-    else cp = 0xfffd, s += 1;
+    else
+        cp = 0xfffd, s += 1;
     *sp = s;
     if (cp >= 0x10000) {
         cp -= 0x10000;
@@ -308,9 +311,12 @@ static int hs_rotate_left(hnode_t *n, int root, int p)
     int r, pp, rl;
     if (p >= 0 && (r = n[p].right) >= 0) {
         if ((rl = n[p].right = n[r].left) >= 0) n[rl].parent = p;
-        if ((pp = n[r].parent = n[p].parent) < 0) (root = r), n[r].red = 0;
-        else if (n[pp].left == p) n[pp].left = r;
-        else n[pp].right = r;
+        if ((pp = n[r].parent = n[p].parent) < 0)
+            (root = r), n[r].red = 0;
+        else if (n[pp].left == p)
+            n[pp].left = r;
+        else
+            n[pp].right = r;
         n[r].left = p;
         n[p].parent = r;
     }
@@ -322,9 +328,12 @@ static int hs_rotate_right(hnode_t *n, int root, int p)
     int l, pp, lr;
     if (p >= 0 && (l = n[p].left) >= 0) {
         if ((lr = n[p].left = n[l].right) >= 0) n[lr].parent = p;
-        if ((pp = n[l].parent = n[p].parent) < 0) (root = l), n[l].red = 0;
-        else if (n[pp].right == p) n[pp].right = l;
-        else n[pp].left = l;
+        if ((pp = n[l].parent = n[p].parent) < 0)
+            (root = l), n[l].red = 0;
+        else if (n[pp].right == p)
+            n[pp].right = l;
+        else
+            n[pp].left = l;
         n[l].right = p;
         n[p].parent = l;
     }
@@ -420,8 +429,10 @@ static void hs_treeify(hsim_t *m, int head)
                 int dir = hs_dir(m, x, p), xp = p;
                 if ((p = dir <= 0 ? n[p].left : n[p].right) < 0) {
                     n[x].parent = xp;
-                    if (dir <= 0) n[xp].left = x;
-                    else n[xp].right = x;
+                    if (dir <= 0)
+                        n[xp].left = x;
+                    else
+                        n[xp].right = x;
                     root = hs_balance(n, root, x);
                     break;
                 }
@@ -436,7 +447,8 @@ static void hs_put_tree(hsim_t *m, int first, int x)
 {
     hnode_t *n = m->n;
     int root = first, p;
-    while (n[root].parent >= 0) root = n[root].parent;
+    while (n[root].parent >= 0)
+        root = n[root].parent;
     for (p = root;;) {
         int dir = hs_dir(m, x, p), xp = p;
         if ((p = dir <= 0 ? n[p].left : n[p].right) < 0) {
@@ -444,8 +456,10 @@ static void hs_put_tree(hsim_t *m, int first, int x)
             n[x].next = xpn;
             n[x].tree = 1;
             n[x].left = n[x].right = -1;
-            if (dir <= 0) n[xp].left = x;
-            else n[xp].right = x;
+            if (dir <= 0)
+                n[xp].left = x;
+            else
+                n[xp].right = x;
             n[xp].next = x;
             n[x].parent = n[x].prev = xp;
             if (xpn >= 0) n[xpn].prev = x;
@@ -463,7 +477,8 @@ static void hs_resize(hsim_t *m, int *newtab)
     int *oldtab = m->tab;
     m->tab = newtab;
     m->cap = old * 2;
-    for (j = 0; j < m->cap; j++) newtab[j] = -1;
+    for (j = 0; j < m->cap; j++)
+        newtab[j] = -1;
     for (j = 0; j < old; j++) {
         int e = oldtab[j], lo = -1, lot = -1, hi = -1, hit = -1, lc = 0, hc = 0, next;
         if (e < 0) continue;
@@ -475,13 +490,17 @@ static void hs_resize(hsim_t *m, int *newtab)
             next = n[e].next;
             n[e].next = -1;
             if (!(n[e].hash & old)) {
-                if ((n[e].prev = lot) < 0) lo = e;
-                else n[lot].next = e;
+                if ((n[e].prev = lot) < 0)
+                    lo = e;
+                else
+                    n[lot].next = e;
                 lot = e;
                 lc++;
             } else {
-                if ((n[e].prev = hit) < 0) hi = e;
-                else n[hit].next = e;
+                if ((n[e].prev = hit) < 0)
+                    hi = e;
+                else
+                    n[hit].next = e;
                 hit = e;
                 hc++;
             }
@@ -495,7 +514,8 @@ static void hs_resize(hsim_t *m, int *newtab)
         if (lo >= 0) {
             newtab[j] = lo;
             if (lc <= 6) {
-                for (e = lo; e >= 0; e = n[e].next) n[e].tree = 0;
+                for (e = lo; e >= 0; e = n[e].next)
+                    n[e].tree = 0;
             } else if (hi >= 0) {
                 hs_treeify(m, lo);
             }
@@ -503,7 +523,8 @@ static void hs_resize(hsim_t *m, int *newtab)
         if (hi >= 0) {
             newtab[j + old] = hi;
             if (hc <= 6) {
-                for (e = hi; e >= 0; e = n[e].next) n[e].tree = 0;
+                for (e = hi; e >= 0; e = n[e].next)
+                    n[e].tree = 0;
             } else if (lo >= 0) {
                 hs_treeify(m, hi);
             }
@@ -529,7 +550,8 @@ static int hm_sim(const rmq_cmd_t *c, const uint8_t *sel, int *order, size_t max
     }
     m.tab = t1;
     m.cap = 16;
-    for (j = 0; j < m.cap; j++) m.tab[j] = -1;
+    for (j = 0; j < m.cap; j++)
+        m.tab[j] = -1;
     for (i = 0; i < c->n_ext; i++) {
         uint32_t h;
         size_t b;
@@ -549,7 +571,8 @@ static int hm_sim(const rmq_cmd_t *c, const uint8_t *sel, int *order, size_t max
             hs_put_tree(&m, m.tab[b], x);
         } else {
             int p = m.tab[b], bin = 0;
-            while (m.n[p].next >= 0) p = m.n[p].next, bin++;
+            while (m.n[p].next >= 0)
+                p = m.n[p].next, bin++;
             m.n[p].next = x;
             m.n[x].prev = p;
             if (bin >= 7) { /* treeifyBin */
@@ -565,7 +588,8 @@ static int hm_sim(const rmq_cmd_t *c, const uint8_t *sel, int *order, size_t max
     }
     for (j = 0; j < m.cap; j++) {
         int e;
-        for (e = m.tab[j]; e >= 0; e = m.n[e].next) order[k++] = m.n[e].idx;
+        for (e = m.tab[j]; e >= 0; e = m.n[e].next)
+            order[k++] = m.n[e].idx;
     }
     free(m.n);
     free(t1);
@@ -583,7 +607,8 @@ static int hm_order(const rmq_cmd_t *c, const uint8_t *sel, int *order)
     unsigned sum = 0;
     int i, j;
 
-    while (maxcap < (size_t)c->n_ext * 2 + 2) maxcap *= 2;
+    while (maxcap < (size_t)c->n_ext * 2 + 2)
+        maxcap *= 2;
     if (c->n_ext > (int)RMQ_ARRAY_SIZE(hs_stack)) hs = malloc((size_t)c->n_ext * sizeof(*hs));
     if (maxcap > RMQ_ARRAY_SIZE(cnt_stack)) cnt = malloc(maxcap * sizeof(*cnt));
     if (!hs || !cnt) {
@@ -636,23 +661,29 @@ static int hm_order(const rmq_cmd_t *c, const uint8_t *sel, int *order)
 /* ---- FastCodesHeader field orders (4.9.4 encode(ByteBuf) methods) ---------------------- */
 
 static const char *const fast_pull_req[] = {
-    "consumerGroup", "topic",        "queueId",    "queueOffset",    "maxMsgNums", "sysFlag",
-    "commitOffset",  "suspendTimeoutMillis", "subscription", "subVersion", "expressionType", NULL};
+    "consumerGroup", "topic",      "queueId",        "queueOffset",
+    "maxMsgNums",    "sysFlag",    "commitOffset",   "suspendTimeoutMillis",
+    "subscription",  "subVersion", "expressionType", NULL};
 static const char *const fast_send_req[] = {"a", "b", "c", "d", "e", "f", "g",
                                             "h", "i", "j", "k", "l", "m", NULL};
-static const char *const fast_pull_resp[] = {"suggestWhichBrokerId", "nextBeginOffset",
-                                             "minOffset", "maxOffset", NULL};
+static const char *const fast_pull_resp[] = {"suggestWhichBrokerId", "nextBeginOffset", "minOffset",
+                                             "maxOffset", NULL};
 static const char *const fast_send_resp[] = {"msgId", "queueId", "queueOffset", "transactionId",
                                              NULL};
 
 static const char *const *fast_fields(int kind)
 {
     switch (kind) {
-    case RMQ_FAST_PULL_REQ: return fast_pull_req;
-    case RMQ_FAST_SEND_REQ: return fast_send_req;
-    case RMQ_FAST_PULL_RESP: return fast_pull_resp;
-    case RMQ_FAST_SEND_RESP: return fast_send_resp;
-    default: return NULL;
+    case RMQ_FAST_PULL_REQ:
+        return fast_pull_req;
+    case RMQ_FAST_SEND_REQ:
+        return fast_send_req;
+    case RMQ_FAST_PULL_RESP:
+        return fast_pull_resp;
+    case RMQ_FAST_SEND_RESP:
+        return fast_send_resp;
+    default:
+        return NULL;
     }
 }
 
@@ -676,18 +707,34 @@ static int json_put_str(rmq_buf_t *b, const char *str, size_t n)
         char esc = 0;
         if (c >= 0x20 && c != '"' && c != '\\' && c < 0x7f) continue;
         switch (c) {
-        case '\b': esc = 'b'; break;
-        case '\t': esc = 't'; break;
-        case '\n': esc = 'n'; break;
-        case '\f': esc = 'f'; break;
-        case '\r': esc = 'r'; break;
-        case '"': esc = '"'; break;
-        case '\\': esc = '\\'; break;
+        case '\b':
+            esc = 'b';
+            break;
+        case '\t':
+            esc = 't';
+            break;
+        case '\n':
+            esc = 'n';
+            break;
+        case '\f':
+            esc = 'f';
+            break;
+        case '\r':
+            esc = 'r';
+            break;
+        case '"':
+            esc = '"';
+            break;
+        case '\\':
+            esc = '\\';
+            break;
         default:
-            if (c < 0x20 || c == 0x7f) cp = c, skip = 1;
+            if (c < 0x20 || c == 0x7f)
+                cp = c, skip = 1;
             else if (c == 0xc2 && i + 1 < n && s[i + 1] >= 0x80 && s[i + 1] <= 0x9f)
                 cp = s[i + 1], skip = 2;
-            else if (c == 0xe2 && i + 2 < n && s[i + 1] == 0x80 && (s[i + 2] == 0xa8 || s[i + 2] == 0xa9))
+            else if (c == 0xe2 && i + 2 < n && s[i + 1] == 0x80 &&
+                     (s[i + 2] == 0xa8 || s[i + 2] == 0xa9))
                 cp = 0x2000u | (s[i + 2] == 0xa8 ? 0x28u : 0x29u), skip = 3;
             break;
         }
@@ -699,8 +746,9 @@ static int json_put_str(rmq_buf_t *b, const char *str, size_t n)
             if (rmq__buf_append(b, e, 2)) return RMQ_ERR_NOMEM;
             run = i + 1;
         } else {
-            char e[6] = {'\\', 'u', hex[(cp >> 12) & 15], hex[(cp >> 8) & 15], hex[(cp >> 4) & 15],
-                         hex[cp & 15]};
+            char e[6] = {
+                '\\',        'u', hex[(cp >> 12) & 15], hex[(cp >> 8) & 15], hex[(cp >> 4) & 15],
+                hex[cp & 15]};
             if (rmq__buf_append(b, e, 6)) return RMQ_ERR_NOMEM;
             i += skip - 1;
             run = i + 1;
@@ -776,8 +824,9 @@ static int encode_bin(const rmq_cmd_t *c, rmq_buf_t *b)
     /* Java: writeShort(code), writeByte(language), writeShort(version): truncated like Java. */
     if (rmq__buf_append_be16(b, (uint16_t)c->code) || rmq__buf_append_u8(b, (uint8_t)c->language) ||
         rmq__buf_append_be16(b, (uint16_t)c->version) ||
-        rmq__buf_append_be32(b, (uint32_t)c->opaque) || rmq__buf_append_be32(b, (uint32_t)c->flag) ||
-        rmq__buf_append_be32(b, (uint32_t)rl) || rmq__buf_append(b, c->remark, rl))
+        rmq__buf_append_be32(b, (uint32_t)c->opaque) ||
+        rmq__buf_append_be32(b, (uint32_t)c->flag) || rmq__buf_append_be32(b, (uint32_t)rl) ||
+        rmq__buf_append(b, c->remark, rl))
         goto out;
     extpos = b->len;
     if (rmq__buf_append_be32(b, 0)) goto out;
@@ -817,7 +866,8 @@ int rmq__cmd_encode_header(const rmq_cmd_t *c, rmq_buf_t *out)
     out->len += 8;
     rc = c->serialize == RMQ_SERIALIZE_JSON ? encode_json(c, out) : encode_bin(c, out);
     h = out->len - start - 8;
-    if (!rc && (h > 0xffffff || 8 + h + c->body_len > RMQ_FRAME_MAX_DEFAULT)) rc = RMQ_ERR_TOO_LARGE;
+    if (!rc && (h > 0xffffff || 8 + h + c->body_len > RMQ_FRAME_MAX_DEFAULT))
+        rc = RMQ_ERR_TOO_LARGE;
     if (rc) {
         out->len = start;
         return rc;
@@ -847,7 +897,7 @@ typedef struct dec {
     size_t used, cap;
     char *err;
     size_t errsz;
-    int dup;     /* a key appeared twice */
+    int dup; /* a key appeared twice */
 } dec_t;
 
 /* Store key -> val (both in the arena). val NULL removes the key. Later duplicates overwrite
@@ -858,8 +908,10 @@ static int dec_put(dec_t *d, char *key, char *val)
     int i = find_ext(c, key);
     if (i >= 0) {
         d->dup = 1;
-        if (val) c->ext[i].val = val;
-        else remove_ext(c, i);
+        if (val)
+            c->ext[i].val = val;
+        else
+            remove_ext(c, i);
         return 0;
     }
     if (!val) return 0;
@@ -916,7 +968,8 @@ static int read_u4(jp_t *j, unsigned *out)
 
 static char *put_utf8(char *o, unsigned cp)
 {
-    if (cp < 0x80) *o++ = (char)cp;
+    if (cp < 0x80)
+        *o++ = (char)cp;
     else if (cp < 0x800) {
         *o++ = (char)(0xc0 | cp >> 6);
         *o++ = (char)(0x80 | (cp & 0x3f));
@@ -949,7 +1002,8 @@ static int jstring(jp_t *j, char **out)
     for (;;) {
         /* Copy the plain run in one go. */
         p = j->p;
-        while (p < j->end && *p != '"' && *p != '\\') p++;
+        while (p < j->end && *p != '"' && *p != '\\')
+            p++;
         memcpy(o, j->p, (size_t)(p - j->p));
         o += p - j->p;
         j->p = p;
@@ -958,14 +1012,30 @@ static int jstring(jp_t *j, char **out)
         /* Backslash escape. */
         if (++j->p >= j->end) return jfail(j, "unterminated string");
         switch (*j->p++) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '/': *o++ = '/'; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
+        case '"':
+            *o++ = '"';
+            break;
+        case '\\':
+            *o++ = '\\';
+            break;
+        case '/':
+            *o++ = '/';
+            break;
+        case 'b':
+            *o++ = '\b';
+            break;
+        case 'f':
+            *o++ = '\f';
+            break;
+        case 'n':
+            *o++ = '\n';
+            break;
+        case 'r':
+            *o++ = '\r';
+            break;
+        case 't':
+            *o++ = '\t';
+            break;
         case 'u': {
             unsigned cp, lo;
             if (read_u4(j, &cp)) return -1;
@@ -974,7 +1044,8 @@ static int jstring(jp_t *j, char **out)
                     const char *save = j->p;
                     j->p += 2;
                     if (read_u4(j, &lo)) return -1;
-                    if (lo >= 0xdc00 && lo <= 0xdfff) cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                    if (lo >= 0xdc00 && lo <= 0xdfff)
+                        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
                     else {
                         cp = 0xfffd;
                         j->p = save; /* the next escape stands on its own */
@@ -988,7 +1059,8 @@ static int jstring(jp_t *j, char **out)
             o = put_utf8(o, cp);
             break;
         }
-        default: return jfail(j, "bad escape in string");
+        default:
+            return jfail(j, "bad escape in string");
         }
     }
     j->p++; /* closing quote */
@@ -1015,21 +1087,25 @@ static int jnumber(jp_t *j, const char **b, int *is_int)
     *is_int = 1;
     if (p < j->end && *p == '-') p++;
     if (p >= j->end || *p < '0' || *p > '9') return jfail(j, "bad number");
-    if (*p == '0') p++;
+    if (*p == '0')
+        p++;
     else
-        while (p < j->end && *p >= '0' && *p <= '9') p++;
+        while (p < j->end && *p >= '0' && *p <= '9')
+            p++;
     if (p < j->end && *p == '.') {
         *is_int = 0;
         p++;
         if (p >= j->end || *p < '0' || *p > '9') return jfail(j, "bad number");
-        while (p < j->end && *p >= '0' && *p <= '9') p++;
+        while (p < j->end && *p >= '0' && *p <= '9')
+            p++;
     }
     if (p < j->end && (*p == 'e' || *p == 'E')) {
         *is_int = 0;
         p++;
         if (p < j->end && (*p == '+' || *p == '-')) p++;
         if (p >= j->end || *p < '0' || *p > '9') return jfail(j, "bad number");
-        while (p < j->end && *p >= '0' && *p <= '9') p++;
+        while (p < j->end && *p >= '0' && *p <= '9')
+            p++;
     }
     j->p = p;
     return 0;
@@ -1042,8 +1118,7 @@ static int jint32(jp_t *j, int32_t *out, const char *what)
     int64_t v = 0;
     int neg;
     if (j->p < j->end && *j->p == 'n') return jliteral(j, "null"); /* null: Java leaves 0 */
-    if (j->p >= j->end || !(*j->p == '-' || (*j->p >= '0' && *j->p <= '9')))
-        return jfail(j, what);
+    if (j->p >= j->end || !(*j->p == '-' || (*j->p >= '0' && *j->p <= '9'))) return jfail(j, what);
     if (jnumber(j, &b, &is_int)) return -1;
     if (!is_int) return jfail(j, what);
     neg = *b == '-';
@@ -1072,9 +1147,12 @@ static int jskip(jp_t *j, int depth)
         j->d->used = mark;
         return rc;
     }
-    case 't': return jliteral(j, "true");
-    case 'f': return jliteral(j, "false");
-    case 'n': return jliteral(j, "null");
+    case 't':
+        return jliteral(j, "true");
+    case 'f':
+        return jliteral(j, "false");
+    case 'n':
+        return jliteral(j, "null");
     case '{':
     case '[': {
         char close = *j->p == '{' ? '}' : ']';
@@ -1106,7 +1184,8 @@ static int jskip(jp_t *j, int depth)
             if (jskip(j, depth + 1)) return -1;
         }
     }
-    default: return jnumber(j, &b, &is_int);
+    default:
+        return jnumber(j, &b, &is_int);
     }
 }
 
@@ -1285,8 +1364,8 @@ static int decode_json(dec_t *d, const char *h, size_t hlen)
     }
     return 0;
 bad:
-    rmq__seterr(d->err, d->errsz, "bad JSON header at byte %zu of %zu: %s",
-                (size_t)(j.p - j.s), hlen, j.why ? j.why : "malformed");
+    rmq__seterr(d->err, d->errsz, "bad JSON header at byte %zu of %zu: %s", (size_t)(j.p - j.s),
+                hlen, j.why ? j.why : "malformed");
     return RMQ_ERR_BAD_FRAME;
 }
 
@@ -1404,8 +1483,8 @@ int rmq__cmd_decode(rmq_rbuf_t *frame, rmq_cmd_t *c, char *errstr, size_t errstr
         return RMQ_ERR_BAD_FRAME;
     }
     if (hlen > len - 4) {
-        rmq__seterr(errstr, errstr_size, "header length %u exceeds the frame length %u - 4",
-                    hlen, len);
+        rmq__seterr(errstr, errstr_size, "header length %u exceeds the frame length %u - 4", hlen,
+                    len);
         return RMQ_ERR_BAD_FRAME;
     }
     c->language = RMQ_LANG_JAVA;

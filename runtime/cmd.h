@@ -33,10 +33,10 @@ typedef struct rmq_cmd {
     int32_t language; /* LanguageCode value (RMQ_LANG_JAVA ...) */
     int32_t version;  /* 401 for everything we send */
     int32_t opaque;
-    int32_t flag;      /* RMQ_FLAG_RESPONSE | RMQ_FLAG_ONEWAY */
-    int serialize;     /* RMQ_SERIALIZE_JSON or RMQ_SERIALIZE_ROCKETMQ: the header's type */
-    char *remark;      /* NULL when absent */
-    rmq_kv_t *ext;     /* extFields in insertion order (decode: wire order, last duplicate wins) */
+    int32_t flag;  /* RMQ_FLAG_RESPONSE | RMQ_FLAG_ONEWAY */
+    int serialize; /* RMQ_SERIALIZE_JSON or RMQ_SERIALIZE_ROCKETMQ: the header's type */
+    char *remark;  /* NULL when absent */
+    rmq_kv_t *ext; /* extFields in insertion order (decode: wire order, last duplicate wins) */
     int n_ext;
     int cap_ext;
     const char *body; /* NULL when absent */
@@ -137,14 +137,14 @@ void rmq__cmd_describe(const rmq_cmd_t *c, char *dst, size_t dst_size);
 typedef void (*rmq_frame_cb)(void *ud, rmq_rbuf_t *frame);
 
 typedef struct rmq_framer {
-    size_t max_frame;   /* limit on 4 + frameLength, as Netty's maxFrameLength */
-    uint8_t lenbuf[4];  /* the length word while it is incomplete */
+    size_t max_frame;  /* limit on 4 + frameLength, as Netty's maxFrameLength */
+    uint8_t lenbuf[4]; /* the length word while it is incomplete */
     size_t lenhave;
-    rmq_rbuf_t *cur;    /* frame being filled, or NULL */
-    size_t have;        /* bytes of cur filled */
-    unsigned epoch;     /* bumped by rmq__framer_reset: a callback may reset to stop the feed */
-    int err;            /* sticky error after a bad length word (0 when healthy) */
-    char scratch[65536];/* read buffer used between frames (small frames, several per read) */
+    rmq_rbuf_t *cur;     /* frame being filled, or NULL */
+    size_t have;         /* bytes of cur filled */
+    unsigned epoch;      /* bumped by rmq__framer_reset: a callback may reset to stop the feed */
+    int err;             /* sticky error after a bad length word (0 when healthy) */
+    char scratch[65536]; /* read buffer used between frames (small frames, several per read) */
 } rmq_framer_t;
 
 /* max_frame 0 means RMQ_FRAME_MAX_DEFAULT. */

@@ -44,7 +44,8 @@ static double now(void)
 int main(int argc, char **argv)
 {
     const char *path =
-        argc > 1 ? argv[1] : "spec/fixtures/wire/08_bench_pull_sample/0034-11-PULL_MESSAGE.response.bin";
+        argc > 1 ? argv[1]
+                 : "spec/fixtures/wire/08_bench_pull_sample/0034-11-PULL_MESSAGE.response.bin";
     static rmq_framer_t f;
     char err[128], *frame, *stream;
     size_t flen, slen, i, copies = 64;
@@ -61,7 +62,8 @@ int main(int argc, char **argv)
     fclose(fp);
     slen = copies * flen;
     stream = malloc(slen);
-    for (i = 0; i < copies; i++) memcpy(stream + i * flen, frame, flen);
+    for (i = 0; i < copies; i++)
+        memcpy(stream + i * flen, frame, flen);
 
     for (decode = 0; decode < 2; decode++) {
         double t0, dt;

@@ -79,7 +79,8 @@ static void on_frame(void *ud, rmq_rbuf_t *frame)
         if (rc) fail("encode failed", desc);
         rb = rmq__rbuf_new(b.len);
         memcpy(rb->data, b.data, b.len);
-        if (rmq__cmd_decode(rb, &d, err, sizeof(err))) fail("re-encoded frame does not decode", err);
+        if (rmq__cmd_decode(rb, &d, err, sizeof(err)))
+            fail("re-encoded frame does not decode", err);
         same_cmd(&c, &d, t);
         rmq__cmd_free(&d);
         rmq__rbuf_release(rb);

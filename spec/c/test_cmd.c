@@ -89,9 +89,11 @@ static int cmd_equal(const rmq_cmd_t *a, const rmq_cmd_t *b, char *why, size_t w
     int i;
     if (a->code != b->code || a->language != b->language || a->version != b->version ||
         a->opaque != b->opaque || a->flag != b->flag) {
-        snprintf(why, whysz, "scalar fields differ (code %d/%d lang %d/%d ver %d/%d op %d/%d "
-                 "flag %d/%d)", a->code, b->code, a->language, b->language, a->version,
-                 b->version, a->opaque, b->opaque, a->flag, b->flag);
+        snprintf(why, whysz,
+                 "scalar fields differ (code %d/%d lang %d/%d ver %d/%d op %d/%d "
+                 "flag %d/%d)",
+                 a->code, b->code, a->language, b->language, a->version, b->version, a->opaque,
+                 b->opaque, a->flag, b->flag);
         return 0;
     }
     if (!a->remark != !b->remark || (a->remark && strcmp(a->remark, b->remark))) {
@@ -182,7 +184,8 @@ static void collect_cb(void *ud, rmq_rbuf_t *frame)
 static void collect_free(collect_t *k)
 {
     int i;
-    for (i = 0; i < k->n; i++) rmq__rbuf_release(k->frames[i]);
+    for (i = 0; i < k->n; i++)
+        rmq__rbuf_release(k->frames[i]);
     free(k->frames);
     memset(k, 0, sizeof(*k));
 }
@@ -206,9 +209,12 @@ static int framer_run(const char *s, size_t n, int mode, collect_t *k, rmq_frame
     k->f = f;
     while (off < n && !rc) {
         size_t chunk;
-        if (mode == 0) chunk = 1;
-        else if (mode == 2) chunk = n - off;
-        else chunk = 1 + (size_t)(xrand() % ((xrand() & 1) ? 64 : 100000));
+        if (mode == 0)
+            chunk = 1;
+        else if (mode == 2)
+            chunk = n - off;
+        else
+            chunk = 1 + (size_t)(xrand() % ((xrand() & 1) ? 64 : 100000));
         if (chunk > n - off) chunk = n - off;
         if (mode == 3) {
             char *base;
@@ -339,7 +345,8 @@ static void test_session(const char *dir)
             CHECK(f->cur == NULL && f->lenhave == 0, "%s: framer left a partial frame", dir);
             for (i = 0; i < (size_t)k.n && i < nframes; i++) {
                 size_t flen = offs[i + 1] - offs[i];
-                CHECK(k.frames[i]->len == flen && !memcmp(k.frames[i]->data, stream + offs[i], flen),
+                CHECK(k.frames[i]->len == flen &&
+                          !memcmp(k.frames[i]->data, stream + offs[i], flen),
                       "%s: framer mode %d frame %zu differs", dir, mode, i);
             }
             collect_free(&k);
@@ -374,7 +381,8 @@ static void test_captures(void)
     CHECK(d != NULL, "cannot open %s (run from the repo root)", root);
     if (!d) return;
     while ((e = readdir(d)) && n < 64)
-        if (e->d_name[0] != '.' && !strchr(e->d_name, '.')) snprintf(names[n++], 300, "%.256s", e->d_name);
+        if (e->d_name[0] != '.' && !strchr(e->d_name, '.'))
+            snprintf(names[n++], 300, "%.256s", e->d_name);
     closedir(d);
     for (i = 0; i < n; i++) {
         char dir[400];
@@ -382,8 +390,9 @@ static void test_captures(void)
         test_session(dir);
     }
     CHECK(total_frames > 600, "only %d captured frames", total_frames);
-    printf("decoded %d captured frames; %d requests and %d/%d responses re-encode byte-identically\n",
-           total_frames, total_requests_same, total_responses_same, total_responses);
+    printf(
+        "decoded %d captured frames; %d requests and %d/%d responses re-encode byte-identically\n",
+        total_frames, total_requests_same, total_responses_same, total_responses);
 }
 
 /* ---- remoting.json vectors ------------------------------------------------------------------ */
@@ -407,14 +416,16 @@ static void check_vector(json_t *v)
     CHECK(rc == 0, "%s: %s", what, err);
     if (rc) goto out;
     check_header(&c, json_object_get(v, "decodedFromWire"), what);
-    CHECK(c.code == code && c.serialize == (int)json_integer_value(json_object_get(v, "serializeTypeCode")),
+    CHECK(c.code == code &&
+              c.serialize == (int)json_integer_value(json_object_get(v, "serializeTypeCode")),
           "%s: code/type", what);
 
     /* encode() form: plain HashMap order. */
     rmq__buf_init(&b);
     c.fast = RMQ_FAST_NONE;
     CHECK(rmq__cmd_encode(&c, &b) == 0, "%s: encode", what);
-    CHECK(b.len == flen && !memcmp(b.data, frame, flen), "%s: re-encode differs from frameHex", what);
+    CHECK(b.len == flen && !memcmp(b.data, frame, flen), "%s: re-encode differs from frameHex",
+          what);
     rmq__buf_free(&b);
 
     /* NettyEncoder form: FastCodesHeader order (and duplicates after an RPC hook). */
@@ -451,9 +462,10 @@ static void check_vector(json_t *v)
         const char *k;
         json_t *val;
         static const char *pull_fields[] = {
-            "consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag",
-            "commitOffset", "suspendTimeoutMillis", "subscription", "subVersion", "expressionType",
-            "Signature", "AccessKey", NULL}; /* declaration order, then the ACL hook's adds */
+            "consumerGroup", "topic",      "queueId",        "queueOffset",
+            "maxMsgNums",    "sysFlag",    "commitOffset",   "suspendTimeoutMillis",
+            "subscription",  "subVersion", "expressionType", "Signature",
+            "AccessKey",     NULL}; /* declaration order, then the ACL hook's adds */
         rmq__cmd_init(&n, code, c.serialize);
         n.opaque = c.opaque;
         if (code == RMQ_REQ_PULL_MESSAGE) {
@@ -620,14 +632,17 @@ static void test_json_parser(void)
         int k;
         rmq__buf_init(&j);
         rmq__buf_append(&j, "{\"x\":", 5);
-        for (k = 0; k < 100000; k++) rmq__buf_append(&j, "[", 1);
+        for (k = 0; k < 100000; k++)
+            rmq__buf_append(&j, "[", 1);
         rmq__buf_append(&j, "\0", 1);
         rc = decode_json_hdr(j.data, &c, err, sizeof(err));
         CHECK(rc == RMQ_ERR_BAD_FRAME && strstr(err, "deep"), "deep nesting: %d %s", rc, err);
         j.len = 5;
-        for (k = 0; k < 30; k++) rmq__buf_append(&j, "[{\"a\":", 6);
+        for (k = 0; k < 30; k++)
+            rmq__buf_append(&j, "[{\"a\":", 6);
         rmq__buf_append(&j, "1", 1);
-        for (k = 0; k < 30; k++) rmq__buf_append(&j, "}]", 2);
+        for (k = 0; k < 30; k++)
+            rmq__buf_append(&j, "}]", 2);
         rmq__buf_append(&j, ",\"code\":7}", 11);
         rc = decode_json_hdr(j.data, &c, err, sizeof(err));
         CHECK(rc == 0 && c.code == 7, "moderate nesting refused: %s", err);
@@ -636,11 +651,12 @@ static void test_json_parser(void)
     }
 
     /* Lenient where Java is: any order, whitespace, unknown keys, nulls, numbers as language. */
-    rc = decode_json_hdr(" \r\n{ \"unknown\" : {\"n\":[1,-2.5e+3,true,false,null,{\"q\":\"\\\"\"}]},"
-                         "\"version\" : 401 , \"language\":1,\"opaque\":-7,\"remark\":null,"
-                         "\"extFields\" : { \"k\" : \"v\" , \"n\":12, \"b\":true, \"z\":null },"
-                         "\"flag\":3,\"code\":-12,\"serializeTypeCurrentRPC\":\"JSON\"} \t",
-                         &c, err, sizeof(err));
+    rc =
+        decode_json_hdr(" \r\n{ \"unknown\" : {\"n\":[1,-2.5e+3,true,false,null,{\"q\":\"\\\"\"}]},"
+                        "\"version\" : 401 , \"language\":1,\"opaque\":-7,\"remark\":null,"
+                        "\"extFields\" : { \"k\" : \"v\" , \"n\":12, \"b\":true, \"z\":null },"
+                        "\"flag\":3,\"code\":-12,\"serializeTypeCurrentRPC\":\"JSON\"} \t",
+                        &c, err, sizeof(err));
     CHECK(rc == 0, "lenient header: %s", err);
     if (!rc) {
         CHECK(c.code == -12 && c.version == 401 && c.language == RMQ_LANG_CPP && c.opaque == -7 &&
@@ -672,7 +688,8 @@ static void test_json_parser(void)
                          &c, err, sizeof(err));
     CHECK(rc == 0, "escapes: %s", err);
     if (!rc) {
-        CHECK(!strcmp(c.remark, "a\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\xef\xbf\xbdx\xef\xbf\xbd\n/\\"),
+        CHECK(!strcmp(c.remark,
+                      "a\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\xef\xbf\xbdx\xef\xbf\xbd\n/\\"),
               "escape decoding: %s", c.remark);
         CHECK(!strcmp(rmq__cmd_ext(&c, "k\x01"), "\x02\t"), "escaped ext");
         rmq__cmd_free(&c);
@@ -704,8 +721,9 @@ static void test_json_writer(void)
     rmq__cmd_init(&req, 1234, RMQ_SERIALIZE_JSON);
     req.opaque = 9;
     rmq__cmd_init_response(&c, &req, 0, "");
-    rmq__cmd_set_ext(&c, "k", "\x01\x07\b\t\n\x0b\f\r\x1f\"\\/\x7f\xc2\x80\xc2\x9f\xc2\xa0\xc3\xa9"
-                              "\xe2\x80\xa8\xe2\x80\xa9\xe2\x80\xaa\xf0\x9f\x98\x80");
+    rmq__cmd_set_ext(&c, "k",
+                     "\x01\x07\b\t\n\x0b\f\r\x1f\"\\/\x7f\xc2\x80\xc2\x9f\xc2\xa0\xc3\xa9"
+                     "\xe2\x80\xa8\xe2\x80\xa9\xe2\x80\xaa\xf0\x9f\x98\x80");
     rmq__buf_init(&b);
     CHECK(rmq__cmd_encode(&c, &b) == 0, "encode");
     CHECK(b.len == 8 + strlen(want) && !memcmp(b.data + 8, want, strlen(want)),
@@ -724,7 +742,8 @@ static void test_json_writer(void)
     rmq__cmd_free(&req);
 }
 
-/* ---- binary parser ---------------------------------------------------------------------------- */
+/* ---- binary parser ----------------------------------------------------------------------------
+ */
 
 static size_t bin_hdr(char *out, int32_t remark_len, const char *remark, int32_t ext_len,
                       const char *ext, size_t ext_bytes)
@@ -749,9 +768,17 @@ static void test_binary_parser(void)
     rmq_cmd_t c;
     int rc;
     /* A good one first: remark, two entries, one empty value (absent), one duplicate. */
-    static const char ext[] = "\x00\x01" "a" "\x00\x00\x00\x01" "1"
-                              "\x00\x01" "b" "\x00\x00\x00\x00"
-                              "\x00\x01" "a" "\x00\x00\x00\x02" "22";
+    static const char ext[] = "\x00\x01"
+                              "a"
+                              "\x00\x00\x00\x01"
+                              "1"
+                              "\x00\x01"
+                              "b"
+                              "\x00\x00\x00\x00"
+                              "\x00\x01"
+                              "a"
+                              "\x00\x00\x00\x02"
+                              "22";
     hl = bin_hdr(h, 2, "ok", sizeof(ext) - 1, ext, sizeof(ext) - 1);
     f = mkframe(1, h, hl, "BODY", &fl);
     rc = decode_bytes(f, fl, &c, err, sizeof(err));
@@ -784,14 +811,37 @@ static void test_binary_parser(void)
     BAD_BIN("remark longer than header", 100, "ab", 0, "", 0);
     BAD_BIN("negative remark length", -1, NULL, 0, "", 0);
     BAD_BIN("remark eating the ext length", 6, "ab", 0, "", 0);
-    BAD_BIN("ext length past the header", 0, NULL, 50, "\x00\x01" "a", 3);
+    BAD_BIN("ext length past the header", 0, NULL, 50,
+            "\x00\x01"
+            "a",
+            3);
     BAD_BIN("negative ext length", 0, NULL, -5, "", 0);
-    BAD_BIN("key longer than ext area", 0, NULL, 8, "\x00\x09" "abcdef", 8);
-    BAD_BIN("negative key length", 0, NULL, 8, "\xff\xff" "abcdef", 8);
-    BAD_BIN("value longer than ext area", 0, NULL, 9, "\x00\x01" "a" "\x00\x00\x00\x09" "xy", 9);
-    BAD_BIN("negative value length", 0, NULL, 9, "\x00\x01" "a" "\xff\xff\xff\xff" "xy", 9);
+    BAD_BIN("key longer than ext area", 0, NULL, 8,
+            "\x00\x09"
+            "abcdef",
+            8);
+    BAD_BIN("negative key length", 0, NULL, 8,
+            "\xff\xff"
+            "abcdef",
+            8);
+    BAD_BIN("value longer than ext area", 0, NULL, 9,
+            "\x00\x01"
+            "a"
+            "\x00\x00\x00\x09"
+            "xy",
+            9);
+    BAD_BIN("negative value length", 0, NULL, 9,
+            "\x00\x01"
+            "a"
+            "\xff\xff\xff\xff"
+            "xy",
+            9);
     BAD_BIN("truncated key length", 0, NULL, 1, "\x00", 1);
-    BAD_BIN("truncated value length", 0, NULL, 5, "\x00\x01" "a" "\x00\x00", 5);
+    BAD_BIN("truncated value length", 0, NULL, 5,
+            "\x00\x01"
+            "a"
+            "\x00\x00",
+            5);
     BAD_BIN("bytes after the ext area", 0, NULL, 0, "zz", 2);
 #undef BAD_BIN
     /* Truncated fixed part: every length below 21. */
@@ -904,7 +954,8 @@ static void test_fields(void)
     int32_t v32;
     char d[200];
     rmq__cmd_init(&c, RMQ_REQ_PULL_MESSAGE, RMQ_SERIALIZE_ROCKETMQ);
-    CHECK(c.language == RMQ_LANG_JAVA && c.version == 401 && c.flag == 0 && c.fast == RMQ_FAST_PULL_REQ,
+    CHECK(c.language == RMQ_LANG_JAVA && c.version == 401 && c.flag == 0 &&
+              c.fast == RMQ_FAST_PULL_REQ,
           "init");
     rmq__cmd_set_ext_i64(&c, "queueOffset", INT64_MIN);
     rmq__cmd_set_ext_i64(&c, "maxMsgNums", 32);
@@ -981,8 +1032,10 @@ static void test_hashmap_order(void)
             json_array_foreach(order, j, k)
             {
                 if ((int)j >= d.n_ext) break;
-                CHECK(!strcmp(d.ext[j].key, json_string_value(k)), "%s (type %d): position %zu is %s, "
-                      "Java has %s", name, t, j, d.ext[j].key, json_string_value(k));
+                CHECK(!strcmp(d.ext[j].key, json_string_value(k)),
+                      "%s (type %d): position %zu is %s, "
+                      "Java has %s",
+                      name, t, j, d.ext[j].key, json_string_value(k));
             }
             rmq__cmd_free(&d);
             rmq__buf_free(&b);
