@@ -97,7 +97,7 @@ describe("rmqlua send (development broker)", function()
   local db, ns
 
   lazy_setup(function()
-    db, ns = start_broker("--brokers 2 --topic SendT:4 --topic CountT:4 --topic BigT:2 --topic RetryT:4 --topic DelayT:4 --delay-scale 0.01")
+    db, ns = start_broker("--brokers 2 --topic SendT:4 --topic CountT:4 --topic BigT:2 --topic RetryT:4 --topic DelayT:4 --topic StdinT:4 --delay-scale 0.01")
   end)
 
   lazy_teardown(function()
@@ -159,6 +159,22 @@ describe("rmqlua send (development broker)", function()
       assert.equal(m.queue_id, v.q)
       assert.equal(m.queue_offset, v.off)
     end
+  end)
+
+  it("sends every line of a long standard input (lines cut across 64 KiB reads)", function()
+    local lines = {}
+    for i = 1, 6000 do lines[i] = ("stdin-line-%05d"):format(i) end
+    local rc, out = send(ns, "--topic StdinT --window 64", table.concat(lines, "\n") .. "\n")
+    assert.equal(0, rc, out)
+    assert.matches("sent 6000, failed 0", out, 1, true)
+    local msgs = assert(raw.pull_all(ns, "StdinT"))
+    assert.equal(6000, #msgs)
+    local seen = {}
+    for _, m in ipairs(msgs) do
+      local n = assert(tonumber(m.body:match("^stdin%-line%-(%d+)$")), m.body)
+      seen[n] = (seen[n] or 0) + 1
+    end
+    for i = 1, 6000 do assert.equal(1, seen[i], "line " .. i) end
   end)
 
   it("sends --delay as the DELAY property; the broker delivers the message later", function()
