@@ -581,12 +581,21 @@ int rmq__fj_write_str(rmq_buf_t *out, const char *s, size_t len, int flags)
         }
         if (en) {
             i++;
-        } else if (c < 0x20) {
+        } else if (c < 0x20 || c == 0x7F) {
             memcpy(e, "\\u00", 4);
             e[4] = hex[c >> 4];
             e[5] = hex[c & 15];
             en = 6;
             i++;
+        } else if (c == 0xC2 && i + 1 < len && (unsigned char)s[i + 1] < 0xA0 &&
+                   (unsigned char)s[i + 1] >= 0x80) {
+            /* fastjson escapes U+0080..U+009F (IOUtils.specicalFlags_doubleQuotes) in any mode. */
+            unsigned char d = (unsigned char)s[i + 1];
+            memcpy(e, "\\u00", 4);
+            e[4] = hex[d >> 4];
+            e[5] = hex[d & 15];
+            en = 6;
+            i += 2;
         } else if (c >= 0x80 && (flags & RMQ_FJ_ASCII)) {
             /* Decode one UTF-8 sequence; write UTF-16 units as \uXXXX. Bad bytes pass through. */
             unsigned cp;
@@ -610,12 +619,12 @@ int rmq__fj_write_str(rmq_buf_t *out, const char *s, size_t len, int flags)
             snprintf(e, sizeof(e), "\\u%04X", cp);
             en = 6;
         } else {
-            size_t j = i;
+            size_t j = i + 1; /* s[i] itself needs no escape (checked above) */
             /* Copy a run of plain bytes at once. */
             while (j < len) {
                 unsigned char d = (unsigned char)s[j];
-                if (d < 0x20 || d == '"' || d == '\\' || (d == '/' && (flags & RMQ_FJ_ASCII)) ||
-                    (d >= 0x80 && (flags & RMQ_FJ_ASCII)))
+                if (d < 0x20 || d == '"' || d == '\\' || d == 0x7F || d == 0xC2 ||
+                    (d == '/' && (flags & RMQ_FJ_ASCII)) || (d >= 0x80 && (flags & RMQ_FJ_ASCII)))
                     break;
                 j++;
             }

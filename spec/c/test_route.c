@@ -381,6 +381,16 @@ static void test_reader(void)
                out.data);
         rmq__fj_free(doc);
     }
+    /* U+007F..U+009F are escaped in both forms (IOUtils.specicalFlags_doubleQuotes), other
+     * non-ASCII only in the BrowserCompatible form. */
+    out.len = 0;
+    CHECK(rmq__fj_write_str(&out, "a\x7f\xc2\x80\xc2\x9f\xc2\xa0\xc2\xa9\xc2", 11, 0) == 0);
+    CHECKF(out.len == 26 &&
+               memcmp(out.data, "\"a\\u007F\\u0080\\u009F\xc2\xa0\xc2\xa9\xc2\"", 26) == 0,
+           "%.*s", (int)out.len, out.data);
+    out.len = 0;
+    CHECK(rmq__fj_write_str(&out, "\x7f\xc2\xa9", 3, RMQ_FJ_ASCII) == 0);
+    CHECK(out.len == 14 && memcmp(out.data, "\"\\u007F\\u00A9\"", 14) == 0);
     /* Control characters are written as fastjson does. */
     out.len = 0;
     CHECK(rmq__fj_write_str(&out, "\x01\t\x1f", 3, 0) == 0);
