@@ -199,4 +199,95 @@ describe("interop with ali-ons", function()
       assert.equal(m.physical_offset, tonumber(s.msgId:sub(17), 16))
     end
   end)
+
+  it("ali-ons produces and rmqlua run consumes everything, a retried message through %RETRY%", function()
+    local rc, sent, err = node("produce.js", {namesrv = ns, topic = "OnsT4", count = 20, large = 5})
+    assert.equal(0, rc, err)
+    local dir = tmpdir .. "/ons-run-" .. os.time()
+    os.execute("rm -rf " .. shq(dir) .. " && mkdir -p " .. shq(dir))
+    local out, log = dir .. "/records.jsonl", dir .. "/run.log"
+    local script = dir .. "/consumer.lua"
+    local h = io.open(script, "w")
+    h:write(string.format([[
+local rmq = require "rmq"
+local cjson = require "cjson"
+local out = assert(io.open(%q, "a"))
+out:setvbuf("no")
+return {
+  consumer_group = "ons_rmqlua_g",
+  namesrv_addr = %q,
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  subscribe = { OnsT4 = "TagA || TagB" },
+  consume = function(msgs, ctx)
+    for i = 1, #msgs do
+      local m = msgs[i]
+      out:write(cjson.encode({ keys = m.keys, tags = m.tags, topic = m.topic, qid = m.queue_id,
+        off = tonumber(m.queue_offset), rt = m.reconsume_times, body = m.body,
+        idx = m:property("idx"), store_topic = m.store_topic }), "\n")
+      if m.keys == "k3 kk3" and m.reconsume_times == 0 then return rmq.RECONSUME_LATER end
+    end
+  end,
+}
+]], out, ns))
+    h:close()
+    local p = io.popen(string.format("(%s run %s > %s 2>&1 < /dev/null & echo $!; wait $!; echo $? > %s) &",
+      helpers.bin, shq(script), shq(log), shq(log .. ".rc")))
+    local pid = tonumber(p:read("*l"))
+    p:close()
+    assert(pid, "could not start rmqlua run")
+    finally(function() os.execute("kill -9 " .. pid .. " 2>/dev/null") end)
+
+    local function records()
+      local t = {}
+      local f = io.open(out)
+      if not f then return t end
+      for line in f:lines() do t[#t + 1] = cjson.decode(line) end
+      f:close()
+      return t
+    end
+    local function complete()
+      local keys, retried = {}, false
+      for _, r in ipairs(records()) do
+        keys[r.keys] = true
+        if r.keys == "k3 kk3" and r.rt == 1 then retried = true end
+      end
+      local n = 0
+      for _ in pairs(keys) do n = n + 1 end
+      return n == 20 and retried
+    end
+    helpers.wait_until(complete, 60, "rmqlua run to consume 20 messages and one retry (log " .. log .. ")")
+    os.execute("kill -TERM " .. pid)
+    helpers.wait_until(function()
+      local f = io.open(log .. ".rc")
+      if not f then return false end
+      local code = tonumber(f:read("*l"))
+      f:close()
+      return code ~= nil and (assert.equal(0, code) or true)
+    end, 30, "rmqlua run to exit")
+
+    local function large_body(i)
+      local s = ""
+      while #s < 6000 do s = s .. "large-body-" .. i .. "-" .. #s .. ";" end
+      return s:sub(1, 6000)
+    end
+    local first, again = {}, {}
+    for _, r in ipairs(records()) do
+      if r.rt == 0 then first[r.keys] = r else again[r.keys] = r end
+    end
+    for i = 1, 20 do
+      local s = sent[i]
+      local r = assert(first[s.keys], "first delivery of " .. s.keys)
+      assert.equal("OnsT4", r.topic)
+      assert.equal(s.tags, r.tags)
+      assert.equal(tostring(s.i), r.idx)
+      assert.equal(s.queueId, r.qid)
+      assert.equal(s.queueOffset, r.off)
+      assert.equal(s.i == 5 and large_body(5) or ("body-" .. s.i), r.body)
+    end
+    local r = assert(again["k3 kk3"])
+    assert.equal(1, r.rt)
+    assert.equal("OnsT4", r.topic)
+    assert.equal("%RETRY%ons_rmqlua_g", r.store_topic)
+    assert.equal("body-3", r.body)
+  end)
 end)
