@@ -18,6 +18,7 @@ int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int
                               const char *key, char *buf, size_t size);
 int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code, int count);
 void rmq_devbroker_clear_errors(rmq_devbroker_t *db);
+int rmq_devbroker_set_latency(rmq_devbroker_t *db, int target, int req_code, int ms);
 int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic, int queues);
 ]])
 
@@ -306,6 +307,26 @@ describe("rmqlua send (development broker)", function()
     assert.matches("send to topic RetryT failed after 3 attempts", out, 1, true)
     assert.matches("SERVICE_NOT_AVAILABLE", out, 1, true)
     assert.equal(3, lib.rmq_devbroker_count(db, ALL, SEND_V2))
+  end)
+
+  it("retries on another broker when a broker drops the connection", function()
+    lib.rmq_devbroker_push_error(db, 0, SEND_V2, -1 --[[disconnect]], 1)
+    local rc, out = send(ns, "--topic RetryT --count 10 --window 1")
+    assert.equal(0, rc, out)
+    assert.matches("sent 10, failed 0", out, 1, true)
+    -- Round robin reaches broker 0 within 10 sends; its dropped attempt went to broker 1.
+    assert.equal(11, lib.rmq_devbroker_count(db, ALL, SEND_V2))
+  end)
+
+  it("fails a send that gets no answer within --timeout", function()
+    lib.rmq_devbroker_set_latency(db, ALL, SEND_V2, 3000)
+    finally(function() lib.rmq_devbroker_set_latency(db, ALL, SEND_V2, 0) end)
+    local rc, out = send(ns, "--topic RetryT --timeout 300", "slow\n")
+    assert.equal(1, rc, out)
+    assert.matches("sent 0, failed 1", out, 1, true)
+    assert.matches("send to topic RetryT failed: broker broker%-%a %(127.0.0.1:%d+%) queue %d: .*time", out)
+    assert.matches("timed out after 300 ms", out, 1, true)
+    assert.matches("(ERR_TIMEOUT)", out, 1, true)
   end)
 
   it("does not retry a non-retryable broker error", function()
