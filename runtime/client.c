@@ -18,6 +18,7 @@
 #include "route.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -863,6 +864,9 @@ int rmq__consumer_run(rmq_consumer_t *c)
         uv_run(&c->loop, UV_RUN_DEFAULT);
         return RMQ_CONSUMER_EXIT_OK;
     }
+    /* A broker closing a connection must not kill the process with SIGPIPE on the next write
+     * (libuv writes with write(2)): the process ignores SIGPIPE from here on. */
+    signal(SIGPIPE, SIG_IGN);
     rmq__client_set_state(c, RMQ_CLIENT_STARTING);
     make_client_id(c);
     c->start_ms = rmq__now_ms();

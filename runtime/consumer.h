@@ -39,7 +39,8 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
  * the loop on the calling thread until rmq__consumer_stop() is called, then run the shutdown
  * sequence (PROTOCOL.md 6.17: stop pulling, let in-flight batches finish for up to
  * await_termination_millis_when_shutdown, persist offsets, UNREGISTER_CLIENT) and return an
- * RMQ_CONSUMER_EXIT_* code. Call at most once.
+ * RMQ_CONSUMER_EXIT_* code. Call at most once. Sets SIGPIPE to SIG_IGN for the process (a
+ * broker closing its end must not kill the consumer on the next write).
  */
 int rmq__consumer_run(rmq_consumer_t *c);
 
