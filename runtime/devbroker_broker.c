@@ -789,22 +789,32 @@ void rmq__db_broker_conn_closed(db_broker_t *b, rmq_conn_t *conn)
     free(c);
 }
 
+typedef struct {
+    int64_t now, expire_ms;
+    db_client_t *list[256];
+    int n;
+} expired_t;
+
 static void scan_expired(const char *key, void *val, void *ud)
 {
-    collect_t *cl = ud;
+    expired_t *ex = ud;
     db_group_t *g = val;
-    int64_t now = rmq__mono_ms();
-    for (int i = 0; i < g->n_members && cl->n < 256; i++)
-        if (now - g->members[i]->last_ms > cl->b->node.db->channel_expire_ms)
-            cl->list[cl->n++] = (db_group_t *)g->members[i]; /* a client, see below */
+    for (int i = 0; i < g->n_members && ex->n < 256; i++) {
+        db_client_t *c = g->members[i];
+        int dup = 0;
+        for (int k = 0; k < ex->n; k++) dup |= ex->list[k] == c;
+        if (!dup && ex->now - c->last_ms > ex->expire_ms) ex->list[ex->n++] = c;
+    }
 }
 
+/* ConsumerManager.scanNotActiveChannel: close channels without a heartbeat for too long (the
+ * close handler then removes them from their groups and notifies the rest). */
 void rmq__db_broker_scan(db_broker_t *b, int64_t now_mono)
 {
-    collect_t cl = {.b = b};
-    rmq__dbmap_each(&b->groups, scan_expired, &cl);
-    for (int i = 0; i < cl.n; i++) {
-        db_client_t *c = (db_client_t *)cl.list[i];
+    expired_t ex = {.now = now_mono, .expire_ms = b->node.db->channel_expire_ms};
+    rmq__dbmap_each(&b->groups, scan_expired, &ex);
+    for (int i = 0; i < ex.n; i++) {
+        db_client_t *c = ex.list[i];
         if (rmq__conn_state(c->conn) < RMQ_CONN_CLOSING) {
             rmq_log_info(DB_LOG, "%s: channel %s (%s) expired", b->name, c->addr, c->client_id);
             rmq__conn_close(c->conn, RMQ_OK, "consumer channel expired");
