@@ -198,9 +198,17 @@ out:
     return rc;
 }
 
+/* Scripts print() from consume threads: keep stdout line-buffered even into a pipe or file,
+ * so lines are not held back until exit. */
+static void line_buffered_stdout(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
 int rmq__cli_check(int argc, char **argv)
 {
     cli_opts_t o;
+    line_buffered_stdout();
     int rc = parse(argc, argv, &o, 1, check_usage, 0);
     if (rc) {
         free(o.sets);
@@ -240,6 +248,7 @@ static int l_print_line(lua_State *L)
 int rmq__cli_test(int argc, char **argv)
 {
     cli_opts_t o;
+    line_buffered_stdout();
     int rc = parse(argc, argv, &o, 2, test_usage, 0);
     free(o.sets);
     if (rc) return rc == 1 ? 0 : rc;
@@ -312,6 +321,7 @@ static void status_main(void *arg)
 int rmq__cli_run(int argc, char **argv)
 {
     cli_opts_t o;
+    line_buffered_stdout();
     int rc = parse(argc, argv, &o, 1, run_usage, 1);
     if (rc) {
         free(o.sets);
