@@ -21,6 +21,8 @@ int64_t rmq_devbroker_committed_offset(rmq_devbroker_t *db, int broker, const ch
                                        const char *topic, int queue_id);
 int rmq_devbroker_group_size(rmq_devbroker_t *db, int broker, const char *group);
 int rmq_devbroker_set_down(rmq_devbroker_t *db, int broker, int down);
+int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code, int count);
+void rmq_devbroker_clear_errors(rmq_devbroker_t *db);
 ]])
 
 local M = {}

@@ -68,4 +68,73 @@ describe("consumer: failed messages", function()
     -- The original queues are fully committed: failures were sent back, not left behind.
     assert.is_true((cons.all_committed(db, GROUP, TOPIC, 4)))
   end)
+
+  it("re-sends through the producer when CONSUMER_SEND_MSG_BACK fails", function()
+    local topic, group = "FallbackTopic", "g_fallback"
+    lib.rmq_devbroker_create_topic(db, 0, topic, 1)
+    local out = dir .. "/fb.txt"
+    local s = cons.script(dir, { name = "fb", group = group, ns = ns, topic = topic, out = out,
+      body = [[
+      if msgs[1].body == "fb1" and msgs[1].reconsume_times == 0 then
+        return rmq.RECONSUME_LATER
+      end
+      ]] })
+    -- The next CONSUMER_SEND_MSG_BACK (36) is refused with SYSTEM_ERROR (1).
+    assert.equal(0, lib.rmq_devbroker_push_error(db, 0, 36, 1, 1))
+    finally(function() lib.rmq_devbroker_clear_errors(db) end)
+    local log = dir .. "/fb.log"
+    local pid = cons.spawn(s, log)
+    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, "fb1", 3) >= 0)
+    local recs
+    helpers.wait_until(function()
+      recs = cons.records(out)
+      return #recs >= 2
+    end, 60, "fb1 delivered again (log " .. log .. ")")
+    cons.stop(pid)
+    assert.equal(2, #recs)
+    assert.equal(0, recs[1].rt)
+    -- Re-sent as a new message to %RETRY%<group> with RECONSUME_TIME 1 and RETRY_TOPIC set.
+    assert.equal(1, recs[2].rt)
+    assert.equal("%RETRY%" .. group, recs[2].store_topic)
+    assert.equal(topic, recs[2].topic)
+    assert.equal("fb1", recs[2].body)
+  end)
+
+  it("consumes the message again locally when both send-back paths fail", function()
+    local topic, group = "LocalTopic", "g_local"
+    lib.rmq_devbroker_create_topic(db, 0, topic, 1)
+    local out = dir .. "/lr.txt"
+    local s = cons.script(dir, { name = "lr", group = group, ns = ns, topic = topic, out = out,
+      body = [[
+      if msgs[1].body == "lr1" and msgs[1].reconsume_times == 0 then
+        return rmq.RECONSUME_LATER
+      end
+      ]] })
+    local log = dir .. "/lr.log"
+    local pid = cons.spawn(s, log)
+    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.wait_until(function() return lib.rmq_devbroker_group_size(db, 0, group) == 1 end, 30,
+      "consumer registered")
+    -- Refuse the send-back and every attempt of the producer's re-send (1 + 2 retries).
+    assert.equal(0, lib.rmq_devbroker_push_error(db, 0, 36, 1, 1))
+    assert.equal(0, lib.rmq_devbroker_push_error(db, 0, 310, 1, 3))
+    finally(function() lib.rmq_devbroker_clear_errors(db) end)
+    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, "lr1", 3) >= 0)
+    local recs
+    helpers.wait_until(function()
+      recs = cons.records(out)
+      return #recs >= 2
+    end, 60, "lr1 consumed again (log " .. log .. ")")
+    -- The offset never passed the unresolved message; after success it does.
+    helpers.wait_until(function() return (cons.all_committed(db, group, topic, 1)) end, 30,
+      "offset committed after the local retry")
+    cons.stop(pid)
+    assert.equal(2, #recs)
+    -- Same stored message (not a new one), reconsume_times incremented locally.
+    assert.equal(recs[1].off, recs[2].off)
+    assert.equal(topic, recs[2].store_topic)
+    assert.equal(1, recs[2].rt)
+    assert.matches("consuming it again", cons.read(log), 1, true)
+  end)
 end)
