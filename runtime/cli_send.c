@@ -13,6 +13,7 @@
 #include "remoting.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <uv.h>
@@ -470,6 +471,8 @@ int rmq__cli_send(int argc, char **argv)
     }
     if (rc == 0) po.max_inflight = r->window;
     if (rc == 0) {
+        /* A broker closing a connection must not kill us with SIGPIPE on the next write. */
+        signal(SIGPIPE, SIG_IGN);
         uv_loop_init(&r->loop);
         rmq_remoting_opts_t ro;
         memset(&ro, 0, sizeof(ro));
