@@ -23,8 +23,9 @@ static const char usage_text[] =
     "usage: rmqlua broker [options]\n"
     "\n"
     "A development broker: one RocketMQ name server and N brokers in one process, for\n"
-    "development and tests only. Messages are kept in memory (nothing survives a restart);\n"
-    "when a broker holds more than --max-bytes the oldest messages are dropped.\n"
+    "development and tests only. Messages are kept in memory (nothing survives a restart\n"
+    "unless --store is given); when a broker holds more than --max-bytes the oldest messages\n"
+    "are dropped.\n"
     "\n"
     "options:\n"
     "  --listen HOST:PORT        name server address (default 127.0.0.1:9876)\n"
@@ -39,7 +40,11 @@ static const char usage_text[] =
     "  --name-server ADDR        serve no name server; register the brokers with ADDR\n"
     "  --channel-expire-ms N     consumer channel expiry without heartbeat (default 120000)\n"
     "  --lock-expire-ms N        queue lock expiry (default 60000)\n"
-    "  --store DIR               not supported: the store is in memory only\n"
+    "  --store DIR               also append messages to DIR/<broker>/commitlog and recover\n"
+    "                            them at start. Nothing answered is lost on kill -9 (no fsync:\n"
+    "                            a machine crash can lose recent writes); lost on kill -9: the\n"
+    "                            last second of committed offsets and retries still waiting\n"
+    "                            for their delay. The file is never trimmed.\n"
     "  --help                    this text\n"
     "\n"
     "Prints \"rmqlua broker: name server at HOST:PORT\" when ready; stops on SIGTERM/SIGINT.\n";
@@ -138,10 +143,7 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             }
             o->lock_expire_ms = n;
         } else if (!strcmp(a, "--store")) {
-            rmq__seterr(errstr, errstr_size,
-                        "--store is not supported: the development broker keeps messages in "
-                        "memory only");
-            goto bad;
+            o->store_dir = v;
         } else {
             rmq__seterr(errstr, errstr_size, "unknown option %s (see --help)", a);
             goto bad;
@@ -422,8 +424,10 @@ static void on_scan(uv_timer_t *t)
 {
     rmq_devbroker_t *db = t->data;
     int64_t now = rmq__mono_ms();
-    for (int i = 0; i < db->n_brokers; i++)
+    for (int i = 0; i < db->n_brokers; i++) {
         if (!db->brokers[i]->down) rmq__db_broker_scan(db->brokers[i], now);
+        rmq__db_file_flush(db->brokers[i]);
+    }
     if (db->has_ns) rmq__db_ns_scan(db, now);
     if (db->remote_ns && now - db->last_register_ms >= 30000) rmq__db_register_all(db);
 }
@@ -441,6 +445,8 @@ static void db_free(rmq_devbroker_t *db)
     for (int i = 0; i < db->n_brokers; i++) {
         db_broker_t *b = db->brokers[i];
         if (!b) continue;
+        rmq__db_file_close(b);
+        free(b->dir);
         rmq__db_broker_free_groups(b);
         rmq__db_broker_store_free(b);
         for (db_fault_t *f = b->node.faults, *n; f; f = n) {
@@ -530,6 +536,7 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
     const char *bl = o->broker_listen;
     for (int i = 0; i < n; i++) {
         db_broker_t *b = rmq__xcalloc(1, sizeof(*b));
+        b->log_fd = -1;
         db->brokers[i] = b;
         db->n_brokers = i + 1;
         char addr[128];
@@ -548,6 +555,10 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
         rc = node_init(db, &b->node, i, addr, errstr, errstr_size);
         if (rc) goto fail;
         rmq__db_broker_store_init(b);
+        if (o->store_dir) {
+            rc = rmq__db_file_open(b, o->store_dir, errstr, errstr_size);
+            if (rc) goto fail;
+        }
         uv_timer_init(&db->loop, &b->delay_timer);
         b->delay_timer.data = b;
         rmq__db_broker_install(b);
@@ -610,6 +621,7 @@ static void op_stop(rmq_devbroker_t *db, void *arg)
         rmq__db_drop_parked(b);
         if (b->node.t) rmq__remoting_destroy(b->node.t, NULL, NULL);
         b->node.t = NULL;
+        rmq__db_file_close(b);
     }
     if (db->ns.t) rmq__remoting_destroy(db->ns.t, NULL, NULL);
     db->ns.t = NULL;

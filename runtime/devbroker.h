@@ -57,6 +57,7 @@ typedef struct rmq_devbroker_opts {
     const char *name_server;   /* register with this remote name server, serve none locally */
     int64_t channel_expire_ms; /* 0 = RMQ_DEVBROKER_CHANNEL_EXPIRE_MS */
     int64_t lock_expire_ms;    /* 0 = RMQ_DEVBROKER_LOCK_EXPIRE_MS */
+    const char *store_dir;     /* NULL = memory only; else append-only files (devbroker_file.c) */
 } rmq_devbroker_opts_t;
 
 /*

@@ -114,6 +114,7 @@ void rmq__db_offset_set(db_broker_t *b, const char *group, const char *topic, in
         rmq__dbmap_put(&b->offsets, key, p);
     }
     *p = v;
+    b->offsets_dirty = 1;
 }
 
 /* ---- peer address ------------------------------------------------------------------------------ */

@@ -178,6 +178,10 @@ typedef struct db_broker {
     int64_t sched_off[18]; /* SCHEDULE_TOPIC_XXXX queue offsets (send responses) */
     int64_t data_version, reg_version;
     db_park_t *parks;
+    /* --store: append-only commit log and the saved tables (devbroker_file.c) */
+    char *dir;
+    int log_fd; /* -1 without --store */
+    int offsets_dirty, topics_dirty;
 } db_broker_t;
 
 /* A broker registered by another process (REGISTER_BROKER). */
@@ -220,6 +224,7 @@ struct rmq_devbroker {
     rmq_devbroker_opts_t o; /* strings below are owned copies */
     char *cluster;
     char *remote_ns;        /* --name-server */
+    char *store_dir;        /* --store */
     int default_queues;
     double delay_scale;
     int64_t max_bytes, channel_expire_ms, lock_expire_ms;
@@ -261,6 +266,8 @@ typedef struct db_msg_in {
 /* Store a message now in topic t; returns it (owned by the store) or NULL (errstr). */
 db_msg_t *rmq__db_store(db_broker_t *b, db_topic_t *t, const db_msg_in_t *in, char *errstr,
                         size_t errstr_size);
+/* Append m (already encoded, phys/qoff set) to its queue and the commit log order. */
+void rmq__db_attach(db_broker_t *b, db_msg_t *m);
 /* Keep a copy and store it after delay_ms (into in->topic, created on demand). */
 void rmq__db_store_delayed(db_broker_t *b, const db_msg_in_t *in, int64_t delay_ms);
 void rmq__db_broker_store_init(db_broker_t *b);
@@ -281,6 +288,12 @@ int64_t rmq__db_offset_get(db_broker_t *b, const char *group, const char *topic,
 void rmq__db_offset_set(db_broker_t *b, const char *group, const char *topic, int qid, int64_t v);
 /* Register this process's brokers with the remote name server (REGISTER_BROKER). */
 void rmq__db_register_all(struct rmq_devbroker *db);
+
+/* devbroker_file.c: --store DIR */
+int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t errstr_size);
+void rmq__db_file_append(db_broker_t *b, const db_msg_t *m);
+void rmq__db_file_flush(db_broker_t *b); /* save dirty topic and offset tables */
+void rmq__db_file_close(db_broker_t *b);
 
 /* devbroker_ns.c */
 void rmq__db_ns_install(struct rmq_devbroker *db);

@@ -153,6 +153,7 @@ db_topic_t *rmq__db_topic_create(db_broker_t *b, const char *name, int read_q, i
     t->perm = perm;
     topic_ensure(t, read_q > write_q ? read_q : write_q);
     b->data_version++;
+    b->topics_dirty = 1;
     return t;
 }
 
@@ -295,14 +296,21 @@ db_msg_t *rmq__db_store(db_broker_t *b, db_topic_t *t, const db_msg_in_t *in, ch
         m->has_tag = 1;
         m->tagcode = rmq_java_hash(tag, tl);
     }
-    b->next_phys += m->size;
+    if (b->log_fd >= 0) rmq__db_file_append(b, m);
+    rmq__db_attach(b, m);
+    rmq__db_wake_parked(b, q, m);
+    return m;
+}
+
+void rmq__db_attach(db_broker_t *b, db_msg_t *m)
+{
+    db_queue_t *q = m->q;
+    b->next_phys = m->phys + m->size;
     b->bytes += m->size;
     ring_push(&q->ring, &q->cap, &q->head, &q->n, m);
     ring_push(&b->log, &b->log_cap, &b->log_head, &b->log_n, m);
-    t->sent++;
+    q->topic->sent++;
     evict(b);
-    rmq__db_wake_parked(b, q, m);
-    return m;
 }
 
 /* ---- delayed messages --------------------------------------------------------------------------- */
