@@ -73,6 +73,7 @@ typedef struct cluster {
     int faults[2][8]; /* per broker: response codes to answer next (0 = none) */
     int n_faults[2];
     int64_t offsets[2];
+    int route_mode;            /* Known* topics: 0 both brokers, 1 broker-b only, 2 not exist */
     int hold;                  /* keep SEND requests unanswered */
     rmq_conn_t *held_conn[MAX_REC];
     rmq_cmd_t held_resp[MAX_REC];
@@ -95,7 +96,14 @@ static void h_route(rmq_conn_t *c, rmq_cmd_t *req, void *ud)
                  "\"broker-a\",\"perm\":7,\"readQueueNums\":8,\"topicSysFlag\":0,"
                  "\"writeQueueNums\":8}]}",
                  cl.br_addr[0]);
-    } else if (topic && !strncmp(topic, "Known", 5)) {
+    } else if (topic && !strncmp(topic, "Known", 5) && cl.route_mode == 1) {
+        snprintf(body, sizeof(body),
+                 "{\"brokerDatas\":[{\"brokerAddrs\":{\"0\":\"%s\"},\"brokerName\":\"broker-b\","
+                 "\"cluster\":\"C\"}],\"filterServerTable\":{},\"queueDatas\":[{\"brokerName\":"
+                 "\"broker-b\",\"perm\":6,\"readQueueNums\":2,\"topicSysFlag\":0,"
+                 "\"writeQueueNums\":2}]}",
+                 cl.br_addr[1]);
+    } else if (topic && !strncmp(topic, "Known", 5) && cl.route_mode == 0) {
         /* broker-b listed first: the producer sorts by brokerName. broker-c has no master. */
         snprintf(body, sizeof(body),
                  "{\"brokerDatas\":[{\"brokerAddrs\":{\"0\":\"%s\"},\"brokerName\":\"broker-b\","
@@ -560,6 +568,43 @@ static void test_window(void)
     producer_done(p);
 }
 
+static void test_route_refresh(void)
+{
+    cluster_reset();
+    cl.route_mode = 0;
+    rmq_producer_opts_t po;
+    memset(&po, 0, sizeof(po));
+    po.retry_times = -1;
+    po.route_poll_ms = 50;
+    rmq_producer_t *p = producer(cl.ns_addr, &po);
+    outcome_t o[8];
+    memset(o, 0, sizeof(o));
+    CHECK(send_simple(p, "KnownRefresh", "r", &o[0]) == 0);
+    WAIT_UNTIL(o[0].done == 1, 3000);
+    /* The route moves to broker-b only: picked up by the periodic refresh. */
+    cl.route_mode = 1;
+    int asked = cl.n_route;
+    WAIT_UNTIL(cl.n_route >= asked + 2, 3000);
+    cluster_reset();
+    for (int i = 1; i < 5; i++) CHECK(send_simple(p, "KnownRefresh", "r", &o[i]) == 0);
+    WAIT_UNTIL(count_done(o + 1, 4) == 4, 3000);
+    CHECK(cl.n_rec == 4);
+    for (int i = 0; i < cl.n_rec; i++) {
+        CHECK(cl.rec[i].broker == 1);
+        CHECK(atoi(rec_ext(i, 'e')) < 2);
+    }
+    /* The name server forgets the topic: the producer keeps the route it has. */
+    cl.route_mode = 2;
+    asked = cl.n_route;
+    WAIT_UNTIL(cl.n_route >= asked + 2, 3000);
+    cluster_reset();
+    CHECK(send_simple(p, "KnownRefresh", "r", &o[5]) == 0);
+    WAIT_UNTIL(o[5].done == 1, 3000);
+    CHECK(o[5].err == 0 && cl.n_rec == 1 && cl.rec[0].broker == 1);
+    cl.route_mode = 0;
+    producer_done(p);
+}
+
 static void test_validation_and_destroy(void)
 {
     cluster_reset();
@@ -635,6 +680,7 @@ int main(void)
     test_compression();
     test_send_retry();
     test_window();
+    test_route_refresh();
     test_validation_and_destroy();
     test_no_name_server();
 
