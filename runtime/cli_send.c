@@ -44,16 +44,16 @@ typedef struct send_run {
     int verbose;
 
     /* source state */
-    int64_t next;     /* messages handed to the producer */
-    int eof;          /* no more messages will come */
+    int64_t next; /* messages handed to the producer */
+    int eof;      /* no more messages will come */
     char *filebuf;
     size_t file_len;
-    rmq_buf_t body;   /* generated body */
-    rmq_buf_t kbuf;   /* keys with {n} replaced */
+    rmq_buf_t body; /* generated body */
+    rmq_buf_t kbuf; /* keys with {n} replaced */
     uv_fs_t rd;
     int reading;
     char rdbuf[65536];
-    rmq_buf_t line;   /* the incomplete last line of stdin */
+    rmq_buf_t line; /* the incomplete last line of stdin */
 
     /* results */
     int64_t sent, failed;
@@ -63,48 +63,75 @@ typedef struct send_run {
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: rmqlua send --namesrv ADDR --topic TOPIC [options]\n"
-            "\n"
-            "Produce messages with SEND_MESSAGE_V2 to the masters of the topic's route (looked up\n"
-            "on the name server; an unknown topic is created by the broker from TBW102).\n"
-            "\n"
-            "message source (one of):\n"
-            "  (default)            every line of standard input is one message (empty lines skipped)\n"
-            "  --count N [--size S] N generated messages of S bytes each (default 100)\n"
-            "  --file F             the whole file F as one message\n"
-            "\n"
-            "options:\n"
-            "  --namesrv ADDR       name server list \"host:port[;host:port]\" (default: $NAMESRV_ADDR)\n"
-            "  --topic T            target topic\n"
-            "  --tags A             TAGS property\n"
-            "  --keys K             KEYS property (space-separated keys); \"{n}\" becomes the message number\n"
-            "  --property k=v       a user property (repeatable)\n"
-            "  --delay LEVEL        delay level 1..18 (DELAY property)\n"
-            "  --group G            producer group (default %s)\n"
-            "  --window N           sends in flight at once (default %d)\n"
-            "  --timeout MS         send timeout over all attempts (default %d)\n"
-            "  --retries N          extra attempts on another queue/broker (default %d)\n"
-            "  --compress-over N    zlib-compress bodies of at least N bytes (default %d)\n"
-            "  --no-compress        never compress\n"
-            "  --verbose            print one line per message sent (status, ids, queue, offset)\n"
-            "  --log-debug CATS     debug logging (\"remoting,namesrv\" or \"all\")\n"
-            "  --help               this text\n"
-            "\n"
-            "Prints \"sent N, failed M in X s (R msg/s)\" on stderr at the end.\n"
-            "exit codes: 0 all sent, 1 some failed, 2 usage error\n",
-            RMQ_PRODUCER_GROUP_DEFAULT, RMQ_PRODUCER_MAX_INFLIGHT, RMQ_PRODUCER_SEND_TIMEOUT_MS,
-            RMQ_PRODUCER_RETRY_TIMES, RMQ_PRODUCER_COMPRESS_OVER);
+    fprintf(
+        out,
+        "usage: rmqlua send --namesrv ADDR --topic TOPIC [options]\n"
+        "\n"
+        "Produce messages with SEND_MESSAGE_V2 to the masters of the topic's route (looked up\n"
+        "on the name server; an unknown topic is created by the broker from TBW102).\n"
+        "\n"
+        "message source (one of):\n"
+        "  (default)            every line of standard input is one message (empty lines skipped)\n"
+        "  --count N [--size S] N generated messages of S bytes each (default 100)\n"
+        "  --file F             the whole file F as one message\n"
+        "\n"
+        "options:\n"
+        "  --namesrv ADDR       name server list \"host:port[;host:port]\" (default: "
+        "$NAMESRV_ADDR)\n"
+        "  --topic T            target topic\n"
+        "  --tags A             TAGS property\n"
+        "  --keys K             KEYS property (space-separated keys); \"{n}\" becomes the message "
+        "number\n"
+        "  --property k=v       a user property (repeatable)\n"
+        "  --delay LEVEL        delay level 1..18 (DELAY property)\n"
+        "  --group G            producer group (default %s)\n"
+        "  --window N           sends in flight at once (default %d)\n"
+        "  --timeout MS         send timeout over all attempts (default %d)\n"
+        "  --retries N          extra attempts on another queue/broker (default %d)\n"
+        "  --compress-over N    zlib-compress bodies of at least N bytes (default %d)\n"
+        "  --no-compress        never compress\n"
+        "  --verbose            print one line per message sent (status, ids, queue, offset)\n"
+        "  --log-debug CATS     debug logging (\"remoting,namesrv\" or \"all\")\n"
+        "  --help               this text\n"
+        "\n"
+        "Prints \"sent N, failed M in X s (R msg/s)\" on stderr at the end.\n"
+        "exit codes: 0 all sent, 1 some failed, 2 usage error\n",
+        RMQ_PRODUCER_GROUP_DEFAULT, RMQ_PRODUCER_MAX_INFLIGHT, RMQ_PRODUCER_SEND_TIMEOUT_MS,
+        RMQ_PRODUCER_RETRY_TIMES, RMQ_PRODUCER_COMPRESS_OVER);
 }
 
 /* MessageConst.STRING_HASH_SET: names Message.putUserProperty refuses. */
-static const char *const reserved_props[] = {
-    "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
-    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
-    "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INSTANCE_ID", "CORRELATION_ID",
-    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
-    "INNER_MULTI_QUEUE_OFFSET"};
+static const char *const reserved_props[] = {"KEYS",
+                                             "TAGS",
+                                             "WAIT",
+                                             "DELAY",
+                                             "RETRY_TOPIC",
+                                             "REAL_TOPIC",
+                                             "REAL_QID",
+                                             "TRAN_MSG",
+                                             "PGROUP",
+                                             "MIN_OFFSET",
+                                             "MAX_OFFSET",
+                                             "BUYER_ID",
+                                             "ORIGIN_MESSAGE_ID",
+                                             "TRANSFER_FLAG",
+                                             "CORRECTION_FLAG",
+                                             "MQ2_FLAG",
+                                             "RECONSUME_TIME",
+                                             "MSG_REGION",
+                                             "TRACE_ON",
+                                             "UNIQ_KEY",
+                                             "MAX_RECONSUME_TIMES",
+                                             "CONSUME_START_TIME",
+                                             "INSTANCE_ID",
+                                             "CORRELATION_ID",
+                                             "REPLY_TO_CLIENT",
+                                             "TTL",
+                                             "ARRIVE_TIME",
+                                             "PUSH_REPLY_TIME",
+                                             "CLUSTER",
+                                             "MSG_TYPE",
+                                             "INNER_MULTI_QUEUE_OFFSET"};
 
 static int parse_i64(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out)
 {
@@ -130,8 +157,8 @@ static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char 
         r->sent++;
         if (r->verbose)
             printf("%s msgId=%s offsetMsgId=%s queue=%s:%s:%d queueOffset=%lld\n",
-                   rmq__send_status_name(res->status), res->msg_id, res->offset_msg_id,
-                   res->topic, res->broker_name, res->queue_id, (long long)res->queue_offset);
+                   rmq__send_status_name(res->status), res->msg_id, res->offset_msg_id, res->topic,
+                   res->broker_name, res->queue_id, (long long)res->queue_offset);
     } else {
         r->failed++;
         if (r->failed <= MAX_REPORTED_FAILURES)
@@ -290,7 +317,8 @@ static int read_file(send_run_t *r)
     rmq__buf_init(&b);
     char tmp[65536];
     size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0) rmq__buf_append(&b, tmp, n);
+    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
+        rmq__buf_append(&b, tmp, n);
     int bad = ferror(f);
     fclose(f);
     if (bad) {
@@ -342,8 +370,10 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
             NEED_VALUE();
             const char *eq = strchr(v, '=');
             if (!eq || eq == v || !eq[1]) {
-                fprintf(stderr, "rmqlua send: --property needs key=value with both non-empty, "
-                                "got '%s'\n", v);
+                fprintf(stderr,
+                        "rmqlua send: --property needs key=value with both non-empty, "
+                        "got '%s'\n",
+                        v);
                 return 2;
             }
             if (r->n_props == MAX_PROPS) {
@@ -353,8 +383,10 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
             char *k = rmq__xstrndup(v, (size_t)(eq - v));
             for (size_t j = 0; j < RMQ_ARRAY_SIZE(reserved_props); j++) {
                 if (!strcmp(k, reserved_props[j])) {
-                    fprintf(stderr, "rmqlua send: --property %s: the name is reserved by RocketMQ "
-                                    "(use --tags, --keys or --delay for those)\n", k);
+                    fprintf(stderr,
+                            "rmqlua send: --property %s: the name is reserved by RocketMQ "
+                            "(use --tags, --keys or --delay for those)\n",
+                            k);
                     free(k);
                     return 2;
                 }
@@ -463,8 +495,7 @@ int rmq__cli_send(int argc, char **argv)
                   (*s >= '0' && *s <= '9') || *s == '%' || *s == '|' || *s == '_' || *s == '-'))
                 bad = s;
         if (!*r->topic || bad || strlen(r->topic) > RMQ_PRODUCER_TOPIC_MAX_LEN) {
-            fprintf(stderr,
-                    "rmqlua send: bad topic '%s': 1..%d characters of [%%|a-zA-Z0-9_-]\n",
+            fprintf(stderr, "rmqlua send: bad topic '%s': 1..%d characters of [%%|a-zA-Z0-9_-]\n",
                     r->topic, RMQ_PRODUCER_TOPIC_MAX_LEN);
             rc = 2;
         }
@@ -492,9 +523,8 @@ int rmq__cli_send(int argc, char **argv)
             uv_run(&r->loop, UV_RUN_DEFAULT);
             double secs = (double)(rmq__mono_ms() - r->started_ms) / 1000.0;
             fflush(stdout);
-            fprintf(stderr, "sent %lld, failed %lld in %.3f s (%.0f msg/s)\n",
-                    (long long)r->sent, (long long)r->failed, secs,
-                    secs > 0 ? (double)r->sent / secs : 0.0);
+            fprintf(stderr, "sent %lld, failed %lld in %.3f s (%.0f msg/s)\n", (long long)r->sent,
+                    (long long)r->failed, secs, secs > 0 ? (double)r->sent / secs : 0.0);
             rc = r->failed ? 1 : 0;
         } else {
             if (r->p) rmq__producer_destroy(r->p);
@@ -505,7 +535,8 @@ int rmq__cli_send(int argc, char **argv)
     } else if (rc == 1) {
         rc = 0; /* --help */
     }
-    for (int i = 0; i < r->n_props; i++) free((char *)r->props[i].key);
+    for (int i = 0; i < r->n_props; i++)
+        free((char *)r->props[i].key);
     free(r->filebuf);
     rmq__buf_free(&r->body);
     rmq__buf_free(&r->kbuf);

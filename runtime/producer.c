@@ -37,8 +37,8 @@ typedef enum { REQ_WAITING = 0, REQ_READY, REQ_INFLIGHT, REQ_DONE } req_where_t;
 
 struct req {
     req_t *prev, *next;
-    int where;               /* req_where_t */
-    rmq_producer_t *p;       /* NULL once orphaned by rmq__producer_destroy */
+    int where;         /* req_where_t */
+    rmq_producer_t *p; /* NULL once orphaned by rmq__producer_destroy */
     topic_t *topic;
     rmq_send_cb cb;
     void *ud;
@@ -47,18 +47,18 @@ struct req {
     int32_t reconsume_times;
     int32_t max_reconsume_times; /* -1 when absent */
     int attempts;
-    int64_t start_ms;        /* monotonic, at the first attempt */
-    int err;                 /* outcome: 0 or the last error */
-    char last_broker[128];   /* broker of the last attempt ("" before the first) */
-    int32_t queue_id;        /* result */
+    int64_t start_ms;      /* monotonic, at the first attempt */
+    int err;               /* outcome: 0 or the last error */
+    char last_broker[128]; /* broker of the last attempt ("" before the first) */
+    int32_t queue_id;      /* result */
     int64_t queue_offset;
     int status;
     char uniq[57];
     char offset_msg_id[57];
     char errmsg[320];
-    char *props;             /* inside this allocation */
+    char *props; /* inside this allocation */
     size_t props_len;
-    char *body;              /* inside this allocation */
+    char *body; /* inside this allocation */
     size_t body_len;
     char data[];
 };
@@ -108,20 +108,20 @@ typedef struct fetch {
     struct fetch *prev, *next;
     rmq_producer_t *p; /* NULL when orphaned */
     topic_t *topic;
-    int is_default;    /* fetching TBW102 for a topic the name server does not know */
+    int is_default; /* fetching TBW102 for a topic the name server does not know */
 } fetch_t;
 
 struct topic {
     topic_t *next;
     char *name;
-    int have_route;     /* queues are valid */
-    int fetching;       /* a route request is on the wire */
-    int from_default;   /* the queues are TBW102's (auto-create) */
+    int have_route;   /* queues are valid */
+    int fetching;     /* a route request is on the wire */
+    int from_default; /* the queues are TBW102's (auto-create) */
     pub_queue_t *queues;
     int n_queues;
-    char *strs;         /* broker names and addresses of queues */
+    char *strs;          /* broker names and addresses of queues */
     uint32_t send_which; /* sendWhichQueue */
-    req_list_t waiting; /* sends waiting for the first route */
+    req_list_t waiting;  /* sends waiting for the first route */
 };
 
 struct rmq_producer {
@@ -151,12 +151,12 @@ struct rmq_producer {
     int handles_open;
     int destroyed;
 
-    rmq_buf_t pbuf;   /* properties being built */
-    rmq_buf_t zbuf;   /* compressed body */
-    struct kvs {      /* properties being merged: slices into the caller's strings */
+    rmq_buf_t pbuf; /* properties being built */
+    rmq_buf_t zbuf; /* compressed body */
+    struct kvs {    /* properties being merged: slices into the caller's strings */
         const char *k, *v;
         size_t kl, vl;
-    } *kv;
+    } * kv;
     int n_kv, cap_kv;
     char numbuf[4][24];
 };
@@ -167,11 +167,16 @@ static void fetch_route(rmq_producer_t *p, topic_t *tp, int is_default);
 const char *rmq__send_status_name(int status)
 {
     switch (status) {
-    case RMQ_SEND_OK: return "SEND_OK";
-    case RMQ_SEND_FLUSH_DISK_TIMEOUT: return "FLUSH_DISK_TIMEOUT";
-    case RMQ_SEND_FLUSH_SLAVE_TIMEOUT: return "FLUSH_SLAVE_TIMEOUT";
-    case RMQ_SEND_SLAVE_NOT_AVAILABLE: return "SLAVE_NOT_AVAILABLE";
-    default: return "UNKNOWN";
+    case RMQ_SEND_OK:
+        return "SEND_OK";
+    case RMQ_SEND_FLUSH_DISK_TIMEOUT:
+        return "FLUSH_DISK_TIMEOUT";
+    case RMQ_SEND_FLUSH_SLAVE_TIMEOUT:
+        return "FLUSH_SLAVE_TIMEOUT";
+    case RMQ_SEND_SLAVE_NOT_AVAILABLE:
+        return "SLAVE_NOT_AVAILABLE";
+    default:
+        return "UNKNOWN";
     }
 }
 
@@ -261,8 +266,7 @@ static void fail(rmq_producer_t *p, req_t *r, int err, const char *fmt, ...)
         snprintf(r->errmsg, sizeof(r->errmsg), "send to topic %s failed after %d attempts: %s",
                  r->topic->name, r->attempts, why);
     else
-        snprintf(r->errmsg, sizeof(r->errmsg), "send to topic %s failed: %s", r->topic->name,
-                 why);
+        snprintf(r->errmsg, sizeof(r->errmsg), "send to topic %s failed: %s", r->topic->name, why);
     complete(p, r, err);
 }
 
@@ -409,9 +413,9 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
             return;
         }
         err = resp->code != RMQ_RESP_SUCCESS ? resp->code : RMQ_ERR_NO_ROUTE;
-        snprintf(why, sizeof(why), "name server answered %s%s%s%s",
-                 rmq_err_name(resp->code), resp->remark ? " (" : "",
-                 resp->remark ? resp->remark : "", resp->remark ? ")" : "");
+        snprintf(why, sizeof(why), "name server answered %s%s%s%s", rmq_err_name(resp->code),
+                 resp->remark ? " (" : "", resp->remark ? resp->remark : "",
+                 resp->remark ? ")" : "");
     } else {
         rmq_route_t *rt = NULL;
         char perr[200];
@@ -598,11 +602,20 @@ static void on_send(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     list_remove(&p->inflight, r);
     int code = err ? err : resp->code;
     switch (err ? -1 : resp->code) {
-    case RMQ_RESP_SUCCESS: r->status = RMQ_SEND_OK; goto stored;
-    case RMQ_RESP_FLUSH_DISK_TIMEOUT: r->status = RMQ_SEND_FLUSH_DISK_TIMEOUT; goto stored;
-    case RMQ_RESP_FLUSH_SLAVE_TIMEOUT: r->status = RMQ_SEND_FLUSH_SLAVE_TIMEOUT; goto stored;
-    case RMQ_RESP_SLAVE_NOT_AVAILABLE: r->status = RMQ_SEND_SLAVE_NOT_AVAILABLE; goto stored;
-    default: break;
+    case RMQ_RESP_SUCCESS:
+        r->status = RMQ_SEND_OK;
+        goto stored;
+    case RMQ_RESP_FLUSH_DISK_TIMEOUT:
+        r->status = RMQ_SEND_FLUSH_DISK_TIMEOUT;
+        goto stored;
+    case RMQ_RESP_FLUSH_SLAVE_TIMEOUT:
+        r->status = RMQ_SEND_FLUSH_SLAVE_TIMEOUT;
+        goto stored;
+    case RMQ_RESP_SLAVE_NOT_AVAILABLE:
+        r->status = RMQ_SEND_SLAVE_NOT_AVAILABLE;
+        goto stored;
+    default:
+        break;
     }
     const pub_queue_t *q = NULL;
     const char *addr = "?";
@@ -615,8 +628,8 @@ static void on_send(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     if (q) addr = q->addr;
     r->err = code;
     if (err)
-        snprintf(r->errmsg, sizeof(r->errmsg), "broker %s (%s) queue %d: %s", r->last_broker,
-                 addr, r->queue_id, errmsg && *errmsg ? errmsg : rmq_err_str(err));
+        snprintf(r->errmsg, sizeof(r->errmsg), "broker %s (%s) queue %d: %s", r->last_broker, addr,
+                 r->queue_id, errmsg && *errmsg ? errmsg : rmq_err_str(err));
     else
         snprintf(r->errmsg, sizeof(r->errmsg), "broker %s (%s) queue %d answered %s%s%s%s",
                  r->last_broker, addr, r->queue_id, rmq_err_name(resp->code),
@@ -718,10 +731,14 @@ static int parse_int_slice(const char *s, size_t n, int32_t *out)
 /* Validators.checkTopic and isNotAllowedSendTopic. */
 static int check_topic(const char *topic, char *errstr, size_t errstr_size)
 {
-    static const char *const forbidden[] = {"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest",
-                                            "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+    static const char *const forbidden[] = {"TBW102",
+                                            "SCHEDULE_TOPIC_XXXX",
+                                            "BenchmarkTest",
+                                            "RMQ_SYS_TRANS_HALF_TOPIC",
+                                            "RMQ_SYS_TRACE_TOPIC",
                                             "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
+                                            "TRANS_CHECK_MAX_TIME_TOPIC",
+                                            "SELF_TEST_TOPIC",
                                             "OFFSET_MOVED_EVENT"};
     if (!topic || !*topic) {
         rmq__seterr(errstr, errstr_size, "the specified topic is blank");
@@ -885,10 +902,10 @@ int rmq__producer_send(rmq_producer_t *p, const rmq_send_msg_t *m, rmq_send_cb c
 }
 
 int rmq__producer_send_retry(rmq_producer_t *p, const char *group, const char *topic,
-                             const char *body, size_t body_len, int32_t flag,
-                             const char *props_raw, size_t props_raw_len, const char *msg_id,
-                             int reconsume_times, int max_reconsume_times, rmq_send_cb cb,
-                             void *ud, char *errstr, size_t errstr_size)
+                             const char *body, size_t body_len, int32_t flag, const char *props_raw,
+                             size_t props_raw_len, const char *msg_id, int reconsume_times,
+                             int max_reconsume_times, rmq_send_cb cb, void *ud, char *errstr,
+                             size_t errstr_size)
 {
     char retry_topic[RMQ_PRODUCER_TOPIC_MAX_LEN + 16];
     if (snprintf(retry_topic, sizeof(retry_topic), "%%RETRY%%%s", group) >=
@@ -900,9 +917,8 @@ int rmq__producer_send_retry(rmq_producer_t *p, const char *group, const char *t
     const char *origin = msg_id;
     char obuf[128];
     uint32_t ol = 0;
-    const char *ov = props_raw ? rmq__props_find(props_raw, props_raw_len, "ORIGIN_MESSAGE_ID",
-                                                 17, &ol)
-                               : NULL;
+    const char *ov =
+        props_raw ? rmq__props_find(props_raw, props_raw_len, "ORIGIN_MESSAGE_ID", 17, &ol) : NULL;
     if (ov && ol > 0 && ol < sizeof(obuf)) {
         int blank = 1;
         for (uint32_t i = 0; i < ol; i++)
@@ -971,10 +987,8 @@ int rmq__producer_new(uv_loop_t *loop, rmq_remoting_t *t, const rmq_producer_opt
     p->compress_level = o->compress_level ? o->compress_level : RMQ_PRODUCER_COMPRESS_LEVEL;
     p->max_inflight = o->max_inflight ? o->max_inflight : RMQ_PRODUCER_MAX_INFLIGHT;
     p->route_poll_ms = o->route_poll_ms ? o->route_poll_ms : RMQ_PRODUCER_ROUTE_POLL_MS;
-    p->route_timeout_ms = o->route_timeout_ms ? o->route_timeout_ms
-                                              : RMQ_PRODUCER_ROUTE_TIMEOUT_MS;
-    p->max_message_size = o->max_message_size ? o->max_message_size
-                                              : RMQ_PRODUCER_MAX_MESSAGE_SIZE;
+    p->route_timeout_ms = o->route_timeout_ms ? o->route_timeout_ms : RMQ_PRODUCER_ROUTE_TIMEOUT_MS;
+    p->max_message_size = o->max_message_size ? o->max_message_size : RMQ_PRODUCER_MAX_MESSAGE_SIZE;
     rmq__buf_init(&p->pbuf);
     rmq__buf_init(&p->zbuf);
     uv_timer_init(loop, &p->route_timer);
@@ -1037,7 +1051,8 @@ void rmq__producer_destroy(rmq_producer_t *p)
         r->cb(r->ud, RMQ_ERR_DESTROYED, NULL, "producer destroyed");
         free(r);
     }
-    for (fetch_t *f = p->fetches; f; f = f->next) f->p = NULL;
+    for (fetch_t *f = p->fetches; f; f = f->next)
+        f->p = NULL;
     p->fetches = NULL;
     uv_timer_stop(&p->route_timer);
     uv_idle_stop(&p->flush);

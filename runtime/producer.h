@@ -31,28 +31,28 @@ typedef struct rmq_producer rmq_producer_t;
 /* Defaults (DefaultMQProducer 4.9.4). */
 #define RMQ_PRODUCER_GROUP_DEFAULT "DEFAULT_PRODUCER"
 #define RMQ_PRODUCER_INNER_GROUP "CLIENT_INNER_PRODUCER" /* MixAll.CLIENT_INNER_PRODUCER_GROUP */
-#define RMQ_PRODUCER_CREATE_TOPIC_KEY "TBW102"           /* TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC */
+#define RMQ_PRODUCER_CREATE_TOPIC_KEY "TBW102" /* TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC */
 #define RMQ_PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS 4
-#define RMQ_PRODUCER_SEND_TIMEOUT_MS 3000  /* sendMsgTimeout */
-#define RMQ_PRODUCER_RETRY_TIMES 2         /* retryTimesWhenSendFailed */
-#define RMQ_PRODUCER_COMPRESS_OVER 4096    /* compressMsgBodyOverHowmuch */
-#define RMQ_PRODUCER_COMPRESS_LEVEL 5      /* rocketmq.message.compressLevel */
+#define RMQ_PRODUCER_SEND_TIMEOUT_MS 3000     /* sendMsgTimeout */
+#define RMQ_PRODUCER_RETRY_TIMES 2            /* retryTimesWhenSendFailed */
+#define RMQ_PRODUCER_COMPRESS_OVER 4096       /* compressMsgBodyOverHowmuch */
+#define RMQ_PRODUCER_COMPRESS_LEVEL 5         /* rocketmq.message.compressLevel */
 #define RMQ_PRODUCER_MAX_MESSAGE_SIZE 4194304 /* maxMessageSize (4 MiB) */
-#define RMQ_PRODUCER_ROUTE_POLL_MS 30000   /* pollNameServerInterval */
-#define RMQ_PRODUCER_ROUTE_TIMEOUT_MS 3000 /* mqClientApiTimeout */
-#define RMQ_PRODUCER_MAX_INFLIGHT 1024     /* requests on the wire at once (rmqlua's window) */
-#define RMQ_PRODUCER_TOPIC_MAX_LEN 127     /* Validators.TOPIC_MAX_LENGTH */
+#define RMQ_PRODUCER_ROUTE_POLL_MS 30000      /* pollNameServerInterval */
+#define RMQ_PRODUCER_ROUTE_TIMEOUT_MS 3000    /* mqClientApiTimeout */
+#define RMQ_PRODUCER_MAX_INFLIGHT 1024        /* requests on the wire at once (rmqlua's window) */
+#define RMQ_PRODUCER_TOPIC_MAX_LEN 127        /* Validators.TOPIC_MAX_LENGTH */
 
 typedef struct rmq_producer_opts {
-    const char *group;          /* producer group; NULL = RMQ_PRODUCER_GROUP_DEFAULT */
-    int64_t send_timeout_ms;    /* 0 = RMQ_PRODUCER_SEND_TIMEOUT_MS; counts over all attempts */
-    int retry_times;            /* extra attempts; < 0 = RMQ_PRODUCER_RETRY_TIMES */
-    int compress_over;          /* 0 = RMQ_PRODUCER_COMPRESS_OVER; < 0 = never compress */
-    int compress_level;         /* 0 = RMQ_PRODUCER_COMPRESS_LEVEL; 1..9 */
-    int max_inflight;           /* 0 = RMQ_PRODUCER_MAX_INFLIGHT; more sends wait in a FIFO */
-    int64_t route_poll_ms;      /* 0 = RMQ_PRODUCER_ROUTE_POLL_MS */
-    int64_t route_timeout_ms;   /* 0 = RMQ_PRODUCER_ROUTE_TIMEOUT_MS */
-    int64_t max_message_size;   /* 0 = RMQ_PRODUCER_MAX_MESSAGE_SIZE */
+    const char *group;        /* producer group; NULL = RMQ_PRODUCER_GROUP_DEFAULT */
+    int64_t send_timeout_ms;  /* 0 = RMQ_PRODUCER_SEND_TIMEOUT_MS; counts over all attempts */
+    int retry_times;          /* extra attempts; < 0 = RMQ_PRODUCER_RETRY_TIMES */
+    int compress_over;        /* 0 = RMQ_PRODUCER_COMPRESS_OVER; < 0 = never compress */
+    int compress_level;       /* 0 = RMQ_PRODUCER_COMPRESS_LEVEL; 1..9 */
+    int max_inflight;         /* 0 = RMQ_PRODUCER_MAX_INFLIGHT; more sends wait in a FIFO */
+    int64_t route_poll_ms;    /* 0 = RMQ_PRODUCER_ROUTE_POLL_MS */
+    int64_t route_timeout_ms; /* 0 = RMQ_PRODUCER_ROUTE_TIMEOUT_MS */
+    int64_t max_message_size; /* 0 = RMQ_PRODUCER_MAX_MESSAGE_SIZE */
 } rmq_producer_opts_t;
 
 /* One property. val NULL removes the key (set earlier in the same list or by the producer). */
@@ -66,10 +66,10 @@ typedef struct rmq_send_msg {
     const char *topic;
     const char *body;
     size_t body_len;
-    int32_t flag;           /* Message.flag (user int) */
-    const char *tags;       /* TAGS, or NULL */
-    const char *keys;       /* KEYS ("k1 k2"), or NULL */
-    int delay_level;        /* DELAY when > 0 */
+    int32_t flag;     /* Message.flag (user int) */
+    const char *tags; /* TAGS, or NULL */
+    const char *keys; /* KEYS ("k1 k2"), or NULL */
+    int delay_level;  /* DELAY when > 0 */
     /* Properties already encoded (name\1value\2...), e.g. copied from a pulled message; may be
      * NULL. Applied first; tags/keys/delay and props[] then override. */
     const char *props_raw;
@@ -89,14 +89,14 @@ typedef enum {
 const char *rmq__send_status_name(int status);
 
 typedef struct rmq_send_result {
-    int status;               /* rmq_send_status_t */
-    char msg_id[57];          /* UNIQ_KEY */
-    char offset_msg_id[57];   /* the broker's msgId (store host + commit log offset) */
-    const char *topic;        /* valid during the callback */
-    const char *broker_name;  /* valid during the callback */
+    int status;              /* rmq_send_status_t */
+    char msg_id[57];         /* UNIQ_KEY */
+    char offset_msg_id[57];  /* the broker's msgId (store host + commit log offset) */
+    const char *topic;       /* valid during the callback */
+    const char *broker_name; /* valid during the callback */
     int32_t queue_id;
     int64_t queue_offset;
-    int attempts;             /* 1 + retries used */
+    int attempts; /* 1 + retries used */
 } rmq_send_result_t;
 
 /*
@@ -142,10 +142,10 @@ int rmq__producer_send(rmq_producer_t *p, const rmq_send_msg_t *m, rmq_send_cb c
  * rmq__producer_send().
  */
 int rmq__producer_send_retry(rmq_producer_t *p, const char *group, const char *topic,
-                             const char *body, size_t body_len, int32_t flag,
-                             const char *props_raw, size_t props_raw_len, const char *msg_id,
-                             int reconsume_times, int max_reconsume_times, rmq_send_cb cb,
-                             void *ud, char *errstr, size_t errstr_size);
+                             const char *body, size_t body_len, int32_t flag, const char *props_raw,
+                             size_t props_raw_len, const char *msg_id, int reconsume_times,
+                             int max_reconsume_times, rmq_send_cb cb, void *ud, char *errstr,
+                             size_t errstr_size);
 
 /* Sends accepted and not yet completed (waiting for a route, queued, or on the wire). */
 size_t rmq__producer_outstanding(const rmq_producer_t *p);

@@ -37,7 +37,8 @@ static void on_guard(uv_timer_t *t)
     do {                                                                                           \
         int64_t dl_ = rmq__mono_ms() + (int64_t)((ms)*scale);                                      \
         uv_timer_start(&guard, on_guard, 5, 5);                                                    \
-        while (!(cond) && rmq__mono_ms() < dl_) uv_run(loop, UV_RUN_ONCE);                         \
+        while (!(cond) && rmq__mono_ms() < dl_)                                                    \
+            uv_run(loop, UV_RUN_ONCE);                                                             \
         uv_timer_stop(&guard);                                                                     \
         CHECK(cond);                                                                               \
     } while (0)
@@ -46,7 +47,8 @@ static void run_for(int64_t ms)
 {
     int64_t dl = rmq__mono_ms() + ms;
     uv_timer_start(&guard, on_guard, 5, 5);
-    while (rmq__mono_ms() < dl) uv_run(loop, UV_RUN_ONCE);
+    while (rmq__mono_ms() < dl)
+        uv_run(loop, UV_RUN_ONCE);
     uv_timer_stop(&guard);
 }
 
@@ -73,8 +75,8 @@ typedef struct cluster {
     int faults[2][8]; /* per broker: response codes to answer next (0 = none) */
     int n_faults[2];
     int64_t offsets[2];
-    int route_mode;            /* Known* topics: 0 both brokers, 1 broker-b only, 2 not exist */
-    int hold;                  /* keep SEND requests unanswered */
+    int route_mode; /* Known* topics: 0 both brokers, 1 broker-b only, 2 not exist */
+    int hold;       /* keep SEND requests unanswered */
     rmq_conn_t *held_conn[MAX_REC];
     rmq_cmd_t held_resp[MAX_REC];
     int n_held;
@@ -208,7 +210,8 @@ static void cluster_start(void)
 
 static void cluster_reset(void)
 {
-    for (int i = 0; i < cl.n_rec; i++) free(cl.rec[i].body);
+    for (int i = 0; i < cl.n_rec; i++)
+        free(cl.rec[i].body);
     cl.n_rec = 0;
     cl.n_route = 0;
     memset(cl.n_faults, 0, sizeof(cl.n_faults));
@@ -264,7 +267,8 @@ static void on_done(void *ud, int err, const rmq_send_result_t *res, const char 
 static int count_done(const outcome_t *o, int n)
 {
     int d = 0;
-    for (int i = 0; i < n; i++) d += o[i].done;
+    for (int i = 0; i < n; i++)
+        d += o[i].done;
     return d;
 }
 
@@ -304,8 +308,14 @@ static void test_send_header_and_props(void)
     cluster_reset();
     rmq_producer_t *p = producer(cl.ns_addr, NULL);
     rmq_prop_t props[] = {{"color", "red"}, {"n", "1"}, {"n", "2"}, {"gone", "x"}, {"gone", NULL}};
-    rmq_send_msg_t m = {.topic = "KnownA", .body = "hello", .body_len = 5, .flag = 7,
-                        .tags = "TagA", .keys = "k1 k2", .delay_level = 3, .props = props,
+    rmq_send_msg_t m = {.topic = "KnownA",
+                        .body = "hello",
+                        .body_len = 5,
+                        .flag = 7,
+                        .tags = "TagA",
+                        .keys = "k1 k2",
+                        .delay_level = 3,
+                        .props = props,
                         .n_props = 5};
     outcome_t o = {0};
     char err[128];
@@ -365,7 +375,8 @@ static void test_round_robin(void)
     rmq_producer_t *p = producer(cl.ns_addr, NULL);
     outcome_t o[16];
     memset(o, 0, sizeof(o));
-    for (int i = 0; i < 16; i++) CHECK(send_simple(p, "KnownRR", "m", &o[i]) == 0);
+    for (int i = 0; i < 16; i++)
+        CHECK(send_simple(p, "KnownRR", "m", &o[i]) == 0);
     WAIT_UNTIL(count_done(o, 16) == 16, 3000);
     int per[2][4] = {{0}};
     for (int i = 0; i < cl.n_rec; i++) {
@@ -375,7 +386,8 @@ static void test_round_robin(void)
     }
     /* 8 writable master queues (broker-c has no master), 16 sends: each queue twice. */
     for (int b = 0; b < 2; b++)
-        for (int q = 0; q < 4; q++) CHECK(per[b][q] == 2);
+        for (int q = 0; q < 4; q++)
+            CHECK(per[b][q] == 2);
     producer_done(p);
 }
 
@@ -385,7 +397,8 @@ static void test_auto_create_fallback(void)
     rmq_producer_t *p = producer(cl.ns_addr, NULL);
     outcome_t o[8];
     memset(o, 0, sizeof(o));
-    for (int i = 0; i < 8; i++) CHECK(send_simple(p, "NewTopic", "m", &o[i]) == 0);
+    for (int i = 0; i < 8; i++)
+        CHECK(send_simple(p, "NewTopic", "m", &o[i]) == 0);
     WAIT_UNTIL(count_done(o, 8) == 8, 3000);
     CHECK(cl.n_route == 2);
     CHECK(!strcmp(cl.route_topics[0], "NewTopic"));
@@ -399,7 +412,8 @@ static void test_auto_create_fallback(void)
         CHECK(q >= 0 && q < 4); /* min(defaultTopicQueueNums 4, 8) */
         if (q >= 0 && q < 8) per[q]++;
     }
-    for (int q = 0; q < 4; q++) CHECK(per[q] == 2);
+    for (int q = 0; q < 4; q++)
+        CHECK(per[q] == 2);
     producer_done(p);
 }
 
@@ -462,7 +476,8 @@ static void test_compression(void)
 {
     cluster_reset();
     char *big = malloc(5000);
-    for (int i = 0; i < 5000; i++) big[i] = (char)('a' + (i * 7 % 13));
+    for (int i = 0; i < 5000; i++)
+        big[i] = (char)('a' + (i * 7 % 13));
     rmq_producer_t *p = producer(cl.ns_addr, NULL);
     outcome_t o[2];
     memset(o, 0, sizeof(o));
@@ -509,8 +524,8 @@ static void test_send_retry(void)
     outcome_t o = {0};
     char err[128];
     /* %RETRY%g is unknown to the name server: sent through the TBW102 route. */
-    CHECK(rmq__producer_send_retry(p, "g", "OrigTopic", "body", 4, 5, raw, strlen(raw),
-                                   "MSGID1", 2, 16, on_done, &o, err, sizeof(err)) == 0);
+    CHECK(rmq__producer_send_retry(p, "g", "OrigTopic", "body", 4, 5, raw, strlen(raw), "MSGID1", 2,
+                                   16, on_done, &o, err, sizeof(err)) == 0);
     WAIT_UNTIL(o.done == 1, 3000);
     CHECK(o.err == 0);
     CHECK(cl.n_rec == 1);
@@ -536,8 +551,8 @@ static void test_send_retry(void)
     cluster_reset();
     const char raw2[] = "ORIGIN_MESSAGE_ID\001FIRST\002RETRY_TOPIC\001OrigTopic";
     outcome_t o2 = {0};
-    CHECK(rmq__producer_send_retry(p, "g", "OrigTopic", "b", 1, 0, raw2, strlen(raw2), "SECOND",
-                                   0, 16, on_done, &o2, err, sizeof(err)) == 0);
+    CHECK(rmq__producer_send_retry(p, "g", "OrigTopic", "b", 1, 0, raw2, strlen(raw2), "SECOND", 0,
+                                   16, on_done, &o2, err, sizeof(err)) == 0);
     WAIT_UNTIL(o2.done == 1, 3000);
     CHECK(cl.n_rec == 1 && !strcmp(prop(rec_ext(0, 'i'), "ORIGIN_MESSAGE_ID"), "FIRST"));
     CHECK(cl.n_rec == 1 && !strcmp(rec_ext(0, 'j'), "1"));
@@ -555,7 +570,8 @@ static void test_window(void)
     outcome_t o[10];
     memset(o, 0, sizeof(o));
     cl.hold = 1;
-    for (int i = 0; i < 10; i++) CHECK(send_simple(p, "KnownW", "w", &o[i]) == 0);
+    for (int i = 0; i < 10; i++)
+        CHECK(send_simple(p, "KnownW", "w", &o[i]) == 0);
     CHECK(rmq__producer_outstanding(p) == 10);
     WAIT_UNTIL(cl.n_rec == 4, 3000);
     run_for(100);
@@ -564,7 +580,8 @@ static void test_window(void)
     release_held();
     WAIT_UNTIL(count_done(o, 10) == 10, 3000);
     CHECK(cl.n_rec == 10);
-    for (int i = 0; i < 10; i++) CHECK(o[i].err == 0);
+    for (int i = 0; i < 10; i++)
+        CHECK(o[i].err == 0);
     producer_done(p);
 }
 
@@ -586,7 +603,8 @@ static void test_route_refresh(void)
     int asked = cl.n_route;
     WAIT_UNTIL(cl.n_route >= asked + 2, 3000);
     cluster_reset();
-    for (int i = 1; i < 5; i++) CHECK(send_simple(p, "KnownRefresh", "r", &o[i]) == 0);
+    for (int i = 1; i < 5; i++)
+        CHECK(send_simple(p, "KnownRefresh", "r", &o[i]) == 0);
     WAIT_UNTIL(count_done(o + 1, 4) == 4, 3000);
     CHECK(cl.n_rec == 4);
     for (int i = 0; i < cl.n_rec; i++) {
@@ -632,17 +650,20 @@ static void test_validation_and_destroy(void)
     cl.hold = 1;
     outcome_t w[3];
     memset(w, 0, sizeof(w));
-    for (int i = 0; i < 3; i++) CHECK(send_simple(p, "KnownD", "d", &w[i]) == 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(send_simple(p, "KnownD", "d", &w[i]) == 0);
     WAIT_UNTIL(cl.n_rec == 3, 3000);
     outcome_t q = {0};
     CHECK(send_simple(p, "KnownOther", "d", &q) == 0); /* waits for its route */
     rmq__producer_destroy(p);
-    for (int i = 0; i < 3; i++) CHECK(w[i].done == 1 && w[i].err == RMQ_ERR_DESTROYED);
+    for (int i = 0; i < 3; i++)
+        CHECK(w[i].done == 1 && w[i].err == RMQ_ERR_DESTROYED);
     CHECK(q.done == 1 && q.err == RMQ_ERR_DESTROYED);
     cl.hold = 0;
     release_held(); /* responses to an orphaned producer are dropped */
     run_for(50);
-    for (int i = 0; i < 3; i++) CHECK(w[i].done == 1);
+    for (int i = 0; i < 3; i++)
+        CHECK(w[i].done == 1);
     rmq__remoting_destroy(client, NULL, NULL);
     run_for(20);
 }
