@@ -345,9 +345,9 @@ static void thread_main(void *arg)
             run_batch(t, b);
 
             uv_mutex_lock(&p->mu);
+            if (t->abandoned) break; /* stop already returned its batch */
             p->running--;
             t->cur = NULL;
-            if (t->abandoned) break;
             if (t->interrupted && t->interrupt_why && !strcmp(t->interrupt_why, "stop")) {
                 rmq__pool_batch_release(b);
                 b->status = RMQ_CONSUME_NOT_RUN;
@@ -393,7 +393,10 @@ static void on_handle_closed(uv_handle_t *h)
     if (--p->open_handles > 0) return;
     void (*cb)(void *) = p->close_cb;
     void *ud = p->close_ud;
-    free_pool(p);
+    int abandoned = 0;
+    for (int i = 0; i < p->n; i++) abandoned |= p->t[i].abandoned;
+    /* An abandoned thread may still wake up and touch the pool: then it is leaked on purpose. */
+    if (!abandoned) free_pool(p);
     if (cb) cb(ud);
 }
 
