@@ -58,9 +58,10 @@ typedef struct rmq_msgset {
 
 /*
  * Decode a PULL_MESSAGE (or CONSUME_MESSAGE_DIRECTLY) body of len bytes at body, which lies
- * inside frame (body may be NULL when len is 0). Every message gets broker_name (copied into the
- * set, may be NULL), min_offset and max_offset (the pull response's minOffset/maxOffset), and
- * owner = the set. On return *out holds the new set (creator reference + one per message).
+ * inside frame (body may be NULL when len is 0; frame may be NULL when the caller keeps the bytes
+ * alive longer than the set, as tests and the development broker do). Every message gets
+ * broker_name (copied into the set, may be NULL), min_offset and max_offset (the pull
+ * response's minOffset/maxOffset), and owner = the set. On return *out holds the new set (creator reference + one per message).
  *
  * Returns RMQ_OK when the whole body decoded. Returns RMQ_ERR_BAD_MESSAGE when decoding stopped
  * early (truncated body, fields overrunning TOTALSIZE, LZ4/ZSTD/unknown compression, a corrupt
@@ -68,6 +69,7 @@ typedef struct rmq_msgset {
  * MessageDecoder.decodes(), and errstr names the message and the field at fault.
  * Returns RMQ_ERR_NOMEM with *out = NULL. Never reads outside [body, body + len).
  * Loop thread (or any single thread); frame gets one more reference, the caller keeps its own.
+ * The set's messages are in body order; message i is set->msgs[i].
  */
 int rmq__msgset_decode(rmq_rbuf_t *frame, const char *body, size_t len, const char *broker_name,
                        int64_t min_offset, int64_t max_offset, rmq_msgset_t **out, char *errstr,
