@@ -61,7 +61,8 @@ typedef struct rmq_msgset {
  * inside frame (body may be NULL when len is 0; frame may be NULL when the caller keeps the bytes
  * alive longer than the set, as tests and the development broker do). Every message gets
  * broker_name (copied into the set, may be NULL), min_offset and max_offset (the pull
- * response's minOffset/maxOffset), and owner = the set. On return *out holds the new set (creator reference + one per message).
+ * response's minOffset/maxOffset), and owner = the set. On return *out holds the new set
+ * (creator reference + one per message).
  *
  * Returns RMQ_OK when the whole body decoded. Returns RMQ_ERR_BAD_MESSAGE when decoding stopped
  * early (truncated body, fields overrunning TOTALSIZE, LZ4/ZSTD/unknown compression, a corrupt
