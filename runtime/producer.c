@@ -109,6 +109,8 @@ typedef struct fetch {
     rmq_producer_t *p; /* NULL when orphaned */
     topic_t *topic;
     int is_default; /* fetching TBW102 for a topic the name server does not know */
+    int tries;      /* attempts so far, this one included */
+    char ns[80];    /* the name server asked */
 } fetch_t;
 
 struct topic {
@@ -163,6 +165,7 @@ struct rmq_producer {
 
 static void pump(rmq_producer_t *p);
 static void fetch_route(rmq_producer_t *p, topic_t *tp, int is_default);
+static void fetch_route_try(rmq_producer_t *p, topic_t *tp, int is_default, int tries);
 
 const char *rmq__send_status_name(int status)
 {
@@ -396,12 +399,23 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     if (f->next) f->next->prev = f->prev;
     topic_t *tp = f->topic;
     int is_default = f->is_default;
+    int tries = f->tries;
+    char ns[sizeof(f->ns)];
+    memcpy(ns, f->ns, sizeof(ns));
     free(f);
     tp->fetching = 0;
 
     char why[256];
+    if (err == RMQ_ERR_TRANSPORT && !tp->have_route && tries < RMQ_PRODUCER_ROUTE_TRIES) {
+        /* The transport has moved on to the next name server of the list (Java tries each
+         * name server in turn when it cannot get a channel). */
+        rmq_dbg(RMQ_DBG_NAMESRV, SUB, "route of %s from %s failed (%s), asking again", tp->name, ns,
+                errmsg);
+        fetch_route_try(p, tp, is_default, tries + 1);
+        return;
+    }
     if (err) {
-        snprintf(why, sizeof(why), "name server %s: %s", rmq__remoting_namesrv(p->t) ?: "?",
+        snprintf(why, sizeof(why), "name server %s: %s", ns,
                  errmsg && *errmsg ? errmsg : rmq_err_str(err));
     } else if (resp->code != RMQ_RESP_SUCCESS || !resp->body) {
         if (resp->code == RMQ_RESP_TOPIC_NOT_EXIST && !is_default && !tp->have_route) {
@@ -454,6 +468,11 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
 
 static void fetch_route(rmq_producer_t *p, topic_t *tp, int is_default)
 {
+    fetch_route_try(p, tp, is_default, 1);
+}
+
+static void fetch_route_try(rmq_producer_t *p, topic_t *tp, int is_default, int tries)
+{
     rmq_cmd_t c;
     rmq__cmd_init(&c, RMQ_REQ_GET_ROUTEINFO_BY_TOPIC, RMQ_SERIALIZE_JSON);
     if (rmq__cmd_set_ext(&c, "topic", is_default ? RMQ_PRODUCER_CREATE_TOPIC_KEY : tp->name)) {
@@ -465,6 +484,8 @@ static void fetch_route(rmq_producer_t *p, topic_t *tp, int is_default)
     f->p = p;
     f->topic = tp;
     f->is_default = is_default;
+    f->tries = tries;
+    snprintf(f->ns, sizeof(f->ns), "%s", rmq__remoting_namesrv(p->t) ?: "?");
     int rc = rmq__remoting_request(p->t, NULL, &c, p->route_timeout_ms, on_route, f);
     rmq__cmd_free(&c);
     if (rc) {

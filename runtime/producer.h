@@ -40,8 +40,10 @@ typedef struct rmq_producer rmq_producer_t;
 #define RMQ_PRODUCER_MAX_MESSAGE_SIZE 4194304 /* maxMessageSize (4 MiB) */
 #define RMQ_PRODUCER_ROUTE_POLL_MS 30000      /* pollNameServerInterval */
 #define RMQ_PRODUCER_ROUTE_TIMEOUT_MS 3000    /* mqClientApiTimeout */
-#define RMQ_PRODUCER_MAX_INFLIGHT 1024        /* requests on the wire at once (rmqlua's window) */
-#define RMQ_PRODUCER_TOPIC_MAX_LEN 127        /* Validators.TOPIC_MAX_LENGTH */
+/* Route requests per lookup while name servers are unreachable (the list is tried in turn). */
+#define RMQ_PRODUCER_ROUTE_TRIES 3
+#define RMQ_PRODUCER_MAX_INFLIGHT 1024 /* requests on the wire at once (rmqlua's window) */
+#define RMQ_PRODUCER_TOPIC_MAX_LEN 127 /* Validators.TOPIC_MAX_LENGTH */
 
 typedef struct rmq_producer_opts {
     const char *group;        /* producer group; NULL = RMQ_PRODUCER_GROUP_DEFAULT */

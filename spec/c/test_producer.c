@@ -680,6 +680,23 @@ static void test_no_name_server(void)
     producer_done(p);
 }
 
+static void test_name_server_failover(void)
+{
+    /* A dead name server first in the list (the start index is random): the lookup moves on. */
+    char list[160];
+    snprintf(list, sizeof(list), "127.0.0.1:1;%s", cl.ns_addr);
+    for (int round = 0; round < 3; round++) {
+        cluster_reset();
+        rmq_producer_t *p = producer(list, NULL);
+        outcome_t o = {0};
+        CHECK(send_simple(p, "KnownFailover", "x", &o) == 0);
+        WAIT_UNTIL(o.done == 1, 5000);
+        CHECK(o.err == 0);
+        CHECK(cl.n_rec == 1);
+        producer_done(p);
+    }
+}
+
 int main(void)
 {
     const char *sc = getenv("RMQ_TEST_TIMEOUT_SCALE");
@@ -704,6 +721,7 @@ int main(void)
     test_route_refresh();
     test_validation_and_destroy();
     test_no_name_server();
+    test_name_server_failover();
 
     cluster_stop();
     uv_close((uv_handle_t *)&guard, NULL);
