@@ -1,0 +1,110 @@
+-- Hooks under `rmqlua run` against the development broker: init and shutdown once per consume
+-- state, per-thread isolation of globals, a handler error logged with the message id while the
+-- runtime keeps going (the message comes back), consume_orderly with SUSPEND, and a handler
+-- reading a view after its batch.
+local R = require "02-integration.04-lua.runner"
+
+describe("hooks under rmqlua run", function()
+  lazy_setup(function() R.start_broker("--delay-scale 0.01") end)
+  lazy_teardown(function() R.stop_broker() end)
+
+  it("run init and shutdown once per consume state, each state with its own globals", function()
+    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "IsoTopic", 8)
+    for i = 1, 40 do R.produce("IsoTopic", "m" .. i, nil, nil, i % 8) end
+    local script = R.write("iso.lua", [[
+TOP = (TOP or 0) + 1
+local count = 0
+return {
+  consumer_group = "iso_group",
+  subscribe = { IsoTopic = "*" },
+  consume_thread_min = 3, consume_thread_max = 3,
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  init = function(ctx)
+    INITS = (INITS or 0) + 1
+    MINE = ctx.thread_index
+    print(string.format("init thread=%d of %d inits=%d top=%d", ctx.thread_index, ctx.thread_count, INITS, TOP))
+  end,
+  consume = function(msgs, ctx)
+    count = count + #msgs
+    if MINE ~= ctx.thread_index then print("ISOLATION BROKEN") end
+    for i = 1, #msgs do print("consumed " .. msgs[i].body .. " by " .. ctx.thread_index) end
+  end,
+  shutdown = function(ctx)
+    print(string.format("shutdown thread=%d inits=%d", ctx.thread_index, INITS))
+  end,
+}
+]])
+    local h = R.run(script)
+    finally(function() h.stop() end)
+    for t = 1, 3 do h.wait_for("init thread=" .. t .. " of 3 inits=1 top=1") end
+    require("helpers").wait_until(function() return h.count("consumed m%d+ by") >= 40 end, 30,
+      "40 messages consumed")
+    assert.are.equal(0, h.stop())
+    local out = h.out()
+    assert.is_nil(out:find("ISOLATION BROKEN"))
+    assert.are.equal(3, h.count("init thread="))
+    for t = 1, 3 do
+      assert.are.equal(1, h.count("shutdown thread=" .. t .. " inits=1"))
+    end
+  end)
+
+  it("log a handler error with the message id and consume the message again", function()
+    R.produce("ErrTopic", "explode")
+    local script = R.write("err.lua", [[
+return {
+  consumer_group = "err_group",
+  subscribe = { ErrTopic = "*" },
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  consume = function(msgs, ctx)
+    local m = msgs[1]
+    print("attempt " .. m.reconsume_times .. " " .. m.msg_id)
+    ctx.delay_level = 1
+    if m.reconsume_times == 0 then error("handler exploded") end
+    KEPT = m
+  end,
+}
+]])
+    local h = R.run(script)
+    finally(function() h.stop() end)
+    h.wait_for("attempt 0 ")
+    local id = h.out():match("attempt 0 (%w+)")
+    h.wait_for("handler exploded")
+    h.wait_for("attempt 1 " .. id, "the message again")
+    assert.are.equal(0, h.stop())
+    local out = h.out()
+    assert.matches("consume failed for 1 message%(s%) %[" .. id .. "%]", out)
+    assert.matches("stack traceback", out)
+  end)
+
+  it("suspend an orderly queue and consume the same message again", function()
+    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "OrdTopic", 1)
+    R.produce("OrdTopic", "o1", nil, nil, 0)
+    R.produce("OrdTopic", "o2", nil, nil, 0)
+    local script = R.write("ord.lua", [[
+local rmq = require "rmq"
+local tries = 0
+return {
+  consumer_group = "ord_group",
+  subscribe = { OrdTopic = "*" },
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  consume_orderly = function(msgs, ctx)
+    local b = msgs[1].body
+    print("ordered " .. b)
+    if b == "o1" then
+      tries = tries + 1
+      if tries < 3 then ctx.suspend_millis = 10; return rmq.SUSPEND end
+    end
+  end,
+}
+]])
+    local h = R.run(script)
+    finally(function() h.stop() end)
+    h.wait_for("ordered o2")
+    assert.are.equal(0, h.stop())
+    local out = h.out()
+    -- o1 three times (two suspends), and o2 only after o1 succeeded.
+    local seq = {}
+    for b in out:gmatch("ordered (o%d)") do seq[#seq + 1] = b end
+    assert.are.same({ "o1", "o1", "o1", "o2" }, { seq[1], seq[2], seq[3], seq[4] })
+  end)
+end)

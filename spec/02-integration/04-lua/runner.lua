@@ -1,0 +1,109 @@
+-- Shared by the 04-lua specs: the development broker through the FFI, and `rmqlua run` in the
+-- background (output in a file, SIGINT to stop, its exit code).
+local ffi = require "ffi"
+local helpers = require "helpers"
+
+pcall(ffi.cdef, [[
+typedef struct rmq_devbroker rmq_devbroker_t;
+rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size);
+void rmq_devbroker_stop(rmq_devbroker_t *db);
+const char *rmq_devbroker_addr(rmq_devbroker_t *db);
+int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic, int queues);
+int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const char *topic, int queue_id,
+                              const char *tags, const char *keys, const char *body, size_t body_len);
+int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic, int queue_id);
+]])
+
+local M = { ALL = -2 }
+local lib = helpers.lib()
+M.lib = lib
+
+M.tmpdir = os.tmpname()
+os.remove(M.tmpdir)
+os.execute("mkdir -p " .. M.tmpdir)
+
+function M.write(name, text)
+  local path = M.tmpdir .. "/" .. name
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+function M.start_broker(args)
+  local err = ffi.new("char[512]")
+  M.db = lib.rmq_devbroker_start(args or "", err, 512)
+  assert(M.db ~= nil, ffi.string(err))
+  M.addr = ffi.string(lib.rmq_devbroker_addr(M.db))
+end
+
+function M.stop_broker()
+  if M.db ~= nil then lib.rmq_devbroker_stop(M.db) end
+  M.db = nil
+end
+
+function M.produce(topic, body, tags, keys, queue_id)
+  local off = lib.rmq_devbroker_produce(M.db, 0, topic, queue_id or -1, tags, keys, body, #body)
+  assert(off >= 0, "produce to " .. topic .. " failed")
+end
+
+function M.topic_count(topic, queues)
+  local n = 0
+  for q = 0, queues - 1 do
+    local v = lib.rmq_devbroker_max_offset(M.db, 0, topic, q)
+    if v > 0 then n = n + tonumber(v) end
+  end
+  return n
+end
+
+-- Start `rmqlua run` in the background; returns a handle with out(), wait_for(), stop().
+function M.run(script, extra)
+  local name = script:match("([^/]+)%.lua$")
+  local out = M.tmpdir .. "/" .. name .. ".out"
+  local pidf, rcf = out .. ".pid", out .. ".rc"
+  os.remove(rcf)
+  os.remove(pidf)
+  os.remove(out)
+  local cmd = string.format("(sh -c 'echo $$ > %s; exec %s run --namesrv %s %s %s' > %s 2>&1; "
+    .. "echo $? > %s) &", pidf, helpers.bin, M.addr, extra or "", script, out, rcf)
+  os.execute(cmd)
+  local h = {}
+  function h.out()
+    local f = io.open(out, "rb")
+    if not f then return "" end
+    local s = f:read("*a")
+    f:close()
+    return s
+  end
+  function h.wait_for(pattern, what)
+    return helpers.wait_until(function() return h.out():find(pattern) end, 30,
+      (what or pattern) .. " in the output of " .. name)
+  end
+  function h.count(pattern)
+    local n = 0
+    for _ in h.out():gmatch(pattern) do n = n + 1 end
+    return n
+  end
+  function h.stop()
+    if h.rc then return h.rc end
+    local pid = helpers.wait_until(function()
+      local f = io.open(pidf)
+      if not f then return nil end
+      local p = f:read("*n")
+      f:close()
+      return p
+    end, 10, "pid of " .. name)
+    os.execute("kill -INT " .. pid)
+    h.rc = helpers.wait_until(function()
+      local f = io.open(rcf)
+      if not f then return nil end
+      local rc = f:read("*n")
+      f:close()
+      return rc
+    end, 60, "exit of " .. name)
+    return h.rc
+  end
+  return h
+end
+
+return M
