@@ -107,4 +107,25 @@ return {
     for b in out:gmatch("ordered (o%d)") do seq[#seq + 1] = b end
     assert.are.same({ "o1", "o1", "o1", "o2" }, { seq[1], seq[2], seq[3], seq[4] })
   end)
+
+  it("log a bad allocate result and fall back to AllocateMessageQueueAveragely", function()
+    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "BadAllocTopic", 2)
+    R.produce("BadAllocTopic", "still consumed", nil, nil, 1)
+    local script = R.write("badalloc.lua", [[
+return {
+  consumer_group = "badalloc_group",
+  subscribe = { BadAllocTopic = "*" },
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  allocate = function(group, cid, mq_all, cid_all)
+    return { { topic = "NotMine", broker_name = "nowhere", queue_id = 7 } }
+  end,
+  consume = function(msgs) print("got " .. msgs[1].body) end,
+}
+]])
+    local h = R.run(script)
+    finally(function() h.stop() end)
+    h.wait_for("not one of mq_all", "the allocate error")
+    h.wait_for("got still consumed", "consumption through the averagely fallback")
+    assert.are.equal(0, h.stop())
+  end)
 end)
