@@ -590,12 +590,18 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
     pull_write_t *w = rmq__xmalloc(sizeof(*w) + sizeof(db_msg_t *) * (size_t)n);
     uv_buf_t bufs[MAX_TRANSFER_COUNT];
     w->n = n;
+    unsigned nb = 0;
     for (int i = 0; i < n; i++) {
         w->msgs[i] = found[i];
         found[i]->refs++;
-        bufs[i] = uv_buf_init(found[i]->data, found[i]->size);
+        /* Neighbours in one chunk go out as one buffer. */
+        if (nb && bufs[nb - 1].base + bufs[nb - 1].len == found[i]->data) {
+            bufs[nb - 1].len += found[i]->size;
+        } else {
+            bufs[nb++] = uv_buf_init(found[i]->data, found[i]->size);
+        }
     }
-    if (rmq__conn_reply_ex(conn, &resp, bufs, (unsigned)n, pull_written, w) != 0)
+    if (rmq__conn_reply_ex(conn, &resp, bufs, nb, pull_written, w) != 0)
         pull_written(w, RMQ_ERR_TRANSPORT);
     rmq__cmd_free(&resp);
 }

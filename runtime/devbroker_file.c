@@ -188,15 +188,11 @@ static db_msg_t *recover_one(db_broker_t *b, const uint8_t *p, size_t avail, int
                      (long long)rmq__db_qmax(dq));
         return (db_msg_t *)-1;
     }
-    db_msg_t *m = rmq__xcalloc(1, sizeof(*m));
-    m->refs = 1;
-    m->data = rmq__xmalloc(size);
+    db_msg_t *m = rmq__db_msg_alloc(dq, size);
     memcpy(m->data, p, size);
-    m->size = size;
     m->qoff = qoff;
     m->phys = pos;
     m->store_ts = store_ts;
-    m->q = dq;
     uint32_t vl = 0;
     const char *tag = rmq__props_find((const char *)p + q, pl, "TAGS", 4, &vl);
     if (tag && vl) {

@@ -45,8 +45,19 @@ void rmq__dbmap_free(db_map_t *m, void (*free_val)(void *));
 
 typedef struct db_queue db_queue_t;
 
+/* Messages of one queue are laid out back to back in chunks, so a PULL response is mostly
+ * one contiguous buffer (one iovec). A chunk lives while a message in it lives. */
+typedef struct db_chunk {
+    int refs; /* messages in it + 1 while it is its queue's current chunk */
+    size_t cap, used;
+    char data[];
+} db_chunk_t;
+
+#define DB_CHUNK_SIZE (256 * 1024)
+
 typedef struct db_msg {
     int refs;           /* loop thread only */
+    db_chunk_t *chunk;  /* holds data */
     int has_tag;        /* TAGS present */
     int32_t tagcode;    /* J-hash of TAGS */
     int64_t qoff;       /* queue offset */
@@ -54,7 +65,7 @@ typedef struct db_msg {
     int64_t store_ts;
     db_queue_t *q;
     uint32_t size;      /* bytes at data */
-    char *data;         /* the stored form (PROTOCOL 4.1) */
+    char *data;         /* the stored form (PROTOCOL 4.1), inside chunk */
 } db_msg_t;
 
 struct db_queue {
@@ -64,6 +75,7 @@ struct db_queue {
     size_t cap, head, n;
     int64_t min_off;    /* queue offset of the first retained message */
     struct db_park *parked; /* long-polling pulls waiting on this queue */
+    db_chunk_t *cur;        /* chunk new messages go into */
 };
 
 typedef struct db_topic {
@@ -248,6 +260,8 @@ static inline int64_t rmq__db_qmax(const db_queue_t *q) { return q->min_off + (i
 db_msg_t *rmq__db_qget(const db_queue_t *q, int64_t off); /* NULL when not retained */
 db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys);
 void rmq__db_msg_release(db_msg_t *m);
+/* A new message record with size bytes of data in q's current chunk (refs 1). */
+db_msg_t *rmq__db_msg_alloc(db_queue_t *q, size_t size);
 
 typedef struct db_msg_in {
     const char *topic;

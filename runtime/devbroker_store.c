@@ -178,12 +178,40 @@ static void ring_push(db_msg_t ***ring, size_t *cap, size_t *head, size_t *n, db
     (*n)++;
 }
 
+static void chunk_unref(db_chunk_t *c)
+{
+    if (--c->refs == 0) free(c);
+}
+
 void rmq__db_msg_release(db_msg_t *m)
 {
     if (--m->refs == 0) {
-        free(m->data);
+        chunk_unref(m->chunk);
         free(m);
     }
+}
+
+db_msg_t *rmq__db_msg_alloc(db_queue_t *q, size_t size)
+{
+    db_chunk_t *c = q->cur;
+    if (!c || c->cap - c->used < size) {
+        if (c) chunk_unref(c);
+        size_t cap = size > DB_CHUNK_SIZE ? size : DB_CHUNK_SIZE;
+        c = rmq__xmalloc(sizeof(*c) + cap);
+        c->refs = 1;
+        c->cap = cap;
+        c->used = 0;
+        q->cur = c;
+    }
+    db_msg_t *m = rmq__xcalloc(1, sizeof(*m));
+    m->refs = 1;
+    m->chunk = c;
+    m->data = c->data + c->used;
+    m->size = (uint32_t)size;
+    m->q = q;
+    c->used += size;
+    c->refs++;
+    return m;
 }
 
 db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys)
@@ -274,22 +302,25 @@ db_msg_t *rmq__db_store(db_broker_t *b, db_topic_t *t, const db_msg_in_t *in, ch
     memcpy(mm.store_host, b->node.store_ip, 4);
     mm.store_port = b->node.port;
     mm.reconsume_times = in->reconsume;
-    rmq_buf_t out;
-    rmq__buf_init(&out);
+    size_t size = rmq__msg_stored_size(&mm);
+    if (in->props_len > 32767 || mm.topic_len > 127) {
+        rmq__seterr(errstr, errstr_size, "the message's %s is too long",
+                    in->props_len > 32767 ? "properties string" : "topic");
+        return NULL;
+    }
+    db_msg_t *m = rmq__db_msg_alloc(q, size);
+    /* Encode in place: the buffer already has exactly the room the encoder reserves. */
+    rmq_buf_t out = {m->data, 0, size};
     int rc = rmq__msg_encode_stored(&out, &mm);
-    if (rc) {
-        rmq__buf_free(&out);
+    if (rc || out.data != m->data || out.len != size) {
+        if (out.data != m->data) abort(); /* the encoder reallocated: cannot happen */
+        rmq__db_msg_release(m);
         rmq__seterr(errstr, errstr_size, "cannot encode the message: %s", rmq_err_str(rc));
         return NULL;
     }
-    db_msg_t *m = rmq__xcalloc(1, sizeof(*m));
-    m->refs = 1;
-    m->data = out.data;
-    m->size = (uint32_t)out.len;
     m->qoff = mm.queue_offset;
     m->phys = mm.commit_log_offset;
     m->store_ts = mm.store_timestamp;
-    m->q = q;
     uint32_t tl = 0;
     const char *tag = rmq__props_find(in->props, in->props_len, "TAGS", 4, &tl);
     if (tag && tl) {
@@ -400,6 +431,7 @@ static void free_topic(void *v)
     for (int i = 0; i < t->nq; i++) {
         db_queue_t *q = t->queues[i];
         free(q->ring); /* messages are released through the commit log */
+        if (q->cur) chunk_unref(q->cur);
         free(q);
     }
     free(t->queues);
