@@ -71,6 +71,7 @@ typedef struct cthread {
     int interrupted;    /* a hook was set for cur (under p->mu) */
     const char *interrupt_why;
     int abandoned;      /* stop gave up on it: it must not post its batch */
+    int woken;          /* signalled for a shared batch and not yet awake (under p->mu) */
 } cthread_t;
 
 struct rmq_pool {
@@ -360,6 +361,7 @@ static void thread_main(void *arg)
         }
         if (p->quit) break;
         uv_cond_wait(&t->cond, &p->mu);
+        t->woken = 0;
     }
     int abandoned = t->abandoned;
     if (!abandoned) set_state(t, CT_STOPPED);
@@ -513,8 +515,10 @@ int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
 static void wake_one(rmq_pool_t *p)
 {
     for (int i = 0; i < p->n; i++) {
-        if (p->t[i].state == CT_IDLE) {
-            uv_cond_signal(&p->t[i].cond);
+        cthread_t *t = &p->t[i];
+        if (t->state == CT_IDLE && !t->woken) {
+            t->woken = 1;
+            uv_cond_signal(&t->cond);
             return;
         }
     }

@@ -401,6 +401,44 @@ static void test_stop_not_run(void)
     free(path);
 }
 
+/* Batches submitted back to back run on different idle threads at the same time. */
+static void test_parallel(void)
+{
+    char err[1024];
+    char *path = write_script("parallel",
+                              "return { consumer_group = 'g', subscribe = { T = '*' },\n"
+                              "  consume = function(msgs)\n"
+                              "    local t = os.clock(); while os.clock() - t < 0.5 do end\n"
+                              "  end }\n");
+    rmq_pool_t *p = start(path, 3, 0, err, sizeof(err));
+    CHECK(p != NULL);
+    if (!p) {
+        fprintf(stderr, "start: %s\n", err);
+        return;
+    }
+    static tb_t t[3];
+    for (int i = 0; i < 3; i++) {
+        mkbatch(&t[i], "x", 1);
+        rmq__pool_submit(p, &t[i].b);
+    }
+    int64_t dl = rmq__mono_ms() + (int64_t)(10000 * scale);
+    int max_running = 0;
+    while (ndone < 3 && rmq__mono_ms() < dl) {
+        int r = rmq__pool_running(p);
+        if (r > max_running) max_running = r;
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    CHECK(ndone == 3);
+    CHECK(max_running >= 2);
+    int seen[3] = {0};
+    for (int i = 0; i < 3; i++) seen[t[i].b.thread_index]++;
+    CHECK(seen[0] + seen[1] + seen[2] == 3 && (seen[0] < 3 && seen[1] < 3 && seen[2] < 3));
+    stop(p, 0);
+    unlink(path);
+    free(path);
+}
+
 static void test_timeout(void)
 {
     char err[1024];
@@ -469,6 +507,7 @@ int main(void)
     test_orderly();
     test_isolation_and_init();
     test_stop_not_run();
+    test_parallel();
     test_timeout();
     test_start_failures();
     uv_run(&loop, UV_RUN_NOWAIT);
