@@ -147,6 +147,31 @@ return {
     assert.matches("3 case%(s%), 0 failed", out)
   end)
 
+  it("runs consume_orderly cases (SUSPEND with suspend_millis)", function()
+    local script = write("orderly.lua", [[
+local rmq = require "rmq"
+return {
+  consumer_group = "ord", subscribe = { T = "*" },
+  consume_orderly = function(msgs, ctx)
+    if msgs[1].body == "wait" then ctx.suspend_millis = 500; return rmq.SUSPEND end
+  end,
+}
+]])
+    local cases = write("orderly_cases.lua", [[
+return {
+  { name = "ok", messages = { { body = "go" } }, expect = { status = "SUCCESS", ack_index = 1 } },
+  { name = "suspend", messages = { { body = "wait" } },
+    expect = { status = "SUSPEND", suspend_millis = 500 } },
+}
+]])
+    local rc, out = rmqlua("check " .. script)
+    assert.are.equal(0, rc, out)
+    assert.matches("consume_orderly", out)
+    rc, out = rmqlua("test " .. script .. " " .. cases)
+    assert.are.equal(0, rc, out)
+    assert.matches("2 case%(s%), 0 failed", out)
+  end)
+
   it("reports failing cases (exit 1)", function()
     local cases = write("cases_bad.lua", [[
 return {
