@@ -213,8 +213,10 @@ static void cluster_start(void)
 
 static void cluster_reset(void)
 {
-    for (int i = 0; i < cl.n_rec; i++)
+    for (int i = 0; i < cl.n_rec; i++) {
         free(cl.rec[i].body);
+        if (cl.rec[i].frame) rmq__rbuf_release(cl.rec[i].frame);
+    }
     cl.n_rec = 0;
     cl.n_route = 0;
     memset(cl.n_faults, 0, sizeof(cl.n_faults));
