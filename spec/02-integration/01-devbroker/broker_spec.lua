@@ -78,6 +78,28 @@ describe("devbroker", function()
       assert.equal(8, cjson.decode(r.body).queueDatas[1].readQueueNums)
     end)
 
+    it("creates and updates topics with UPDATE_AND_CREATE_TOPIC", function()
+      local b, c = conn(), conn(ns)
+      finally(function() b:close(); c:close() end)
+      local ext = {topic = "Admin1", defaultTopic = "TBW102", readQueueNums = "3",
+                   writeQueueNums = "3", perm = "6", topicFilterType = "SINGLE_TAG",
+                   topicSysFlag = "0", order = "false"}
+      assert.equal(0, assert(b:request(17, ext)).code)
+      local rt = cjson.decode(assert(c:request(ROUTE, {topic = "Admin1"})).body)
+      assert.equal(3, rt.queueDatas[1].readQueueNums)
+      ext.readQueueNums, ext.writeQueueNums, ext.perm = "5", "5", "4"
+      assert.equal(0, assert(b:request(17, ext)).code)
+      rt = cjson.decode(assert(c:request(ROUTE, {topic = "Admin1"})).body)
+      assert.equal(5, rt.queueDatas[1].writeQueueNums)
+      assert.equal(4, rt.queueDatas[1].perm)
+      -- a read-only topic refuses sends
+      local r = send(b, "Admin1")
+      assert.equal(16, r.code)
+      -- the cluster name is reserved
+      ext.topic = "DefaultCluster"
+      assert.equal(1, assert(b:request(17, ext)).code)
+    end)
+
     it("answers GET_BROKER_CLUSTER_INFO", function()
       local c = conn(ns)
       finally(function() c:close() end)
@@ -127,6 +149,24 @@ describe("devbroker", function()
       assert.equal(string.format("7F000001%08X%016X", port, m.phys), r.extFields.msgId)
       -- BODYCRC = crc32(body) & 0x7fffffff; "payload" checked against zlib's value
       assert.equal(m.body_crc, m.body_crc % 2147483648)
+    end)
+
+    it("delivers a message with a DELAY level after the (scaled) delay", function()
+      local c = conn()
+      finally(function() c:close() end)
+      lib.rmq_devbroker_create_topic(db, 0, "Tdelay", 1)
+      local r = send(c, "Tdelay", {queue = 0, props = {{"DELAY", "2"}}, body = "later"})
+      assert.equal(0, r.code)
+      assert.equal("1", r.extFields.queueId) -- SCHEDULE_TOPIC_XXXX queue of level 2
+      local m
+      helpers.wait_until(function()
+        local p = c:request(PULL, wire.pull_ext("g", "Tdelay", 0, 0, {sys_flag = 4, subscription = "*"}))
+        if p and p.code == 0 then m = wire.decode_messages(p.body)[1]; return true end
+      end, 5, "delayed message")
+      assert.equal("later", m.body)
+      assert.equal("Tdelay", m.props.REAL_TOPIC)
+      assert.equal("0", m.props.REAL_QID)
+      assert.equal("2", m.props.DELAY)
     end)
 
     it("answers SEND_MESSAGE (V1 keys) too", function()
