@@ -156,6 +156,56 @@ fail:
     return EXIT_USAGE;
 }
 
+/*
+ * The line of the script that sets option `name` ("name =" after a non-identifier character),
+ * or 0. Used to point checkConfig errors ("(option name=value)") at the script.
+ */
+static int option_line(const char *path, const char *err)
+{
+    const char *o = strstr(err, "(option ");
+    if (!o) return 0;
+    o += 8;
+    size_t n = strcspn(o, "=)");
+    if (n == 0 || n > 100) return 0;
+    char name[128];
+    memcpy(name, o, n);
+    name[n] = 0;
+    o = name;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[1024];
+    int ln = 0, found = 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        ln++;
+        for (char *p = strstr(line, o); p && !found; p = strstr(p + 1, o)) {
+            if (strncmp(p, o, n)) continue;
+            char before = p == line ? ' ' : p[-1];
+            const char *q = p + n;
+            while (*q == ' ' || *q == '\t') q++;
+            if ((before == '_' || (before >= 'a' && before <= 'z') || (before >= 'A' && before <= 'Z') ||
+                 (before >= '0' && before <= '9')) || *q != '=' || q[1] == '=')
+                continue;
+            /* the match must end the identifier */
+            char after = p[n];
+            if (after == '_' || (after >= 'a' && after <= 'z') || (after >= '0' && after <= '9'))
+                continue;
+            found = ln;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* checkConfig failed: print it with the script's line for the option when there is one. */
+static void print_check_error(const char *cmd, const char *path, const char *err)
+{
+    int line = option_line(path, err);
+    if (line > 0)
+        fprintf(stderr, "rmqlua %s: %s:%d: %s\n", cmd, path, line, err);
+    else
+        fprintf(stderr, "rmqlua %s: %s: %s\n", cmd, path, err);
+}
+
 /* Load the script in a consume-role state and run init then shutdown once. */
 static int check_consume_role(const char *path, const char *group, char *err, size_t errsz)
 {
@@ -222,7 +272,7 @@ int rmq__cli_check(int argc, char **argv)
     char err[4096];
     rc = 0;
     if (rmq__conf_check(conf, err, sizeof(err))) {
-        fprintf(stderr, "rmqlua check: %s: %s\n", o.script, err);
+        print_check_error("check", o.script, err);
         rc = EXIT_USAGE;
     } else if (check_consume_role(o.script, conf->consumer_group, err, sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s\n", err);
@@ -358,7 +408,7 @@ int rmq__cli_run(int argc, char **argv)
         rmq_log_info("cli", "development broker: name server %s", rmq_devbroker_addr(db));
     }
     if (rmq__conf_check(conf, err, sizeof(err))) {
-        fprintf(stderr, "rmqlua run: %s: %s\n", o.script, err);
+        print_check_error("run", o.script, err);
         rc = EXIT_USAGE;
         goto out;
     }

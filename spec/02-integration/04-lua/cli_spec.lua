@@ -99,6 +99,7 @@ describe("rmqlua check", function()
     local rc, out = rmqlua("check " .. path)
     assert.are.equal(2, rc, out)
     assert.matches("consume_thread_min", out)
+    assert.matches(path:gsub("%p", "%%%0") .. ":2: consumeThreadMin Out of range", out)
   end)
 
   it("takes --set overrides and rejects bad ones", function()
