@@ -99,7 +99,19 @@ function M.new(spec, info)
       .. " (expected nothing, true, rmq.SUCCESS, rmq.RECONSUME_LATER or rmq.DLQ)"
   end
 
+  -- Views left from a batch whose dispatch was cut short (an interrupt outside the xpcall).
+  local function sweep()
+    local i = 1
+    while views[i] ~= nil do
+      views[i].m = nil
+      views[i] = nil
+      i = i + 1
+    end
+    rmq._in_handler = false
+  end
+
   function d.dispatch()
+    if views[1] ~= nil then sweep() end
     local b = slot[0]
     local n = b.n
     local arr = b.msgs
@@ -159,6 +171,7 @@ function M.new(spec, info)
     if spec.init then spec.init(hook_ctx("init")) end
   end
   function d.shutdown()
+    if views[1] ~= nil then sweep() end
     if spec.shutdown then spec.shutdown(hook_ctx("shutdown")) end
   end
   return d
