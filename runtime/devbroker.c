@@ -335,9 +335,12 @@ static int node_up(db_node_t *node, char *errstr, size_t errstr_size)
         return rc;
     }
     node->port = rmq__remoting_port(node->t);
-    if (strchr(node->host, ':'))
-        snprintf(node->addr, sizeof(node->addr), "[%s]:%d", node->host, node->port);
-    else snprintf(node->addr, sizeof(node->addr), "%s:%d", node->host, node->port);
+    /* The address put in routes: a wildcard listener is advertised as loopback. */
+    const char *adv = node->host;
+    if (!strcmp(adv, "0.0.0.0") || !*adv) adv = "127.0.0.1";
+    else if (!strcmp(adv, "::")) adv = "::1";
+    if (strchr(adv, ':')) snprintf(node->addr, sizeof(node->addr), "[%s]:%d", adv, node->port);
+    else snprintf(node->addr, sizeof(node->addr), "%s:%d", adv, node->port);
     return 0;
 }
 
@@ -429,7 +432,14 @@ static void on_scan(uv_timer_t *t)
         rmq__db_file_flush(db->brokers[i]);
     }
     if (db->has_ns) rmq__db_ns_scan(db, now);
-    if (db->remote_ns && now - db->last_register_ms >= 30000) rmq__db_register_all(db);
+    if (db->remote_ns) {
+        /* Every 30 s (registerNameServerPeriod), and soon after a topic table changed. */
+        int changed = 0;
+        for (int i = 0; i < db->n_brokers; i++)
+            changed |= !db->brokers[i]->down &&
+                       db->brokers[i]->data_version != db->brokers[i]->reg_version;
+        if (changed || now - db->last_register_ms >= 30000) rmq__db_register_all(db);
+    }
 }
 
 static void thread_main(void *arg)
