@@ -80,7 +80,8 @@ void rmq__pool_batch_release(rmq_batch_t *b);
  * joined and the handles closed, without blocking the loop (a helper thread waits). Batches
  * that were never run (or were interrupted by the stop) are returned through done() with status
  * RMQ_CONSUME_NOT_RUN, so the engine neither acknowledges nor sends them back (their offsets
- * stay uncommitted). Submitting after stop returns the batch NOT_RUN.
+ * stay uncommitted). Submitting after stop (from a done() callback, say) returns the batch
+ * NOT_RUN; after close_cb nothing may be called. A second stop is ignored.
  * close_cb runs on the loop once the pool is freed.
  */
 void rmq__pool_stop(rmq_pool_t *p, int64_t await_ms, void (*close_cb)(void *ud), void *ud);
