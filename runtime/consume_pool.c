@@ -3,6 +3,9 @@
  * runs one lua_pcall of the Lua dispatcher (rmq.dispatch) per batch, and posts the batch back
  * to the loop thread.
  *
+ * Logs name consume threads 1-based, like ctx.thread_index in Lua; batch->thread_index is
+ * 0-based.
+ *
  * Ownership: the pool owns its threads, their states, the queues and the async/timer handles.
  * Batches are the engine's: queued pointers are borrowed until done() returns them.
  * Threads: rmq__pool_start/submit/submit_to/stop and every callback run on the loop thread;
@@ -100,7 +103,7 @@ struct rmq_pool {
 static void set_state(cthread_t *t, ct_state_t s)
 {
     if (t->state != s)
-        rmq_dbg(RMQ_DBG_CONSUME, "consume", "thread %d: %s -> %s", t->index,
+        rmq_dbg(RMQ_DBG_CONSUME, "consume", "thread %d: %s -> %s", t->index + 1,
                 ct_state_names[t->state], ct_state_names[s]);
     t->state = s;
 }
@@ -224,12 +227,12 @@ static void run_batch(cthread_t *t, rmq_batch_t *b)
         b->status = b->orderly ? RMQ_CONSUME_SUSPEND : RMQ_CONSUME_RECONSUME_LATER;
         b->ack_count = 0;
         b->handler_error = 1;
-        rmq_log_error("lua", "thread %d: dispatch failed for %d message(s): %s", t->index, b->n,
-                      err);
+        rmq_log_error("lua", "thread %d: dispatch failed for %d message(s): %s", t->index + 1,
+                      b->n, err);
         failed = 1;
     } else {
         if (lua_isstring(L, -2)) {
-            rmq_log_error("lua", "thread %d: %s", t->index, lua_tostring(L, -2));
+            rmq_log_error("lua", "thread %d: %s", t->index + 1, lua_tostring(L, -2));
             failed = 1;
         }
         if (lua_istable(L, -1)) collect_sends(L, lua_gettop(L), b);
@@ -292,7 +295,7 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
         char tmp[1024];
         snprintf(tmp, sizeof(tmp), "%s", err);
         rmq__seterr(err, errsz, "init hook of %s (thread %d) failed: %s", p->script_path,
-                    t->index, tmp);
+                    t->index + 1, tmp);
         return RMQ_ERR_LUA;
     }
     lua_settop(L, 0);
@@ -305,7 +308,7 @@ static void run_shutdown(cthread_t *t)
     lua_sethook(t->L, NULL, 0, 0);
     lua_rawgeti(t->L, LUA_REGISTRYINDEX, t->ref_shutdown);
     if (rmq__lua_pcall(t->L, 0, 0, err, sizeof(err)))
-        rmq_log_error("lua", "thread %d: shutdown hook failed: %s", t->index, err);
+        rmq_log_error("lua", "thread %d: shutdown hook failed: %s", t->index + 1, err);
 }
 
 static void thread_main(void *arg)
@@ -435,7 +438,7 @@ static void on_watchdog(uv_timer_t *tm)
             rmq_log_error("lua",
                           "thread %d: %s handler running for %lld ms (consume_timeout %lld ms): "
                           "interrupting it",
-                          t->index, t->cur->orderly ? "consume_orderly" : "consume",
+                          t->index + 1, t->cur->orderly ? "consume_orderly" : "consume",
                           (long long)(now - t->cur_start), (long long)p->o.consume_timeout_ms);
             interrupt(t, "consume_timeout");
         }
@@ -608,7 +611,7 @@ static void reaper_main(void *arg)
                     rmq_log_error("consume",
                                   "thread %d: handler did not return after stop; abandoning "
                                   "the thread (its batch is returned as not run)",
-                                  t->index);
+                                  t->index + 1);
                     t->abandoned = 1;
                     rmq_batch_t *b = t->cur;
                     t->cur = NULL;
