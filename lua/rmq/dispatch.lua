@@ -140,15 +140,15 @@ function M.new(spec, info)
     local status, ack, err = result(ok, r, n)
     local dl = ctx.delay_level
     if dl ~= nil and not is_int(dl) then
-      dl = nil
       status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0,
         "ctx.delay_level must be an integer, got " .. tostring(dl)
+      dl = nil
     end
     local sm = ctx.suspend_millis
     if sm ~= nil and not is_int(sm) then
-      sm = nil
       status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0,
         "ctx.suspend_millis must be an integer, got " .. tostring(sm)
+      sm = nil
     end
     b.status = status
     b.ack_count = ack

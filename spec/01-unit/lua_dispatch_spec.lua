@@ -83,7 +83,7 @@ describe("dispatcher return contract (consume)", function()
     assert.are.equal(4, b.delay_level)
     local b2, err = run({ consume = function(_, ctx) ctx.delay_level = "x" end }, { "a" })
     assert.are.equal(rmq.RECONSUME_LATER, b2.status)
-    assert.matches("delay_level must be an integer", err)
+    assert.matches("delay_level must be an integer, got x", err)
   end)
 
   it("gives ctx the thread index (1-based), count and group, and resets it per batch", function()
