@@ -178,6 +178,8 @@ void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const 
     rmq__cmd_free(&resp);
 }
 
+static void rec_free(db_rec_t *r);
+
 static void record(db_node_t *node, const rmq_cmd_t *req)
 {
     rmq_devbroker_t *db = node->db;
@@ -193,12 +195,20 @@ static void record(db_node_t *node, const rmq_cmd_t *req)
             r->ext[i].val = rmq__xstrdup(req->ext[i].val ? req->ext[i].val : "");
         }
     }
+    db_rec_t *drop = NULL;
     uv_mutex_lock(&db->mu);
+    if (req->code >= 0 && req->code < DB_CODES) db->counts[node->idx + 1][req->code]++;
     if (db->recs_tail) db->recs_tail->next = r;
     else db->recs = r;
     db->recs_tail = r;
+    if (++db->n_recs > DB_MAX_RECS) {
+        drop = db->recs;
+        db->recs = drop->next;
+        db->n_recs--;
+    }
     uv_cond_broadcast(&db->cond);
     uv_mutex_unlock(&db->mu);
+    if (drop) rec_free(drop);
 }
 
 static void rec_free(db_rec_t *r)
@@ -840,6 +850,19 @@ static int rec_match(const db_rec_t *r, int target, int req_code)
 static int count_locked(rmq_devbroker_t *db, int target, int req_code)
 {
     int n = 0;
+    for (int t = 0; t <= db->n_brokers; t++) {
+        if (target != RMQ_DEVBROKER_ALL && target + 1 != t) continue;
+        if (req_code > 0 && req_code < DB_CODES) n += db->counts[t][req_code];
+        else if (req_code == 0)
+            for (int c = 0; c < DB_CODES; c++) n += db->counts[t][c];
+    }
+    return n;
+}
+
+/* Retained records matching target/code. */
+static int recs_locked(rmq_devbroker_t *db, int target, int req_code)
+{
+    int n = 0;
     for (db_rec_t *r = db->recs; r; r = r->next)
         if (rec_match(r, target, req_code)) n++;
     return n;
@@ -876,6 +899,8 @@ RMQ_EXPORT void rmq_devbroker_reset_counts(rmq_devbroker_t *db)
     uv_mutex_lock(&db->mu);
     db_rec_t *r = db->recs;
     db->recs = db->recs_tail = NULL;
+    db->n_recs = 0;
+    memset(db->counts, 0, sizeof(db->counts));
     uv_mutex_unlock(&db->mu);
     while (r) {
         db_rec_t *n = r->next;
@@ -889,7 +914,7 @@ RMQ_EXPORT int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int re
 {
     int ret = -1;
     uv_mutex_lock(&db->mu);
-    int total = count_locked(db, target, req_code);
+    int total = recs_locked(db, target, req_code);
     if (idx < 0) idx += total;
     int i = 0;
     for (db_rec_t *r = db->recs; r && idx >= 0; r = r->next) {

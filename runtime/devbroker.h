@@ -125,8 +125,8 @@ RMQ_EXPORT int rmq_devbroker_wait(rmq_devbroker_t *db, int target, int req_code,
 RMQ_EXPORT void rmq_devbroker_reset_counts(rmq_devbroker_t *db);
 /*
  * extField `key` of the idx-th (0-based; negative counts from the last) recorded request with
- * target/req_code, copied into buf. Returns the value length, or -1 when there is no such
- * request or field.
+ * target/req_code, copied into buf. Only the last 10000 requests are kept (counts are exact).
+ * Returns the value length, or -1 when there is no such request or field.
  */
 RMQ_EXPORT int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
                                          const char *key, char *buf, size_t size);

@@ -213,6 +213,9 @@ typedef struct db_rec {
     int n_ext;
 } db_rec_t;
 
+#define DB_MAX_RECS 10000 /* requests kept for rmq_devbroker_request_ext */
+#define DB_CODES 1024     /* request codes counted */
+
 typedef struct db_op {
     struct db_op *next;
     void (*fn)(struct rmq_devbroker *db, void *arg);
@@ -229,8 +232,10 @@ struct rmq_devbroker {
     uv_cond_t cond;
     db_op_t *ops, *ops_tail;
     struct db_deferred *deferred; /* requests delayed by injected latency */
-    db_rec_t *recs, *recs_tail;
+    db_rec_t *recs, *recs_tail; /* the last DB_MAX_RECS requests, oldest first */
+    int n_recs;
     int recording;
+    int counts[RMQ_DEVBROKER_MAX_BROKERS + 1][DB_CODES]; /* [0] name server, [i + 1] broker i */
     int stopping;
 
     rmq_devbroker_opts_t o; /* strings below are owned copies */
