@@ -128,4 +128,37 @@ return {
     h.wait_for("got still consumed", "consumption through the averagely fallback")
     assert.are.equal(0, h.stop())
   end)
+
+  it("call on_revoke and on_assign when a second consumer joins the group", function()
+    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "RevTopic", 4)
+    local text = [[
+return {
+  consumer_group = "rev_group",
+  subscribe = { RevTopic = "*" },
+  on_assign = function(mqs)
+    for _, mq in ipairs(mqs) do
+      if mq.topic == "RevTopic" then print("assigned " .. mq.queue_id) end
+    end
+  end,
+  on_revoke = function(mqs)
+    for _, mq in ipairs(mqs) do
+      if mq.topic == "RevTopic" then print("revoked " .. mq.queue_id) end
+    end
+  end,
+  consume = function() end,
+}
+]]
+    local a = R.run(R.write("rev_a.lua", text))
+    finally(function() a.stop() end)
+    for q = 0, 3 do a.wait_for("assigned " .. q) end
+    local b = R.run(R.write("rev_b.lua", text))
+    finally(function() b.stop() end)
+    -- Averagely over two clients: each ends with two queues, so A gives two away.
+    require("helpers").wait_until(function() return a.count("revoked %d") == 2 end, 60,
+      "two queues revoked from the first consumer")
+    require("helpers").wait_until(function() return b.count("assigned %d") == 2 end, 60,
+      "two queues assigned to the second consumer")
+    assert.are.equal(0, b.stop())
+    assert.are.equal(0, a.stop())
+  end)
 end)
