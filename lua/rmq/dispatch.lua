@@ -13,7 +13,9 @@
 -- false, rmq.RECONSUME_LATER or an error suspend the queue for ctx.suspend_millis (default
 -- suspend_current_queue_time_millis) and the batch is consumed again.
 -- Anything else returned is an error. ctx is reused across batches of one thread: the per-batch
--- fields (ack_index, delay_level, suspend_millis) are reset before each call.
+-- fields (ack_index, delay_level, suspend_millis, queue) are reset before each call. ctx.queue
+-- is the batch's message queue { topic =, broker_name =, queue_id = } (every message of a
+-- batch comes from one queue), made when first read.
 --
 -- Threads: one dispatcher per consume state.
 local ffi = require "ffi"
@@ -69,6 +71,18 @@ function M.new(spec, info)
     orderly = orderly,
   }
   local what = orderly and "consume_orderly" or "consume"
+  -- ctx.queue (Java's context.getMessageQueue()): the batch's queue, built when first read.
+  local str = ffi.string
+  setmetatable(ctx, { __index = function(t, k)
+    if k ~= "queue" then return nil end
+    local b = slot[0]
+    if b == nil or b.n == 0 then return nil end
+    local m = b.msgs[0]
+    local q = { topic = str(m.topic, m.topic_len), queue_id = m.queue_id,
+      broker_name = m.broker_name_len > 0 and str(m.broker_name, m.broker_name_len) or "" }
+    rawset(t, "queue", q)
+    return q
+  end })
 
   local d = { slot = slot, ctx = ctx, orderly = orderly }
   d.slot_addr = tonumber(ffi.cast("uintptr_t", slot))
@@ -124,6 +138,7 @@ function M.new(spec, info)
     ctx.ack_index = nil
     ctx.delay_level = nil
     ctx.suspend_millis = nil
+    ctx.queue = nil
     rmq._sink = nil
     rmq._in_handler = true
     local ok, r = xpcall(handler, on_error, msgs, ctx)

@@ -101,6 +101,23 @@ describe("dispatcher return contract (consume)", function()
   end)
 end)
 
+describe("ctx.queue", function()
+  it("is the batch's message queue, made per batch", function()
+    local seen = {}
+    local spec = { subscribe = { T = "*" }, consume = function(_, ctx)
+      seen[#seen + 1] = ctx.queue
+      assert.are.equal(ctx.queue, ctx.queue)
+    end }
+    local d = dispatch.new(spec, { thread_index = 0, thread_count = 1 })
+    for _ = 1, 2 do
+      d.slot[0] = batch({ "x" })
+      d.dispatch()
+    end
+    assert.are.same({ topic = "T", broker_name = "", queue_id = 2 }, seen[1])
+    assert.are_not.equal(seen[1], seen[2])
+  end)
+end)
+
 describe("dispatcher return contract (consume_orderly)", function()
   it("maps success, COMMIT, SUSPEND (with suspend_millis) and errors", function()
     local b = run({ consume_orderly = function() end }, { "a" }, true)
