@@ -182,7 +182,9 @@ static void send_one(send_run_t *r, const char *body, size_t len)
                 break;
             }
             rmq__buf_append(&r->kbuf, s, (size_t)(hit - s));
-            rmq__buf_appendf(&r->kbuf, "%lld", (long long)r->next);
+            char nb[24];
+            int nl = snprintf(nb, sizeof(nb), "%lld", (long long)r->next);
+            rmq__buf_append(&r->kbuf, nb, (size_t)nl);
             s = hit + 3;
         }
         rmq__buf_append_u8(&r->kbuf, 0);
@@ -257,8 +259,17 @@ static void on_read(uv_fs_t *req)
 static void make_body(send_run_t *r)
 {
     /* "<n>:" then a repeating pattern up to size bytes: distinct and checkable. */
+    char nb[24];
+    int64_t v = r->next;
+    int n = 0;
+    do {
+        nb[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
     r->body.len = 0;
-    rmq__buf_appendf(&r->body, "%lld:", (long long)r->next);
+    while (n)
+        rmq__buf_append_u8(&r->body, (uint8_t)nb[--n]);
+    rmq__buf_append_u8(&r->body, ':');
     rmq__buf_reserve(&r->body, (size_t)r->size);
     while (r->body.len < (size_t)r->size)
         r->body.data[r->body.len] = (char)('a' + (r->body.len % 26)), r->body.len++;

@@ -218,12 +218,13 @@ return {
   namesrv_addr = %q,
   consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
   subscribe = { OnsT4 = "TagA || TagB" },
+  -- One write per record: the consume threads append to the same file at the same time.
   consume = function(msgs, ctx)
     for i = 1, #msgs do
       local m = msgs[i]
       out:write(cjson.encode({ keys = m.keys, tags = m.tags, topic = m.topic, qid = m.queue_id,
         off = tonumber(m.queue_offset), rt = m.reconsume_times, body = m.body,
-        idx = m:property("idx"), store_topic = m.store_topic }), "\n")
+        idx = m:property("idx"), store_topic = m.store_topic }) .. "\n")
       if m.keys == "k3 kk3" and m.reconsume_times == 0 then return rmq.RECONSUME_LATER end
     end
   end,
@@ -241,7 +242,11 @@ return {
       local t = {}
       local f = io.open(out)
       if not f then return t end
-      for line in f:lines() do t[#t + 1] = cjson.decode(line) end
+      for line in f:lines() do
+        -- While the consumer runs, the last line may still be incomplete: skip it.
+        local ok, v = pcall(cjson.decode, line)
+        if ok then t[#t + 1] = v end
+      end
       f:close()
       return t
     end
