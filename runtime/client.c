@@ -18,6 +18,7 @@
 #include "route.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -484,10 +485,13 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
         rmq__fj_obj_set(d, pi, "commitOffset", rmq__fj_new_i64(d, q->offset >= 0 ? q->offset : 0));
         rmq__fj_obj_set(d, pi, "droped", rmq__fj_new_bool(d, q->pq.state == RMQ_PQ_DROPPED));
         rmq__fj_obj_set(d, pi, "lastConsumeTimestamp", rmq__fj_new_i64(d, q->pq.last_consume_ms));
-        rmq__fj_obj_set(d, pi, "lastLockTimestamp", rmq__fj_new_i64(d, c->start_ms));
+        rmq__fj_obj_set(d, pi, "lastLockTimestamp",
+                        rmq__fj_new_i64(d, q->locked ? rmq__now_ms() - (rmq__mono_ms() -
+                                                                        q->last_lock_ms)
+                                                     : c->start_ms));
         rmq__fj_obj_set(d, pi, "lastPullTimestamp",
                         rmq__fj_new_i64(d, rmq__now_ms() - (rmq__mono_ms() - q->last_pull_ms)));
-        rmq__fj_obj_set(d, pi, "locked", rmq__fj_new_bool(d, 0));
+        rmq__fj_obj_set(d, pi, "locked", rmq__fj_new_bool(d, q->locked));
         rmq__fj_obj_set(d, pi, "transactionMsgCount", rmq__fj_new_i64(d, 0));
         rmq__fj_obj_set(d, pi, "transactionMsgMaxOffset", rmq__fj_new_i64(d, 0));
         rmq__fj_obj_set(d, pi, "transactionMsgMinOffset", rmq__fj_new_i64(d, 0));
@@ -511,7 +515,8 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     rmq__fj_obj_set(d, props, "PROP_NAMESERVER_ADDR", rmq__fj_new_str(d, val, strlen(val)));
     snprintf(val, sizeof(val), "%d", c->conf->consume_thread_min);
     rmq__fj_obj_set(d, props, "PROP_THREADPOOL_CORE_SIZE", rmq__fj_new_str(d, val, strlen(val)));
-    rmq__fj_obj_set(d, props, "PROP_CONSUMEORDERLY", rmq__fj_new_str(d, "false", 5));
+    rmq__fj_obj_set(d, props, "PROP_CONSUMEORDERLY",
+                    rmq__fj_new_str(d, c->orderly ? "true" : "false", c->orderly ? 4 : 5));
     rmq__fj_obj_set(d, props, "PROP_CONSUME_TYPE", rmq__fj_new_str(d, "CONSUME_PASSIVELY", 17));
     rmq__fj_obj_set(d, props, "PROP_CLIENT_VERSION", rmq__fj_new_str(d, "V4_9_4", 6));
     snprintf(val, sizeof(val), "%" PRId64, c->start_ms);
@@ -776,10 +781,6 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
         rmq__seterr(errstr, errstr_size, "no name server: set namesrv_addr (or NAMESRV_ADDR)");
         return RMQ_ERR_CONFIG;
     }
-    if (conf->message_listener == RMQ_LISTENER_ORDERLY) {
-        rmq__seterr(errstr, errstr_size, "consume_orderly is not supported by this engine yet");
-        return RMQ_ERR_CONFIG;
-    }
     rmq_consumer_t *c = rmq__xcalloc(1, sizeof(*c));
     uv_mutex_init(&c->stats_mu);
     c->conf = rmq__conf_dup(conf);
@@ -801,8 +802,10 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     rmq__buf_init(&b);
     rmq__buf_appendf(&b, "%%RETRY%%%s", c->group);
     c->retry_topic = b.data;
-    c->max_reconsume = cf->max_reconsume_times < 0 ? RMQ_MAX_RECONSUME_DEFAULT
-                                                   : cf->max_reconsume_times;
+    c->orderly = cf->message_listener == RMQ_LISTENER_ORDERLY;
+    c->max_reconsume = cf->max_reconsume_times >= 0 ? cf->max_reconsume_times
+                       : c->orderly                 ? INT_MAX
+                                                    : RMQ_MAX_RECONSUME_DEFAULT;
     int clustering = cf->message_model == RMQ_MODEL_CLUSTERING;
     c->subs = rmq__xcalloc((size_t)cf->n_subs + 1, sizeof(rmq_csub_t));
     for (int i = 0; i < cf->n_subs; i++) {
@@ -897,6 +900,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     timer_init(c, &c->t_retry);
     timer_init(c, &c->t_drain);
     timer_init(c, &c->t_expire);
+    timer_init(c, &c->t_lock);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_NOTIFY_CONSUMER_IDS_CHANGED, h_notify, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_RUNNING_INFO, h_running_info, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_STATUS_FROM_CLIENT, h_consumer_status,
@@ -938,7 +942,9 @@ int rmq__consumer_run(rmq_consumer_t *c)
     uv_timer_start(&c->t_persist, on_persist_timer, (uint64_t)cf->persist_consumer_offset_interval,
                    (uint64_t)cf->persist_consumer_offset_interval);
     uv_timer_start(&c->t_stats, on_stats_timer, 1000, 1000);
-    if (cf->consume_timeout > 0)
+    if (c->orderly && cf->message_model == RMQ_MODEL_CLUSTERING)
+        uv_timer_start(&c->t_lock, rmq__orderly_lock_all_timer, 1000, RMQ_LOCK_INTERVAL_MS);
+    if (!c->orderly && cf->consume_timeout > 0)
         uv_timer_start(&c->t_expire, rmq__consume_expire_timer,
                        (uint64_t)(cf->consume_timeout * 60000), (uint64_t)(cf->consume_timeout * 60000));
     rmq__rb_timer_start(c);
@@ -971,6 +977,7 @@ static void shutdown_begin(rmq_consumer_t *c)
     uv_timer_stop(&c->t_heartbeat);
     uv_timer_stop(&c->t_rebalance);
     uv_timer_stop(&c->t_expire);
+    uv_timer_stop(&c->t_lock);
     rmq__consume_abandon_retries(c);
     if (c->pool)
         rmq__pool_stop(c->pool, c->conf->await_termination_millis_when_shutdown, on_pool_closed,
@@ -1062,6 +1069,7 @@ static void shutdown_finish(rmq_consumer_t *c)
     uv_close((uv_handle_t *)&c->t_retry, NULL);
     uv_close((uv_handle_t *)&c->t_drain, NULL);
     uv_close((uv_handle_t *)&c->t_expire, NULL);
+    uv_close((uv_handle_t *)&c->t_lock, NULL);
     if (c->producer) rmq__producer_destroy(c->producer);
     c->producer = NULL;
     rmq__client_set_state(c, RMQ_CLIENT_STOPPED);

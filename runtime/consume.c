@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static rmq_cbatch_t *batch_new(rmq_qent_t *q, rmq_msg_t **msgs, int n)
+rmq_cbatch_t *rmq__cbatch_new(rmq_qent_t *q, rmq_msg_t **msgs, int n)
 {
     rmq_cbatch_t *cb = rmq__xcalloc(1, sizeof(*cb) + sizeof(rmq_msg_t *) * (size_t)n);
     memcpy(cb->msgs, msgs, sizeof(rmq_msg_t *) * (size_t)n);
@@ -31,13 +31,13 @@ static rmq_cbatch_t *batch_new(rmq_qent_t *q, rmq_msg_t **msgs, int n)
     return cb;
 }
 
-static void batch_free(rmq_cbatch_t *cb)
+void rmq__cbatch_free(rmq_cbatch_t *cb)
 {
     rmq__qent_release(cb->q);
     free(cb);
 }
 
-static void batch_submit(rmq_consumer_t *c, rmq_cbatch_t *cb)
+void rmq__cbatch_submit(rmq_consumer_t *c, rmq_cbatch_t *cb, int thread_index)
 {
     cb->b.status = RMQ_CONSUME_SUCCESS;
     cb->b.ack_count = cb->b.n;
@@ -49,7 +49,10 @@ static void batch_submit(rmq_consumer_t *c, rmq_cbatch_t *cb)
     if (c->inflight) c->inflight->iprev = cb;
     c->inflight = cb;
     c->inflight_batches++;
-    rmq__pool_submit(c->pool, &cb->b);
+    if (thread_index >= 0)
+        rmq__pool_submit_to(c->pool, thread_index, &cb->b);
+    else
+        rmq__pool_submit(c->pool, &cb->b);
 }
 
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n)
@@ -71,9 +74,13 @@ void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int
         rmq__msg_restore_retry_topic_for(m, c->retry_topic, rlen);
         msgs[k++] = m;
     }
+    if (c->orderly) {
+        rmq__orderly_dispatch(q);
+        return;
+    }
     for (int i = 0; i < k; i += bs) {
         int cnt = k - i < bs ? k - i : bs;
-        batch_submit(c, batch_new(q, msgs + i, cnt));
+        rmq__cbatch_submit(c, rmq__cbatch_new(q, msgs + i, cnt), -1);
     }
 }
 
@@ -98,7 +105,7 @@ static void retry_arm(rmq_consumer_t *c)
 static void retry_later(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m)
 {
     m->reconsume_times++;
-    rmq_cbatch_t *cb = batch_new(q, &m, 1);
+    rmq_cbatch_t *cb = rmq__cbatch_new(q, &m, 1);
     cb->due_ms = rmq__mono_ms() + RMQ_SENDBACK_RETRY_DELAY_MS;
     rmq_cbatch_t **pp = &c->retry_list;
     while (*pp) pp = &(*pp)->next; /* constant delay: FIFO is due order */
@@ -115,15 +122,15 @@ void rmq__consume_retry_timer(uv_timer_t *t)
         c->retry_list = cb->next;
         cb->next = NULL;
         if (c->state != RMQ_CLIENT_RUNNING) {
-            batch_free(cb); /* messages stay in the process queue, released with it */
+            rmq__cbatch_free(cb); /* messages stay in the process queue, released with it */
             continue;
         }
         if (cb->q->pq.state == RMQ_PQ_DROPPED) {
             resolve(cb->q, cb->msgs, cb->b.n);
-            batch_free(cb);
+            rmq__cbatch_free(cb);
             continue;
         }
-        batch_submit(c, cb);
+        rmq__cbatch_submit(c, cb, -1);
     }
     retry_arm(c);
 }
@@ -133,7 +140,7 @@ void rmq__consume_abandon_retries(rmq_consumer_t *c)
     while (c->retry_list) {
         rmq_cbatch_t *cb = c->retry_list;
         c->retry_list = cb->next;
-        batch_free(cb);
+        rmq__cbatch_free(cb);
     }
     uv_timer_stop(&c->t_retry);
 }
@@ -298,7 +305,8 @@ void rmq__consume_expire_timer(uv_timer_t *t)
     int64_t now = rmq__mono_ms();
     for (rmq_cbatch_t *cb = c->inflight; cb; cb = cb->inext) {
         rmq_qent_t *q = cb->q;
-        if (cb->expired || now - cb->submit_ms <= limit || q->pq.state == RMQ_PQ_DROPPED)
+        if (cb->b.orderly || cb->expired || now - cb->submit_ms <= limit ||
+            q->pq.state == RMQ_PQ_DROPPED)
             continue;
         cb->expired = 1;
         const char *addr = rmq__c_master_addr(c, q->mq.broker_name);
@@ -343,10 +351,14 @@ static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
     rmq_batch_t *b = &cb->b;
     rmq_qent_t *q = cb->q;
     rmq__pool_batch_release(b);
+    if (b->orderly) {
+        rmq__orderly_result(c, cb);
+        return;
+    }
     if (q->pq.state == RMQ_PQ_DROPPED) {
         rmq_dbg(RMQ_DBG_CONSUME, "consume", "%s: result of a dropped queue discarded", q->name);
         resolve(q, cb->msgs, b->n);
-        batch_free(cb);
+        rmq__cbatch_free(cb);
         return;
     }
     if (cb->expired) {
@@ -393,12 +405,12 @@ static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
             rmq_log_warn("consume", "%s: BROADCASTING, consume failed, drop it: offset %" PRId64,
                          q->name, cb->msgs[i]->queue_offset);
         resolve(q, cb->msgs, n);
-        batch_free(cb);
+        rmq__cbatch_free(cb);
         return;
     }
     for (int i = ack; i < n; i++) send_back(c, q, cb->msgs[i], delay);
     resolve(q, cb->msgs, ack);
-    batch_free(cb);
+    rmq__cbatch_free(cb);
 }
 
 /* ---- messages the handler queued with rmq.send() ------------------------------------------- */
@@ -484,7 +496,8 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         /* Never ran (shutdown): neither acknowledged nor sent back; the process queue keeps the
          * messages so the offset cannot pass them. */
         rmq__pool_batch_release(b);
-        batch_free(cb);
+        if (b->orderly) cb->q->consuming = 0;
+        rmq__cbatch_free(cb);
         return;
     }
     double rt = (double)(rmq__mono_ms() - cb->submit_ms);

@@ -94,6 +94,15 @@ typedef struct rmq_qent {
     int pull_inflight;
     int timer_armed;
     uv_timer_t timer;      /* pull later */
+    /* orderly consumption (consume_orderly.c) */
+    int locked;            /* the broker lock is held (LOCK_BATCH_MQ said so) */
+    int64_t last_lock_ms;  /* monotonic time of the last successful lock */
+    int consuming;         /* a batch of this queue is in the pool */
+    int unlock_pending;    /* dropped while consuming: unlock when the batch returns */
+    int dtimer_armed;
+    int dtimer_relock;     /* the dispatch timer locks the queue first */
+    uv_timer_t dtimer;     /* dispatch later (suspend, lock retry) */
+    int n_closing;         /* handles still closing when freed */
     int64_t last_pull_ms;  /* monotonic */
 } rmq_qent_t;
 
@@ -131,7 +140,8 @@ struct rmq_consumer {
     char client_id[256];
     char *group;            /* wire group (namespace-wrapped) */
     char *retry_topic;      /* "%RETRY%" + group */
-    int max_reconsume;      /* -1 -> 16 */
+    int max_reconsume;      /* -1 -> 16 (concurrent) or INT_MAX (orderly) */
+    int orderly;            /* the script consumes with consume_orderly */
     int64_t start_ms;
 
     rmq_csub_t *subs;
@@ -157,7 +167,7 @@ struct rmq_consumer {
     int rb_changed;
 
     uv_timer_t t_route, t_heartbeat, t_rebalance, t_persist, t_stats, t_retry, t_drain,
-        t_expire;
+        t_expire, t_lock;
     int drain_started;      /* shutdown: waiting for send-backs in flight */
     int64_t drain_deadline; /* monotonic */
 
@@ -212,6 +222,27 @@ void rmq__consume_retry_timer(uv_timer_t *t);
 void rmq__consume_expire_timer(uv_timer_t *t);
 /* Release every locally retried batch (shutdown). */
 void rmq__consume_abandon_retries(rmq_consumer_t *c);
+
+/* consume.c, shared with consume_orderly.c */
+rmq_cbatch_t *rmq__cbatch_new(rmq_qent_t *q, rmq_msg_t **msgs, int n);
+void rmq__cbatch_free(rmq_cbatch_t *cb);
+void rmq__cbatch_submit(rmq_consumer_t *c, rmq_cbatch_t *cb, int thread_index);
+
+/* consume_orderly.c (ConsumeMessageOrderlyService, PROTOCOL.md 6.14) */
+#define RMQ_LOCK_TIMEOUT_MS 1000
+#define RMQ_LOCK_INTERVAL_MS 20000   /* rocketmq.client.rebalance.lockInterval */
+#define RMQ_LOCK_MAX_LIVE_MS 30000   /* client-side lock validity */
+typedef void (*rmq_lock_cb)(rmq_qent_t *q, int ok);
+/* LOCK_BATCH_MQ for one queue; cb(q, ok) later (holds a queue reference meanwhile). */
+void rmq__orderly_lock(rmq_qent_t *q, rmq_lock_cb cb);
+/* Every 20 s: lock all owned queues per broker, refreshing q->locked (timer data = consumer). */
+void rmq__orderly_lock_all_timer(uv_timer_t *t);
+/* UNLOCK_BATCH_MQ oneway for one queue. */
+void rmq__orderly_unlock(rmq_consumer_t *c, const rmq_mq_t *mq);
+/* Hand the next batch of q to its consume thread if none is running. */
+void rmq__orderly_dispatch(rmq_qent_t *q);
+/* The result of an orderly batch (after any rmq.send went out). */
+void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
 
 /* offset_store.c */
 void rmq__offset_update(rmq_qent_t *q, int64_t off, int increase_only);

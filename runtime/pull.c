@@ -66,7 +66,13 @@ void rmq__pull_now(rmq_qent_t *q)
         rmq__pull_later(q, RMQ_FLOW_CONTROL_DELAY_MS);
         return;
     }
-    if (rmq__pq_max_span(&q->pq) > cf->consume_concurrently_max_span) {
+    if (c->orderly) {
+        if (cf->message_model == RMQ_MODEL_CLUSTERING && !q->locked) {
+            rmq_dbg(RMQ_DBG_PULL, "pull", "%s: not locked yet", q->name);
+            exception_later(q);
+            return;
+        }
+    } else if (rmq__pq_max_span(&q->pq) > cf->consume_concurrently_max_span) {
         rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, span %" PRId64, q->name,
                 rmq__pq_max_span(&q->pq));
         rmq__pull_later(q, RMQ_FLOW_CONTROL_DELAY_MS);

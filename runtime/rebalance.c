@@ -52,6 +52,7 @@ static void release_msg(void *ud, rmq_msg_t *m)
 static void qent_closed(uv_handle_t *h)
 {
     rmq_qent_t *q = h->data;
+    if (--q->n_closing > 0) return;
     free(q->mq.topic);
     free(q->mq.broker_name);
     free(q);
@@ -63,7 +64,9 @@ void rmq__qent_release(rmq_qent_t *q)
     /* Nobody else holds any of the messages still indexed: they are ours to release. */
     rmq__pq_clear(&q->pq, release_msg, NULL);
     rmq__pq_free(&q->pq);
+    q->n_closing = 2;
     uv_close((uv_handle_t *)&q->timer, qent_closed);
+    uv_close((uv_handle_t *)&q->dtimer, qent_closed);
 }
 
 static rmq_qent_t *qent_new(rmq_consumer_t *c, const rmq_mq_t *mq)
@@ -85,6 +88,8 @@ static rmq_qent_t *qent_new(rmq_consumer_t *c, const rmq_mq_t *mq)
     q->pq.last_consume_ms = rmq__now_ms(); /* Java: ProcessQueue created = now */
     uv_timer_init(&c->loop, &q->timer);
     q->timer.data = q;
+    uv_timer_init(&c->loop, &q->dtimer);
+    q->dtimer.data = q;
     q->next = c->queues;
     c->queues = q;
     c->n_queues++;
@@ -108,6 +113,18 @@ void rmq__rb_drop_queue(rmq_consumer_t *c, rmq_qent_t *q, int persist)
         uv_timer_stop(&q->timer);
         q->timer_armed = 0;
         rmq__qent_release(q);
+    }
+    if (q->dtimer_armed) {
+        uv_timer_stop(&q->dtimer);
+        q->dtimer_armed = 0;
+        rmq__qent_release(q);
+    }
+    /* Orderly: give the broker lock back, once no batch of this queue is running. */
+    if (c->orderly && q->locked && c->conf->message_model == RMQ_MODEL_CLUSTERING) {
+        if (q->consuming)
+            q->unlock_pending = 1;
+        else
+            rmq__orderly_unlock(c, &q->mq);
     }
     rmq__qent_release(q);
 }
@@ -179,15 +196,36 @@ static void on_stored_offset(void *ud, int64_t off)
     }
 }
 
-static void queue_arrives(rmq_consumer_t *c, const rmq_mq_t *mq)
+static void query_start_offset(rmq_consumer_t *c, rmq_qent_t *q)
 {
-    rmq_qent_t *q = qent_new(c, mq);
     rmq__qent_keep(q);
     if (rmq__offset_query(c, &q->mq, on_stored_offset, q) != 0) {
         rmq_log_warn("rebalance", "%s: cannot query the consumer offset", q->name);
         rmq__rb_drop_queue(c, q, 0);
         rmq__qent_release(q);
     }
+}
+
+static void on_arrival_lock(rmq_qent_t *q, int ok)
+{
+    rmq_consumer_t *c = q->c;
+    if (q->pq.state != RMQ_PQ_STARTING || c->state != RMQ_CLIENT_RUNNING) return;
+    if (!ok) {
+        rmq_log_info("rebalance", "%s: lock not granted, retrying next round", q->name);
+        rmq__rb_drop_queue(c, q, 0);
+        return;
+    }
+    query_start_offset(c, q);
+}
+
+static void queue_arrives(rmq_consumer_t *c, const rmq_mq_t *mq)
+{
+    rmq_qent_t *q = qent_new(c, mq);
+    /* Orderly: a queue is added only once its broker lock is held (updateProcessQueueTable). */
+    if (c->orderly && c->conf->message_model == RMQ_MODEL_CLUSTERING)
+        rmq__orderly_lock(q, on_arrival_lock);
+    else
+        query_start_offset(c, q);
 }
 
 /* ---- one topic -------------------------------------------------------------------------------- */

@@ -21,6 +21,8 @@ int64_t rmq_devbroker_committed_offset(rmq_devbroker_t *db, int broker, const ch
                                        const char *topic, int queue_id);
 int rmq_devbroker_group_size(rmq_devbroker_t *db, int broker, const char *group);
 int rmq_devbroker_set_down(rmq_devbroker_t *db, int broker, int down);
+int rmq_devbroker_lock_owner(rmq_devbroker_t *db, int broker, const char *group,
+                             const char *topic, int queue_id, char *buf, size_t size);
 int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code, int count);
 void rmq_devbroker_clear_errors(rmq_devbroker_t *db);
 ]])
@@ -61,7 +63,7 @@ end
 
 -- Write a consumer script. opts: group, ns, topic, out (file), extra (Lua source for more
 -- options), body (Lua source of the handler body after the record is written; may return a
--- status), tags (subscription expression).
+-- status), tags (subscription expression), orderly (consume_orderly instead of consume).
 function M.script(dir, opts)
   local path = dir .. "/" .. (opts.name or "consumer") .. ".lua"
   local src = string.format([[
@@ -75,7 +77,7 @@ return {
   consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
   subscribe = { [%q] = %q },
   %s
-  consume = function(msgs, ctx)
+  %s = function(msgs, ctx)
     local t = {}
     for i = 1, #msgs do
       local m = msgs[i]
@@ -87,7 +89,7 @@ return {
   end,
 }
 ]], opts.out, opts.group, opts.ns, opts.topic, opts.tags or "*", opts.extra or "",
-    opts.body or "")
+    opts.orderly and "consume_orderly" or "consume", opts.body or "")
   local f = assert(io.open(path, "w"))
   f:write(src)
   f:close()

@@ -1,0 +1,80 @@
+-- consume_orderly: each queue is locked on the broker by the consumer, its messages reach the
+-- handler in offset order one batch at a time, a suspended message is consumed again before
+-- anything after it, and one that keeps failing goes to %DLQ%<group> after max_reconsume_times.
+local helpers = require "helpers"
+local ffi = require "ffi"
+local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
+local lib = cons.lib
+
+local TOPIC, GROUP, QUEUES, N, MAX = "OrdTopic", "g_ord", 4, 4000, 3
+
+describe("consumer: orderly", function()
+  local db, ns, dir
+  lazy_setup(function()
+    -- The DLQ re-send carries DELAY = 3 + reconsume_times: scale the delays down.
+    db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES .. " --delay-scale 0.001")
+    dir = cons.tmpdir("ord")
+  end)
+  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+
+  it("keeps queue order through suspends and sends a stuck message to the DLQ", function()
+    cons.produce(db, TOPIC, N, "o")
+    local out = dir .. "/out.txt"
+    local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out, orderly = true,
+      extra = "max_reconsume_times = " .. MAX .. ", suspend_current_queue_time_millis = 20,",
+      body = [[
+      local m = msgs[1]
+      if m.body == "o10" and m.reconsume_times < 2 then
+        ctx.suspend_millis = 30
+        return rmq.SUSPEND
+      end
+      if m.body == "o21" then return rmq.SUSPEND end
+      ]] })
+    local log = dir .. "/run.log"
+    local pid = cons.spawn(s, log)
+    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, QUEUES)) end, 120,
+      "every queue committed (log " .. log .. ")")
+    -- Every queue is locked by this consumer.
+    local cid = cons.read(log):match("started as (%S+)")
+    local buf = ffi.new("char[256]")
+    for q = 0, QUEUES - 1 do
+      local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, q, buf, 256)
+      assert.is_true(n > 0, "queue " .. q .. " not locked")
+      assert.equal(cid, ffi.string(buf, n))
+    end
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log))
+    -- After shutdown the locks are given back.
+    for q = 0, QUEUES - 1 do
+      assert.equal(-1, lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, q, buf, 256))
+    end
+
+    local recs = cons.records(out)
+    local last = {}
+    local count = {}
+    for _, r in ipairs(recs) do
+      count[r.body] = (count[r.body] or 0) + 1
+      local prev = last[r.qid]
+      if count[r.body] == 1 then
+        -- A first delivery never comes before an earlier offset of its queue finished.
+        assert.is_true(prev == nil or r.off > prev, string.format(
+          "queue %d: offset %d after %s", r.qid, r.off, tostring(prev)))
+      else
+        -- A repeat is the message the queue is stuck on.
+        assert.equal(prev, r.off)
+      end
+      last[r.qid] = r.off
+    end
+    for i = 1, N do assert.is_truthy(count["o" .. i], "o" .. i) end
+    assert.equal(3, count["o10"])
+    assert.equal(MAX + 1, count["o21"])
+    local others = 0
+    for b, n in pairs(count) do if b ~= "o10" and b ~= "o21" and n > 1 then others = others + 1 end end
+    assert.equal(0, others)
+    helpers.wait_until(function()
+      return lib.rmq_devbroker_max_offset(db, 0, "%DLQ%" .. GROUP, 0) >= 1
+    end, 30, "o21 in the DLQ")
+    assert.equal(1, tonumber(lib.rmq_devbroker_max_offset(db, 0, "%DLQ%" .. GROUP, 0)))
+  end)
+end)
