@@ -20,6 +20,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define SUB "producer"
 
@@ -197,7 +198,9 @@ static topic_t *topic_get(rmq_producer_t *p, const char *name)
     if (tp) return tp;
     tp = rmq__xcalloc(1, sizeof(*tp));
     tp->name = rmq__xstrdup(name);
-    tp->send_which = (uint32_t)rand();
+    /* sendWhichQueue starts at a random index (Java: ThreadLocalIndex seeds from Random). */
+    tp->send_which =
+        (uint32_t)rmq__mono_ms() * 2654435761u ^ (uint32_t)getpid() ^ (uint32_t)(uintptr_t)tp;
     tp->next = p->topics;
     p->topics = tp;
     return (p->last_topic = tp);
