@@ -25,6 +25,12 @@ int rmq__cli_broker(int argc, char **argv)
         return 2;
     }
     if (!o.listen) o.listen = RMQ_DEVBROKER_LISTEN_DEFAULT;
+    if (o.log_level >= 0) rmq_log_set_level(o.log_level);
+    if (o.log_debug && rmq_log_set_debug(o.log_debug, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rmqlua broker: --log-debug: %s\n", err);
+        free((void *)o.topics);
+        return 2;
+    }
 
     sigset_t set;
     sigemptyset(&set);

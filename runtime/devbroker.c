@@ -40,6 +40,8 @@ static const char usage_text[] =
     "  --name-server ADDR        serve no name server; register the brokers with ADDR\n"
     "  --channel-expire-ms N     consumer channel expiry without heartbeat (default 120000)\n"
     "  --lock-expire-ms N        queue lock expiry (default 60000)\n"
+    "  --log-level L             error, warn, info (default) or debug\n"
+    "  --log-debug CATS          debug categories: remoting,broker,... or all\n"
     "  --store DIR               also append messages to DIR/<broker>/commitlog and recover\n"
     "                            them at start. Nothing answered is lost on kill -9 (no fsync:\n"
     "                            a machine crash can lose recent writes); lost on kill -9: the\n"
@@ -73,6 +75,7 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
                               size_t errstr_size)
 {
     memset(o, 0, sizeof(*o));
+    o->log_level = -1;
     const char **topics = NULL;
     int nt = 0;
     for (int i = 0; i < argc; i++) {
@@ -144,6 +147,18 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             o->lock_expire_ms = n;
         } else if (!strcmp(a, "--store")) {
             o->store_dir = v;
+        } else if (!strcmp(a, "--log-debug")) {
+            o->log_debug = v;
+        } else if (!strcmp(a, "--log-level")) {
+            static const char *const lv[] = {"error", "warn", "info", "debug"};
+            o->log_level = -1;
+            for (int k = 0; k < 4; k++)
+                if (!strcmp(v, lv[k])) o->log_level = k;
+            if (o->log_level < 0) {
+                rmq__seterr(errstr, errstr_size,
+                            "--log-level must be error, warn, info or debug, not '%s'", v);
+                goto bad;
+            }
         } else {
             rmq__seterr(errstr, errstr_size, "unknown option %s (see --help)", a);
             goto bad;

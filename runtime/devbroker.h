@@ -58,6 +58,9 @@ typedef struct rmq_devbroker_opts {
     int64_t channel_expire_ms; /* 0 = RMQ_DEVBROKER_CHANNEL_EXPIRE_MS */
     int64_t lock_expire_ms;    /* 0 = RMQ_DEVBROKER_LOCK_EXPIRE_MS */
     const char *store_dir;     /* NULL = memory only; else append-only files (devbroker_file.c) */
+    /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */
+    int log_level;
+    const char *log_debug;     /* debug categories ("remoting,broker") or NULL */
 } rmq_devbroker_opts_t;
 
 /*
