@@ -11,6 +11,6 @@ int rmq__cli_run(int argc, char **argv);    /* cli_lua.c: rmqlua run SCRIPT */
 int rmq__cli_check(int argc, char **argv);  /* cli_lua.c: rmqlua check SCRIPT */
 int rmq__cli_test(int argc, char **argv);   /* cli_lua.c: rmqlua test SCRIPT CASES */
 int rmq__cli_broker(int argc, char **argv); /* cli_broker.c: rmqlua broker */
-int rmq__cli_send(int argc, char **argv);   /* cli_broker.c: rmqlua send */
+int rmq__cli_send(int argc, char **argv);   /* cli_send.c: rmqlua send */
 
 #endif
