@@ -808,8 +808,12 @@ RMQ_EXPORT int rmq_devbroker_set_down(rmq_devbroker_t *db, int broker, int down)
 {
     ctl_args_t a = {.target = broker, .down = down};
     run_sync(db, op_set_down, &a);
-    if (a.rc == 0 && !down) {
-        /* The old listening socket is closed by the loop shortly after destroy: retry. */
+    /* The old listening socket is closed by the loop just after the transport was destroyed:
+     * when the port is still busy, try again for a second. */
+    for (int i = 0; a.rc == RMQ_ERR_IO && !down && i < 50; i++) {
+        uv_sleep(20);
+        a.rc = 0;
+        run_sync(db, op_set_down, &a);
     }
     return a.rc;
 }
