@@ -127,8 +127,10 @@ static void interrupt(cthread_t *t, const char *why)
 /* Under p->mu: a batch goes back to the loop thread. */
 static void post_done(rmq_pool_t *p, rmq_batch_t *b)
 {
+    /* on_async drains until the queue is empty: a wake-up is needed only for the first one. */
+    int was_empty = p->done.n == 0;
     bq_push(&p->done, b);
-    uv_async_send(&p->async);
+    if (was_empty) uv_async_send(&p->async);
 }
 
 static void not_run(rmq_pool_t *p, rmq_batch_t *b)
@@ -340,8 +342,11 @@ static void thread_main(void *arg)
         if (b) {
             t->cur = b;
             t->cur_start = rmq__mono_ms();
-            t->interrupted = 0;
-            lua_sethook(t->L, NULL, 0, 0);
+            if (t->interrupted) {
+                /* The last batch was interrupted: its hook may not have fired yet. */
+                lua_sethook(t->L, NULL, 0, 0);
+                t->interrupted = 0;
+            }
             p->running++;
             set_state(t, CT_BUSY);
             uv_mutex_unlock(&p->mu);
