@@ -15,6 +15,7 @@
 --         status = "SUCCESS",             -- or RECONSUME_LATER, DLQ, SUSPEND, COMMIT
 --         ack_index = 1,                  -- messages acknowledged (ctx.ack_index or all)
 --         delay_level = 3,                -- ctx.delay_level
+--         suspend_millis = 500,           -- ctx.suspend_millis (orderly SUSPEND)
 --         error = "pattern",              -- the handler raised, message matching the pattern
 --                                         -- (true: any error; false: none)
 --         sent = { { topic = "Out", body = "...", tags = "T", keys = "k" } },  -- rmq.send
