@@ -333,6 +333,14 @@ local function replay(capname)
               end
             end
           end
+          if resp.code == 0 and (f.request_code == 310 or f.request_code == 10) then
+            for _, k in ipairs({"queueId", "queueOffset"}) do
+              if resp.extFields[k] ~= (rh.extFields or {})[k] then
+                note(f, k .. " " .. tostring(resp.extFields[k]) .. ", real " ..
+                        tostring((rh.extFields or {})[k]))
+              end
+            end
+          end
           if f.request_code == 14 and resp.extFields.offset ~= (rh.extFields or {}).offset then
             note(f, "offset " .. tostring(resp.extFields.offset) .. ", real " ..
                     tostring((rh.extFields or {}).offset))
