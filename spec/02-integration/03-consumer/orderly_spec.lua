@@ -77,4 +77,73 @@ describe("consumer: orderly", function()
     end, 30, "o21 in the DLQ")
     assert.equal(1, tonumber(lib.rmq_devbroker_max_offset(db, 0, "%DLQ%" .. GROUP, 0)))
   end)
+
+  it("moves queue locks between two consumers without overlapping", function()
+    local topic, group = "OrdTwo", "g_ord2"
+    lib.rmq_devbroker_create_topic(db, 0, topic, QUEUES)
+    cons.produce(db, topic, 2000, "p")
+    local outs, pids, logs = {}, {}, {}
+    finally(function()
+      for _, pid in pairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
+    end)
+    local function start(i)
+      outs[i] = dir .. "/two" .. i .. ".txt"
+      logs[i] = dir .. "/two" .. i .. ".log"
+      local s = cons.script(dir, { name = "two" .. i, group = group, ns = ns, topic = topic,
+        out = outs[i], orderly = true, extra = "consume_thread_min = 2, consume_thread_max = 2,",
+        body = "for _ = 1, 20000 do end" })
+      pids[i] = cons.spawn(s, logs[i])
+    end
+    start(1)
+    helpers.wait_until(function() return cons.count_lines(outs[1]) >= 200 end, 60, "progress")
+    start(2)
+    -- Both end up with locked queues (the second after its next rebalance rounds).
+    local buf = require("ffi").new("char[256]")
+    local function owners()
+      local o = {}
+      for q = 0, QUEUES - 1 do
+        local n = lib.rmq_devbroker_lock_owner(db, 0, group, topic, q, buf, 256)
+        o[q] = n > 0 and require("ffi").string(buf, n) or nil
+      end
+      return o
+    end
+    local cid2
+    helpers.wait_until(function()
+      cid2 = cid2 or cons.read(logs[2]):match("started as (%S+)")
+      if not cid2 then return false end
+      local n2 = 0
+      for _, owner in pairs(owners()) do if owner == cid2 then n2 = n2 + 1 end end
+      return n2 == QUEUES / 2
+    end, 90, "the second consumer holds half of the locks")
+    -- New messages after the move: each queue's go to its lock owner only, in order.
+    for i = 1, 400 do
+      local b = "z" .. i
+      assert(lib.rmq_devbroker_produce(db, 0, topic, -1, nil, nil, b, #b) >= 0)
+    end
+    helpers.wait_until(function()
+      local n = 0
+      for i = 1, 2 do
+        for _, r in ipairs(cons.records(outs[i])) do if r.body:sub(1, 1) == "z" then n = n + 1 end end
+      end
+      return n >= 400
+    end, 60, "second wave consumed")
+    local byq = {}
+    for i = 1, 2 do
+      local last = {}
+      for _, r in ipairs(cons.records(outs[i])) do
+        if r.body:sub(1, 1) == "z" then
+          byq[r.qid] = byq[r.qid] or {}
+          byq[r.qid][i] = true
+          assert.is_true(last[r.qid] == nil or r.off > last[r.qid])
+          last[r.qid] = r.off
+        end
+      end
+    end
+    for q = 0, QUEUES - 1 do
+      local c = 0
+      for _ in pairs(byq[q] or {}) do c = c + 1 end
+      assert.equal(1, c, "queue " .. q)
+    end
+    for i = 1, 2 do cons.stop(pids[i]) end
+  end)
 end)
