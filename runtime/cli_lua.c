@@ -36,6 +36,8 @@ typedef struct cli_opts {
     const char *namesrv;
     const char *log_debug;
     int embedded;
+    long sample_messages; /* --sample-messages: -1 = default (1000 with --embedded) */
+    long max_messages;    /* --max-messages: 0 = no limit */
     int nsets;
     char **sets; /* "key=value", pointing into argv */
 } cli_opts_t;
@@ -50,6 +52,9 @@ static const char run_usage[] =
     "                      namesrv_addr (else $NAMESRV_ADDR)\n"
     "  --set KEY=VALUE     override any option of the script (repeatable)\n"
     "  --embedded          start the in-process development broker and consume from it\n"
+    "  --sample-messages N with --embedded: a sample producer puts N messages (default 1000)\n"
+    "                      into the subscribed topics (tags TagA/TagB, keys sample-<i>)\n"
+    "  --max-messages N    stop cleanly once N messages were consumed\n"
     "  --log-debug CATS    debug logs: remoting,namesrv,rebalance,pull,consume,offset,lua,broker\n"
     "                      or all\n"
     "  -h, --help          this text\n"
@@ -80,6 +85,7 @@ static int parse(int argc, char **argv, cli_opts_t *o, int npos, const char *usa
                  int allow_run_flags)
 {
     memset(o, 0, sizeof(*o));
+    o->sample_messages = -1;
     o->sets = calloc((size_t)argc + 1, sizeof(char *));
     int pos = 0;
     for (int i = 1; i < argc; i++) {
@@ -108,6 +114,17 @@ static int parse(int argc, char **argv, cli_opts_t *o, int npos, const char *usa
             o->log_debug = argv[++i];
         } else if (allow_run_flags && !strcmp(a, "--embedded")) {
             o->embedded = 1;
+        } else if (allow_run_flags &&
+                   (!strcmp(a, "--sample-messages") || !strcmp(a, "--max-messages"))) {
+            char *end = NULL;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+            if (i + 1 >= argc || !end || *end || v < 0) {
+                fprintf(stderr, "rmqlua run: %s needs a number >= 0\n", a);
+                return EXIT_USAGE;
+            }
+            i++;
+            if (a[2] == 's') o->sample_messages = v;
+            else o->max_messages = v;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "rmqlua %s: unknown option %s\n\n%s", argv[0], a, usage);
             return EXIT_USAGE;
@@ -337,15 +354,32 @@ typedef struct status_ctx {
     rmq_consumer_t *c;
     volatile int stop;
     int tty;
+    long max_messages; /* stop the consumer once this many were consumed; 0 = never */
 } status_ctx_t;
+
+/* True once --max-messages were consumed (then the consumer has been asked to stop). */
+static int reached_max(status_ctx_t *s)
+{
+    rmq_consumer_stats_t st;
+    if (!s->max_messages) return 0;
+    rmq__consumer_stats(s->c, &st);
+    if (st.msgs_consumed < s->max_messages) return 0;
+    rmq_log_info("cli", "consumed %lld messages (--max-messages %ld): stopping",
+                 (long long)st.msgs_consumed, s->max_messages);
+    rmq__consumer_stop(s->c);
+    return 1;
+}
 
 static void status_main(void *arg)
 {
     status_ctx_t *s = arg;
     int64_t last_log = rmq__mono_ms();
-    int printed = 0;
-    while (!s->stop) {
-        for (int i = 0; i < 10 && !s->stop; i++) usleep(100000);
+    int printed = 0, done = 0;
+    while (!s->stop && !done) {
+        for (int i = 0; i < 10 && !s->stop && !done; i++) {
+            usleep(100000);
+            done = reached_max(s);
+        }
         if (s->stop) break;
         rmq_consumer_stats_t st;
         rmq__consumer_stats(s->c, &st);
@@ -360,12 +394,41 @@ static void status_main(void *arg)
             fprintf(stderr, "\r\033[K%s", line);
             fflush(stderr);
             printed = 1;
-        } else if (rmq__mono_ms() - last_log >= 10000) {
+        } else if (done || rmq__mono_ms() - last_log >= 10000) {
             last_log = rmq__mono_ms();
             rmq_log_info("status", "%s", line);
         }
     }
     if (printed) fputs("\n", stderr);
+}
+
+/* The sample producer of --embedded: N messages round robin over the subscribed topics. */
+typedef struct sample_ctx {
+    rmq_devbroker_t *db;
+    const rmq_conf_t *conf;
+    long n;
+    volatile int stop;
+} sample_ctx_t;
+
+static void sample_main(void *arg)
+{
+    sample_ctx_t *sp = arg;
+    const char *topics[64];
+    int nt = 0;
+    char body[160], keys[32];
+    long sent = 0;
+    for (int i = 0; i < sp->conf->n_subs && nt < 64; i++)
+        if (strncmp(sp->conf->subs[i].topic, "%RETRY%", 7)) topics[nt++] = sp->conf->subs[i].topic;
+    for (long i = 0; nt && i < sp->n && !sp->stop; i++) {
+        int n = snprintf(body, sizeof(body),
+                         "{\"id\":%ld,\"text\":\"sample message %ld from the embedded producer\"}",
+                         i + 1, i + 1);
+        snprintf(keys, sizeof(keys), "sample-%ld", i + 1);
+        if (rmq_devbroker_produce(sp->db, 0, topics[i % nt], -1, (i & 1) ? "TagB" : "TagA", keys,
+                                  body, (size_t)n) >= 0)
+            sent++;
+    }
+    rmq_log_info("cli", "sample producer: %ld message(s) stored", sent);
 }
 
 int rmq__cli_run(int argc, char **argv)
@@ -421,10 +484,16 @@ int rmq__cli_run(int argc, char **argv)
     g_consumer = c;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    status_ctx_t sc = {.c = c, .tty = isatty(2)};
-    uv_thread_t st;
+    status_ctx_t sc = {.c = c, .tty = isatty(2), .max_messages = o.max_messages};
+    uv_thread_t st, spt;
     int have_status = uv_thread_create(&st, status_main, &sc) == 0;
+    long nsample = o.sample_messages < 0 ? 1000 : o.sample_messages;
+    sample_ctx_t sp = {.db = db, .conf = conf, .n = nsample};
+    int have_sample = db && nsample > 0 && conf->n_subs > 0 &&
+                      uv_thread_create(&spt, sample_main, &sp) == 0;
     rc = rmq__consumer_run(c);
+    sp.stop = 1;
+    if (have_sample) uv_thread_join(&spt);
     sc.stop = 1;
     if (have_status) uv_thread_join(&st);
     signal(SIGINT, SIG_DFL);
