@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- options ----------------------------------------------------------------------------------- */
+/* ---- options --------------------------------------------------------------------------------- */
 
 static const char usage_text[] =
     "usage: rmqlua broker [options]\n"
@@ -51,7 +51,10 @@ static const char usage_text[] =
     "\n"
     "Prints \"rmqlua broker: name server at HOST:PORT\" when ready; stops on SIGTERM/SIGINT.\n";
 
-const char *rmq__devbroker_usage(void) { return usage_text; }
+const char *rmq__devbroker_usage(void)
+{
+    return usage_text;
+}
 
 static int parse_i64(const char *s, int64_t *out, int allow_suffix)
 {
@@ -60,10 +63,14 @@ static int parse_i64(const char *s, int64_t *out, int allow_suffix)
     long long v = strtoll(s, &end, 10);
     if (errno || end == s) return -1;
     if (allow_suffix && *end) {
-        if (*end == 'K' || *end == 'k') v *= 1024;
-        else if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-        else if (*end == 'G' || *end == 'g') v *= 1024LL * 1024 * 1024;
-        else return -1;
+        if (*end == 'K' || *end == 'k')
+            v *= 1024;
+        else if (*end == 'M' || *end == 'm')
+            v *= 1024 * 1024;
+        else if (*end == 'G' || *end == 'g')
+            v *= 1024LL * 1024 * 1024;
+        else
+            return -1;
         end++;
     }
     if (*end) return -1;
@@ -94,11 +101,16 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
         }
         const char *v = argv[++i];
         int64_t n;
-        if (!strcmp(a, "--listen")) o->listen = v;
-        else if (!strcmp(a, "--broker-listen")) o->broker_listen = v;
-        else if (!strcmp(a, "--broker-name")) o->broker_name = v;
-        else if (!strcmp(a, "--cluster")) o->cluster = v;
-        else if (!strcmp(a, "--name-server")) o->name_server = v;
+        if (!strcmp(a, "--listen"))
+            o->listen = v;
+        else if (!strcmp(a, "--broker-listen"))
+            o->broker_listen = v;
+        else if (!strcmp(a, "--broker-name"))
+            o->broker_name = v;
+        else if (!strcmp(a, "--cluster"))
+            o->cluster = v;
+        else if (!strcmp(a, "--name-server"))
+            o->name_server = v;
         else if (!strcmp(a, "--topic")) {
             const char **nt2 = realloc(topics, sizeof(*topics) * (size_t)(nt + 1));
             if (!nt2) goto nomem;
@@ -121,8 +133,7 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             char *end;
             double d = strtod(v, &end);
             if (end == v || *end || !(d > 0) || d > 1000) {
-                rmq__seterr(errstr, errstr_size, "--delay-scale must be a number > 0, not '%s'",
-                            v);
+                rmq__seterr(errstr, errstr_size, "--delay-scale must be a number > 0, not '%s'", v);
                 goto bad;
             }
             o->delay_scale = d;
@@ -134,8 +145,7 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             o->max_bytes = n;
         } else if (!strcmp(a, "--channel-expire-ms")) {
             if (parse_i64(v, &n, 0) || n < 100) {
-                rmq__seterr(errstr, errstr_size, "--channel-expire-ms must be >= 100, not '%s'",
-                            v);
+                rmq__seterr(errstr, errstr_size, "--channel-expire-ms must be >= 100, not '%s'", v);
                 goto bad;
             }
             o->channel_expire_ms = n;
@@ -175,13 +185,14 @@ bad:
     return RMQ_ERR_CONFIG;
 }
 
-/* ---- loop thread: the request gate ------------------------------------------------------------ */
+/* ---- loop thread: the request gate ----------------------------------------------------------- */
 
 void rmq__db_reply(rmq_conn_t *conn, rmq_cmd_t *resp)
 {
     int rc = rmq__conn_reply(conn, resp);
-    if (rc) rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "reply to %s failed: %s", rmq__conn_peer(conn),
-                    rmq_err_str(rc));
+    if (rc)
+        rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "reply to %s failed: %s", rmq__conn_peer(conn),
+                rmq_err_str(rc));
 }
 
 void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark)
@@ -213,8 +224,10 @@ static void record(db_node_t *node, const rmq_cmd_t *req)
     db_rec_t *drop = NULL;
     uv_mutex_lock(&db->mu);
     if (req->code >= 0 && req->code < DB_CODES) db->counts[node->idx + 1][req->code]++;
-    if (db->recs_tail) db->recs_tail->next = r;
-    else db->recs = r;
+    if (db->recs_tail)
+        db->recs_tail->next = r;
+    else
+        db->recs = r;
     db->recs_tail = r;
     if (++db->n_recs > DB_MAX_RECS) {
         drop = db->recs;
@@ -245,13 +258,18 @@ typedef struct db_deferred {
     db_handler_fn fn;
 } db_deferred_t;
 
-static void deferred_closed(uv_handle_t *h) { free(h->data); }
+static void deferred_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
 
 static void deferred_unlink(db_deferred_t *d)
 {
     rmq_devbroker_t *db = d->node->db;
-    if (d->prev) d->prev->next = d->next;
-    else db->deferred = d->next;
+    if (d->prev)
+        d->prev->next = d->next;
+    else
+        db->deferred = d->next;
     if (d->next) d->next->prev = d->prev;
     rmq__conn_release(d->conn);
     rmq__rbuf_release(d->frame);
@@ -334,8 +352,10 @@ void rmq__db_set_handler(db_node_t *node, int code, db_handler_fn fn)
 static void node_on_close(rmq_conn_t *conn, int err, const char *why, void *ud)
 {
     db_node_t *node = ud;
-    if (node->is_ns) rmq__db_ns_conn_closed(node->db, conn);
-    else rmq__db_broker_conn_closed((db_broker_t *)node, conn);
+    if (node->is_ns)
+        rmq__db_ns_conn_closed(node->db, conn);
+    else
+        rmq__db_broker_conn_closed((db_broker_t *)node, conn);
 }
 
 /* Create node->t, install its handlers and listen. */
@@ -362,15 +382,19 @@ static int node_up(db_node_t *node, char *errstr, size_t errstr_size)
     node->port = rmq__remoting_port(node->t);
     /* The address put in routes: a wildcard listener is advertised as loopback. */
     const char *adv = node->host;
-    if (!strcmp(adv, "0.0.0.0") || !*adv) adv = "127.0.0.1";
-    else if (!strcmp(adv, "::")) adv = "::1";
-    if (strchr(adv, ':')) snprintf(node->addr, sizeof(node->addr), "[%s]:%d", adv, node->port);
-    else snprintf(node->addr, sizeof(node->addr), "%s:%d", adv, node->port);
+    if (!strcmp(adv, "0.0.0.0") || !*adv)
+        adv = "127.0.0.1";
+    else if (!strcmp(adv, "::"))
+        adv = "::1";
+    if (strchr(adv, ':'))
+        snprintf(node->addr, sizeof(node->addr), "[%s]:%d", adv, node->port);
+    else
+        snprintf(node->addr, sizeof(node->addr), "%s:%d", adv, node->port);
     return 0;
 }
 
-static int node_init(rmq_devbroker_t *db, db_node_t *node, int idx, const char *addr,
-                     char *errstr, size_t errstr_size)
+static int node_init(rmq_devbroker_t *db, db_node_t *node, int idx, const char *addr, char *errstr,
+                     size_t errstr_size)
 {
     node->db = db;
     node->idx = idx;
@@ -402,7 +426,7 @@ static int node_init(rmq_devbroker_t *db, db_node_t *node, int idx, const char *
     return 0;
 }
 
-/* ---- loop thread: ops ------------------------------------------------------------------------- */
+/* ---- loop thread: ops ------------------------------------------------------------------------ */
 
 static void op_finish(rmq_devbroker_t *db, db_op_t *op)
 {
@@ -438,13 +462,16 @@ static void run_sync(rmq_devbroker_t *db, void (*fn)(rmq_devbroker_t *, void *),
         uv_mutex_unlock(&db->mu);
         return;
     }
-    if (db->ops_tail) db->ops_tail->next = &op;
-    else db->ops = &op;
+    if (db->ops_tail)
+        db->ops_tail->next = &op;
+    else
+        db->ops = &op;
     db->ops_tail = &op;
     uv_mutex_unlock(&db->mu);
     uv_async_send(&db->async);
     uv_mutex_lock(&db->mu);
-    while (!op.done) uv_cond_wait(&db->cond, &db->mu);
+    while (!op.done)
+        uv_cond_wait(&db->cond, &db->mu);
     uv_mutex_unlock(&db->mu);
 }
 
@@ -473,7 +500,7 @@ static void thread_main(void *arg)
     uv_run(&db->loop, UV_RUN_DEFAULT);
 }
 
-/* ---- start / stop ------------------------------------------------------------------------------ */
+/* ---- start / stop ---------------------------------------------------------------------------- */
 
 static void db_free(rmq_devbroker_t *db)
 {
@@ -517,13 +544,16 @@ static void db_free(rmq_devbroker_t *db)
 /* Close the handles this file and the store own (the transports close their own). */
 static void close_own_handles(rmq_devbroker_t *db)
 {
-    while (db->deferred) deferred_unlink(db->deferred);
+    while (db->deferred)
+        deferred_unlink(db->deferred);
     for (int i = 0; i < db->n_brokers; i++) {
         rmq__db_drop_parked(db->brokers[i]);
-        if (db->brokers[i]->delay_timer.loop && !uv_is_closing((uv_handle_t *)&db->brokers[i]->delay_timer))
+        if (db->brokers[i]->delay_timer.loop &&
+            !uv_is_closing((uv_handle_t *)&db->brokers[i]->delay_timer))
             uv_close((uv_handle_t *)&db->brokers[i]->delay_timer, NULL);
     }
-    if (!uv_is_closing((uv_handle_t *)&db->scan_timer)) uv_close((uv_handle_t *)&db->scan_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&db->scan_timer))
+        uv_close((uv_handle_t *)&db->scan_timer, NULL);
     if (!uv_is_closing((uv_handle_t *)&db->async)) uv_close((uv_handle_t *)&db->async, NULL);
 }
 
@@ -674,7 +704,7 @@ RMQ_EXPORT void rmq_devbroker_stop(rmq_devbroker_t *db)
     db_free(db);
 }
 
-/* ---- FFI controls ------------------------------------------------------------------------------ */
+/* ---- FFI controls ---------------------------------------------------------------------------- */
 
 RMQ_EXPORT rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size)
 {
@@ -698,8 +728,14 @@ RMQ_EXPORT rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, 
     return db;
 }
 
-RMQ_EXPORT const char *rmq_devbroker_addr(rmq_devbroker_t *db) { return db->ns_addr; }
-RMQ_EXPORT int rmq_devbroker_broker_count(rmq_devbroker_t *db) { return db->n_brokers; }
+RMQ_EXPORT const char *rmq_devbroker_addr(rmq_devbroker_t *db)
+{
+    return db->ns_addr;
+}
+RMQ_EXPORT int rmq_devbroker_broker_count(rmq_devbroker_t *db)
+{
+    return db->n_brokers;
+}
 RMQ_EXPORT const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx)
 {
     return idx >= 0 && idx < db->n_brokers ? db->brokers[idx]->node.addr : NULL;
@@ -727,7 +763,8 @@ static void push_error_one(db_node_t *node, const ctl_args_t *a)
     f->code = a->code;
     f->count = a->count;
     db_fault_t **pp = &node->faults;
-    while (*pp) pp = &(*pp)->next;
+    while (*pp)
+        pp = &(*pp)->next;
     *pp = f;
 }
 
@@ -736,7 +773,8 @@ static void op_push_error(rmq_devbroker_t *db, void *arg)
     ctl_args_t *a = arg;
     if (a->target == RMQ_DEVBROKER_ALL) {
         if (db->has_ns) push_error_one(&db->ns, a);
-        for (int i = 0; i < db->n_brokers; i++) push_error_one(&db->brokers[i]->node, a);
+        for (int i = 0; i < db->n_brokers; i++)
+            push_error_one(&db->brokers[i]->node, a);
         return;
     }
     db_node_t *node = node_of(db, a->target);
@@ -768,7 +806,8 @@ static void clear_faults(db_node_t *node)
 static void op_clear_errors(rmq_devbroker_t *db, void *arg)
 {
     clear_faults(&db->ns);
-    for (int i = 0; i < db->n_brokers; i++) clear_faults(&db->brokers[i]->node);
+    for (int i = 0; i < db->n_brokers; i++)
+        clear_faults(&db->brokers[i]->node);
 }
 
 RMQ_EXPORT void rmq_devbroker_clear_errors(rmq_devbroker_t *db)
@@ -821,13 +860,15 @@ RMQ_EXPORT int rmq_devbroker_set_down(rmq_devbroker_t *db, int broker, int down)
 static void latency_one(db_node_t *node, const ctl_args_t *a)
 {
     db_latency_t **pp = &node->latency;
-    while (*pp && (*pp)->req_code != a->req_code) pp = &(*pp)->next;
+    while (*pp && (*pp)->req_code != a->req_code)
+        pp = &(*pp)->next;
     if (*pp) {
         if (a->ms <= 0) {
             db_latency_t *l = *pp;
             *pp = l->next;
             free(l);
-        } else (*pp)->ms = a->ms;
+        } else
+            (*pp)->ms = a->ms;
         return;
     }
     if (a->ms <= 0) return;
@@ -842,7 +883,8 @@ static void op_latency(rmq_devbroker_t *db, void *arg)
     ctl_args_t *a = arg;
     if (a->target == RMQ_DEVBROKER_ALL) {
         if (db->has_ns) latency_one(&db->ns, a);
-        for (int i = 0; i < db->n_brokers; i++) latency_one(&db->brokers[i]->node, a);
+        for (int i = 0; i < db->n_brokers; i++)
+            latency_one(&db->brokers[i]->node, a);
         return;
     }
     db_node_t *node = node_of(db, a->target);
@@ -871,9 +913,11 @@ static int count_locked(rmq_devbroker_t *db, int target, int req_code)
     int n = 0;
     for (int t = 0; t <= db->n_brokers; t++) {
         if (target != RMQ_DEVBROKER_ALL && target + 1 != t) continue;
-        if (req_code > 0 && req_code < DB_CODES) n += db->counts[t][req_code];
+        if (req_code > 0 && req_code < DB_CODES)
+            n += db->counts[t][req_code];
         else if (req_code == 0)
-            for (int c = 0; c < DB_CODES; c++) n += db->counts[t][c];
+            for (int c = 0; c < DB_CODES; c++)
+                n += db->counts[t][c];
     }
     return n;
 }
@@ -1021,8 +1065,14 @@ RMQ_EXPORT int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const 
                                          const char *body, size_t body_len)
 {
     if (broker < 0 || broker >= db->n_brokers || !topic || !*topic) return RMQ_ERR_INVALID;
-    data_args_t a = {.broker = broker, .topic = topic, .queue_id = queue_id, .tags = tags,
-                     .keys = keys, .body = body, .body_len = body_len, .result = RMQ_ERR_SHUTDOWN};
+    data_args_t a = {.broker = broker,
+                     .topic = topic,
+                     .queue_id = queue_id,
+                     .tags = tags,
+                     .keys = keys,
+                     .body = body,
+                     .body_len = body_len,
+                     .result = RMQ_ERR_SHUTDOWN};
     run_sync(db, op_produce, &a);
     return a.result;
 }
@@ -1041,8 +1091,12 @@ static void op_query(rmq_devbroker_t *db, void *arg)
     db_topic_t *t = a->d.topic ? rmq__db_topic_get(b, a->d.topic) : NULL;
     db_queue_t *q = t ? rmq__db_queue(t, a->d.queue_id) : NULL;
     switch (a->what) {
-    case Q_MAX: a->d.result = q ? rmq__db_qmax(q) : 0; break;
-    case Q_MIN: a->d.result = q ? q->min_off : 0; break;
+    case Q_MAX:
+        a->d.result = q ? rmq__db_qmax(q) : 0;
+        break;
+    case Q_MIN:
+        a->d.result = q ? q->min_off : 0;
+        break;
     case Q_COMMITTED:
         a->d.result = rmq__db_offset_get(b, a->d.group, a->d.topic, a->d.queue_id);
         break;
@@ -1058,7 +1112,8 @@ static void op_query(rmq_devbroker_t *db, void *arg)
         if (l && rmq__mono_ms() - l->last_ms <= db->lock_expire_ms) {
             a->d.result = (int64_t)strlen(l->client_id);
             if (a->d.size) snprintf(a->d.buf, a->d.size, "%s", l->client_id);
-        } else a->d.result = -1;
+        } else
+            a->d.result = -1;
         break;
     }
     }
@@ -1068,8 +1123,13 @@ static int64_t query(rmq_devbroker_t *db, int broker, int what, const char *grou
                      const char *topic, int qid, char *buf, size_t size)
 {
     if (broker < 0 || broker >= db->n_brokers) return RMQ_ERR_INVALID;
-    query_args_t a = {.d = {.broker = broker, .group = group, .topic = topic, .queue_id = qid,
-                            .buf = buf, .size = size, .result = RMQ_ERR_SHUTDOWN},
+    query_args_t a = {.d = {.broker = broker,
+                            .group = group,
+                            .topic = topic,
+                            .queue_id = qid,
+                            .buf = buf,
+                            .size = size,
+                            .result = RMQ_ERR_SHUTDOWN},
                       .what = what};
     run_sync(db, op_query, &a);
     return a.d.result;

@@ -29,11 +29,11 @@ typedef struct rmq_devbroker rmq_devbroker_t;
 
 /* Defaults. */
 #define RMQ_DEVBROKER_LISTEN_DEFAULT "127.0.0.1:9876"
-#define RMQ_DEVBROKER_DEFAULT_QUEUES 8               /* TBW102 / auto-created topics */
+#define RMQ_DEVBROKER_DEFAULT_QUEUES 8                /* TBW102 / auto-created topics */
 #define RMQ_DEVBROKER_MAX_BYTES (512LL * 1024 * 1024) /* per broker; the oldest are dropped */
 #define RMQ_DEVBROKER_CLUSTER "DefaultCluster"
-#define RMQ_DEVBROKER_CHANNEL_EXPIRE_MS 120000        /* consumer channel idle expiry */
-#define RMQ_DEVBROKER_LOCK_EXPIRE_MS 60000            /* rebalance.lockMaxLiveTime */
+#define RMQ_DEVBROKER_CHANNEL_EXPIRE_MS 120000 /* consumer channel idle expiry */
+#define RMQ_DEVBROKER_LOCK_EXPIRE_MS 60000     /* rebalance.lockMaxLiveTime */
 #define RMQ_DEVBROKER_MAX_BROKERS 16
 
 /* Targets of the control functions: a broker index 0..N-1, or the name server. */
@@ -60,7 +60,7 @@ typedef struct rmq_devbroker_opts {
     const char *store_dir;     /* NULL = memory only; else append-only files (devbroker_file.c) */
     /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */
     int log_level;
-    const char *log_debug;     /* debug categories ("remoting,broker") or NULL */
+    const char *log_debug; /* debug categories ("remoting,broker") or NULL */
 } rmq_devbroker_opts_t;
 
 /*
@@ -88,8 +88,7 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *opts, rmq_devbroker_t **out
  * split on blanks). The name server listens on 127.0.0.1:0 unless --listen is given. Returns
  * the handle, or NULL with the reason in errstr.
  */
-RMQ_EXPORT rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr,
-                                                size_t errstr_size);
+RMQ_EXPORT rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size);
 /* Stop everything, join the thread and free the handle. */
 RMQ_EXPORT void rmq_devbroker_stop(rmq_devbroker_t *db);
 /* "127.0.0.1:PORT" of the name server (or of the remote one with --name-server). */

@@ -34,11 +34,11 @@
 #define VERSION_V3_4_9 121              /* MQVersion.Version.V3_4_9.ordinal() */
 #define CALL_CLIENT_TIMEOUT_MS 10000
 
-static const int64_t delay_level_ms[18] = {1000,    5000,    10000,   30000,   60000,   120000,
-                                           180000,  240000,  300000,  360000,  420000,  480000,
-                                           540000,  600000,  1200000, 1800000, 3600000, 7200000};
+static const int64_t delay_level_ms[18] = {1000,   5000,   10000,   30000,   60000,   120000,
+                                           180000, 240000, 300000,  360000,  420000,  480000,
+                                           540000, 600000, 1200000, 1800000, 3600000, 7200000};
 
-/* ---- header fields ----------------------------------------------------------------------------- */
+/* ---- header fields --------------------------------------------------------------------------- */
 
 typedef struct hdr {
     rmq_conn_t *conn;
@@ -58,9 +58,11 @@ static void hdr_fail(hdr_t *h, const char *fmt, const char *key)
 static const char *hdr_str(hdr_t *h, const char *key)
 {
     const char *v = rmq__cmd_ext(h->req, key);
-    if (!v) hdr_fail(h, "org.apache.rocketmq.remoting.exception.RemotingCommandException: the "
-                        "custom field <%s> is null",
-                     key);
+    if (!v)
+        hdr_fail(h,
+                 "org.apache.rocketmq.remoting.exception.RemotingCommandException: the "
+                 "custom field <%s> is null",
+                 key);
     return v;
 }
 
@@ -69,10 +71,12 @@ static int64_t hdr_i64(hdr_t *h, const char *key)
     int64_t v = 0;
     int rc = rmq__cmd_ext_i64(h->req, key, &v);
     if (rc == RMQ_ERR_NOT_FOUND)
-        hdr_fail(h, "org.apache.rocketmq.remoting.exception.RemotingCommandException: the "
-                    "custom field <%s> is null",
+        hdr_fail(h,
+                 "org.apache.rocketmq.remoting.exception.RemotingCommandException: the "
+                 "custom field <%s> is null",
                  key);
-    else if (rc) hdr_fail(h, "java.lang.NumberFormatException: bad value of <%s>", key);
+    else if (rc)
+        hdr_fail(h, "java.lang.NumberFormatException: bad value of <%s>", key);
     return v;
 }
 
@@ -87,9 +91,12 @@ static int64_t hdr_opt_i64(hdr_t *h, const char *key, int64_t def, int *present)
     return v;
 }
 
-static db_broker_t *broker_of(db_node_t *node) { return (db_broker_t *)node; }
+static db_broker_t *broker_of(db_node_t *node)
+{
+    return (db_broker_t *)node;
+}
 
-/* ---- offsets ----------------------------------------------------------------------------------- */
+/* ---- offsets --------------------------------------------------------------------------------- */
 
 static void okey(char *key, size_t size, const char *group, const char *topic, int qid)
 {
@@ -117,7 +124,7 @@ void rmq__db_offset_set(db_broker_t *b, const char *group, const char *topic, in
     b->offsets_dirty = 1;
 }
 
-/* ---- peer address ------------------------------------------------------------------------------ */
+/* ---- peer address ---------------------------------------------------------------------------- */
 
 static void peer_host(rmq_conn_t *conn, uint8_t *ip, int *ip_len, int32_t *port)
 {
@@ -137,7 +144,7 @@ static void offset_msg_id(const db_broker_t *b, int64_t phys, char *out)
     rmq__offset_msg_id(b->node.store_ip, 4, b->node.port, phys, out);
 }
 
-/* ---- properties -------------------------------------------------------------------------------- */
+/* ---- properties ------------------------------------------------------------------------------ */
 
 typedef struct {
     rmq_buf_t *out;
@@ -158,7 +165,7 @@ static void props_copy(rmq_buf_t *out, const char *props, size_t len, const char
     rmq__props_foreach(props, len, props_copy_fn, &pc);
 }
 
-/* ---- topics ------------------------------------------------------------------------------------ */
+/* ---- topics ---------------------------------------------------------------------------------- */
 
 static int topic_char_ok(const char *t)
 {
@@ -219,7 +226,8 @@ static void h_send(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (!t) {
         if (strncmp(topic, "%RETRY%", 7) == 0 || strncmp(topic, "%DLQ%", 5) == 0)
             t = rmq__db_topic_create(b, topic, 1, 1, 6);
-        else t = rmq__db_topic_create(b, topic, db->default_queues, db->default_queues, 6);
+        else
+            t = rmq__db_topic_create(b, topic, db->default_queues, db->default_queues, 6);
         if (db->remote_ns) rmq__db_register_all(db);
     }
     if (!(t->perm & 2)) {
@@ -328,7 +336,8 @@ typedef struct pull_write {
 static void pull_written(void *ud, int status)
 {
     pull_write_t *w = ud;
-    for (int i = 0; i < w->n; i++) rmq__db_msg_release(w->msgs[i]);
+    for (int i = 0; i < w->n; i++)
+        rmq__db_msg_release(w->msgs[i]);
     free(w);
 }
 
@@ -340,11 +349,15 @@ static void park_closed(uv_handle_t *h)
 
 static void park_finish(db_broker_t *b, db_park_t *p)
 {
-    if (p->qprev) p->qprev->qnext = p->qnext;
-    else p->q->parked = p->qnext;
+    if (p->qprev)
+        p->qprev->qnext = p->qnext;
+    else
+        p->q->parked = p->qnext;
     if (p->qnext) p->qnext->qprev = p->qprev;
-    if (p->bprev) p->bprev->bnext = p->bnext;
-    else b->parks = p->bnext;
+    if (p->bprev)
+        p->bprev->bnext = p->bnext;
+    else
+        b->parks = p->bnext;
     if (p->bnext) p->bnext->bprev = p->bprev;
     rmq__conn_release(p->conn);
     rmq__rbuf_release(p->frame);
@@ -391,7 +404,8 @@ void rmq__db_wake_parked(db_broker_t *b, db_queue_t *q, db_msg_t *m)
 
 void rmq__db_drop_parked(db_broker_t *b)
 {
-    while (b->parks) park_finish(b, b->parks);
+    while (b->parks)
+        park_finish(b, b->parks);
 }
 
 static const char *status_name[] = {"FOUND",
@@ -535,16 +549,24 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
 
     int code;
     switch (status) {
-    case ST_FOUND: code = RMQ_RESP_SUCCESS; break;
+    case ST_FOUND:
+        code = RMQ_RESP_SUCCESS;
+        break;
     case ST_NO_MESSAGE_IN_QUEUE:
     case ST_NO_MATCHED_LOGIC_QUEUE:
         code = offset != 0 ? RMQ_RESP_PULL_OFFSET_MOVED : RMQ_RESP_PULL_NOT_FOUND;
         break;
     case ST_OFFSET_FOUND_NULL:
-    case ST_OFFSET_OVERFLOW_ONE: code = RMQ_RESP_PULL_NOT_FOUND; break;
+    case ST_OFFSET_OVERFLOW_ONE:
+        code = RMQ_RESP_PULL_NOT_FOUND;
+        break;
     case ST_OFFSET_OVERFLOW_BADLY:
-    case ST_OFFSET_TOO_SMALL: code = RMQ_RESP_PULL_OFFSET_MOVED; break;
-    default: code = RMQ_RESP_PULL_RETRY_IMMEDIATELY; break;
+    case ST_OFFSET_TOO_SMALL:
+        code = RMQ_RESP_PULL_OFFSET_MOVED;
+        break;
+    default:
+        code = RMQ_RESP_PULL_RETRY_IMMEDIATELY;
+        break;
     }
 
     if (allow_suspend && (sys_flag & SYSFLAG_COMMIT))
@@ -611,7 +633,7 @@ static void h_pull(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     do_pull(broker_of(node), conn, req, 1);
 }
 
-/* ---- offsets ------------------------------------------------------------------------------------ */
+/* ---- offsets --------------------------------------------------------------------------------- */
 
 static void h_query_offset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
@@ -704,13 +726,17 @@ static void notify_group(db_broker_t *b, db_group_t *g)
         rmq__cmd_init(&c, RMQ_REQ_NOTIFY_CONSUMER_IDS_CHANGED, RMQ_SERIALIZE_JSON);
         rmq__cmd_set_ext(&c, "consumerGroup", g->name);
         int rc = rmq__conn_request(g->members[i]->conn, &c, 0, RMQ_REQF_ONEWAY, NULL, NULL);
-        if (rc) rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "notify %s failed: %s", g->members[i]->addr,
-                        rmq_err_str(rc));
+        if (rc)
+            rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "notify %s failed: %s", g->members[i]->addr,
+                    rmq_err_str(rc));
         rmq__cmd_free(&c);
     }
 }
 
-static void sub_free_v(void *v) { rmq__sub_destroy(v); }
+static void sub_free_v(void *v)
+{
+    rmq__sub_destroy(v);
+}
 
 static void group_free(db_group_t *g)
 {
@@ -723,7 +749,10 @@ static void group_free(db_group_t *g)
     free(g);
 }
 
-static void group_free_v(void *v) { group_free(v); }
+static void group_free_v(void *v)
+{
+    group_free(v);
+}
 static void lock_free_v(void *v)
 {
     db_lock_t *l = v;
@@ -754,7 +783,8 @@ static int group_remove(db_broker_t *b, db_group_t *g, db_client_t *c, int notif
         if (g->n_members == 0) {
             rmq__dbmap_del(&b->groups, g->name);
             group_free(g);
-        } else if (notify) notify_group(b, g);
+        } else if (notify)
+            notify_group(b, g);
         return 1;
     }
     return 0;
@@ -777,7 +807,8 @@ static void client_drop(db_broker_t *b, db_client_t *c)
 {
     collect_t cl = {.b = b, .c = c};
     rmq__dbmap_each(&b->groups, collect_groups, &cl);
-    for (int i = 0; i < cl.n; i++) group_remove(b, cl.list[i], c, 1);
+    for (int i = 0; i < cl.n; i++)
+        group_remove(b, cl.list[i], c, 1);
 }
 
 void rmq__db_broker_conn_closed(db_broker_t *b, rmq_conn_t *conn)
@@ -809,7 +840,8 @@ static void scan_expired(const char *key, void *val, void *ud)
     for (int i = 0; i < g->n_members && ex->n < 256; i++) {
         db_client_t *c = g->members[i];
         int dup = 0;
-        for (int k = 0; k < ex->n; k++) dup |= ex->list[k] == c;
+        for (int k = 0; k < ex->n; k++)
+            dup |= ex->list[k] == c;
         if (!dup && ex->now - c->last_ms > ex->expire_ms) ex->list[ex->n++] = c;
     }
 }
@@ -850,7 +882,10 @@ static db_client_t *client_of(db_broker_t *b, rmq_conn_t *conn, const char *clie
     return c;
 }
 
-static char *dup_or(const char *s, const char *def) { return rmq__xstrdup(s ? s : def); }
+static char *dup_or(const char *s, const char *def)
+{
+    return rmq__xstrdup(s ? s : def);
+}
 
 static void h_heartbeat(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
@@ -1023,7 +1058,8 @@ static void reply_body(rmq_conn_t *conn, rmq_cmd_t *req, int code, const char *r
 static void write_sub_json(rmq_buf_t *o, const rmq_sub_t *s)
 {
     rmq__buf_appendf(o, "{\"classFilterMode\":false,\"codeSet\":[");
-    for (int i = 0; i < s->n_codes; i++) rmq__buf_appendf(o, "%s%d", i ? "," : "", s->codes[i]);
+    for (int i = 0; i < s->n_codes; i++)
+        rmq__buf_appendf(o, "%s%d", i ? "," : "", s->codes[i]);
     rmq__buf_appendf(o, "],\"expressionType\":");
     rmq__fj_write_str(o, s->expression_type, strlen(s->expression_type), 0);
     rmq__buf_appendf(o, ",\"subString\":");
@@ -1074,8 +1110,9 @@ static void h_connection_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         rmq__buf_appendf(&o, ",\"language\":\"%s\",\"version\":%d}", lang ? lang : "OTHER",
                          c->version);
     }
-    rmq__buf_appendf(&o, "],\"consumeFromWhere\":\"%s\",\"consumeType\":\"%s\",\"messageModel\":"
-                         "\"%s\",\"subscriptionTable\":{",
+    rmq__buf_appendf(&o,
+                     "],\"consumeFromWhere\":\"%s\",\"consumeType\":\"%s\",\"messageModel\":"
+                     "\"%s\",\"subscriptionTable\":{",
                      g->consume_from_where, g->consume_type, g->message_model);
     rmq__dbmap_each(&g->subs, write_sub_entry, &o);
     rmq__buf_append(&o, "}}", 2);
@@ -1083,7 +1120,8 @@ static void h_connection_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__buf_free(&o);
 }
 
-/* ---- GET_CONSUME_STATS --------------------------------------------------------------------------- */
+/* ---- GET_CONSUME_STATS
+ * --------------------------------------------------------------------------- */
 
 typedef struct {
     const char *group;
@@ -1100,7 +1138,8 @@ static void collect_topics(const char *key, void *val, void *ud)
     const char *end = strchr(t, '\001');
     if (!end) return;
     for (int i = 0; i < to->n; i++)
-        if (strlen(to->topics[i]) == (size_t)(end - t) && !memcmp(to->topics[i], t, (size_t)(end - t)))
+        if (strlen(to->topics[i]) == (size_t)(end - t) &&
+            !memcmp(to->topics[i], t, (size_t)(end - t)))
             return;
     if (to->n < 256) to->topics[to->n++] = rmq__xstrndup(t, (size_t)(end - t));
 }
@@ -1113,8 +1152,10 @@ static void h_consume_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (h.failed) return;
     const char *topic = rmq__cmd_ext(req, "topic");
     topics_of_t to = {.group = group, .glen = strlen(group)};
-    if (topic && *topic) to.topics[to.n++] = rmq__xstrdup(topic);
-    else rmq__dbmap_each(&b->offsets, collect_topics, &to);
+    if (topic && *topic)
+        to.topics[to.n++] = rmq__xstrdup(topic);
+    else
+        rmq__dbmap_each(&b->offsets, collect_topics, &to);
     db_group_t *g = rmq__dbmap_get(&b->groups, group);
     rmq_buf_t o;
     rmq__buf_init(&o);
@@ -1145,7 +1186,8 @@ static void h_consume_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         }
     }
     rmq__buf_append(&o, "}}", 2);
-    for (int k = 0; k < to.n; k++) free(to.topics[k]);
+    for (int k = 0; k < to.n; k++)
+        free(to.topics[k]);
     reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
     rmq__buf_free(&o);
 }
@@ -1191,7 +1233,8 @@ static db_client_t *find_client(db_broker_t *b, const char *group, const char *c
     db_group_t *g = rmq__dbmap_get(&b->groups, group);
     if (!g) return NULL;
     for (int i = 0; i < g->n_members; i++)
-        if (g->members[i]->client_id && (!client_id || !strcmp(g->members[i]->client_id, client_id)))
+        if (g->members[i]->client_id &&
+            (!client_id || !strcmp(g->members[i]->client_id, client_id)))
             return g->members[i];
     return NULL;
 }
@@ -1210,7 +1253,8 @@ static void relay(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, const char *
     }
     rmq_cmd_t fw;
     rmq__cmd_init(&fw, req->code, RMQ_SERIALIZE_JSON);
-    for (int i = 0; i < req->n_ext; i++) rmq__cmd_set_ext(&fw, req->ext[i].key, req->ext[i].val);
+    for (int i = 0; i < req->n_ext; i++)
+        rmq__cmd_set_ext(&fw, req->ext[i].key, req->ext[i].val);
     if (extra_k) rmq__cmd_set_ext(&fw, extra_k, extra_v);
     fw.body = body;
     fw.body_len = body_len;
@@ -1227,8 +1271,8 @@ static void relay(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, const char *
     if (rc) {
         rmq__conn_release(r->admin);
         free(r);
-        snprintf(msg, sizeof(msg), "invoke consumer <%s> <%s> Exception: %s", group,
-                 c->client_id, rmq_err_str(rc));
+        snprintf(msg, sizeof(msg), "invoke consumer <%s> <%s> Exception: %s", group, c->client_id,
+                 rmq_err_str(rc));
         rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
     }
 }
@@ -1325,7 +1369,8 @@ static int stored_parse(const db_msg_t *m, stored_view_t *v)
     if (magic == RMQ_MSG_MAGIC_V2) {
         v->topic_len = rmq__rd16(q);
         q += 2;
-    } else v->topic_len = *q++;
+    } else
+        v->topic_len = *q++;
     v->topic = (const char *)q;
     q += v->topic_len;
     v->props_len = rmq__rd16(q);
@@ -1365,15 +1410,17 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 
     rmq_buf_t pb;
     rmq__buf_init(&pb);
-    static const char *const drop[] = {"WAIT", "DELAY", "ORIGIN_MESSAGE_ID", "RETRY_TOPIC",
-                                       "REAL_TOPIC", "REAL_QID", NULL};
+    static const char *const drop[] = {
+        "WAIT", "DELAY", "ORIGIN_MESSAGE_ID", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", NULL};
     props_copy(&pb, v.props, v.props_len, drop);
     uint32_t vl = 0;
     const char *rt = rmq__props_find(v.props, v.props_len, "RETRY_TOPIC", 11, &vl);
-    rmq__props_append_n(&pb, "RETRY_TOPIC", 11, rt ? rt : stored_topic, rt ? vl : strlen(stored_topic));
+    rmq__props_append_n(&pb, "RETRY_TOPIC", 11, rt ? rt : stored_topic,
+                        rt ? vl : strlen(stored_topic));
     const char *oid = rmq__props_find(v.props, v.props_len, "ORIGIN_MESSAGE_ID", 17, &vl);
     char id[64];
-    if (oid && vl) rmq__props_append_n(&pb, "ORIGIN_MESSAGE_ID", 17, oid, vl);
+    if (oid && vl)
+        rmq__props_append_n(&pb, "ORIGIN_MESSAGE_ID", 17, oid, vl);
     else {
         offset_msg_id(b, m->phys, id);
         rmq__props_append(&pb, "ORIGIN_MESSAGE_ID", id);
@@ -1419,7 +1466,7 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
 }
 
-/* ---- locks ------------------------------------------------------------------------------------- */
+/* ---- locks ----------------------------------------------------------------------------------- */
 
 static void h_lock(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req, int unlock)
 {
@@ -1495,7 +1542,8 @@ static void h_unlock_batch(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     h_lock(node, conn, req, 1);
 }
 
-/* ---- topics (admin) ------------------------------------------------------------------------------ */
+/* ---- topics (admin)
+ * ------------------------------------------------------------------------------ */
 
 static void h_create_topic(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
@@ -1533,8 +1581,9 @@ static void topic_cfg_json(const char *key, void *val, void *ud)
     db_topic_t *t = val;
     if (o->data[o->len - 1] != '{') rmq__buf_append(o, ",", 1);
     rmq__fj_write_str(o, t->name, strlen(t->name), 0);
-    rmq__buf_appendf(o, ":{\"order\":false,\"perm\":%d,\"readQueueNums\":%d,\"topicFilterType\":"
-                        "\"SINGLE_TAG\",\"topicName\":",
+    rmq__buf_appendf(o,
+                     ":{\"order\":false,\"perm\":%d,\"readQueueNums\":%d,\"topicFilterType\":"
+                     "\"SINGLE_TAG\",\"topicName\":",
                      t->perm, t->read_q);
     rmq__fj_write_str(o, t->name, strlen(t->name), 0);
     rmq__buf_appendf(o, ",\"topicSysFlag\":0,\"writeQueueNums\":%d}", t->write_q);
@@ -1543,7 +1592,8 @@ static void topic_cfg_json(const char *key, void *val, void *ud)
 static void register_done(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
 {
     db_broker_t *b = ud;
-    if (err) rmq_log_warn(DB_LOG, "%s: REGISTER_BROKER failed: %s", b->name, errmsg);
+    if (err)
+        rmq_log_warn(DB_LOG, "%s: REGISTER_BROKER failed: %s", b->name, errmsg);
     else if (resp->code != 0)
         rmq_log_warn(DB_LOG, "%s: REGISTER_BROKER answered %d %s", b->name, resp->code,
                      resp->remark ? resp->remark : "");
@@ -1558,10 +1608,11 @@ void rmq__db_register_all(rmq_devbroker_t *db)
         b->reg_version = b->data_version;
         rmq_buf_t o;
         rmq__buf_init(&o);
-        rmq__buf_appendf(&o,
-                         "{\"filterServerList\":[],\"topicConfigSerializeWrapper\":{\"dataVersion\":"
-                         "{\"counter\":%lld,\"timestamp\":%lld},\"topicConfigTable\":{",
-                         (long long)b->data_version, (long long)rmq__now_ms());
+        rmq__buf_appendf(
+            &o,
+            "{\"filterServerList\":[],\"topicConfigSerializeWrapper\":{\"dataVersion\":"
+            "{\"counter\":%lld,\"timestamp\":%lld},\"topicConfigTable\":{",
+            (long long)b->data_version, (long long)rmq__now_ms());
         rmq__dbmap_each(&b->topics, topic_cfg_json, &o);
         rmq__buf_append(&o, "}}}", 3);
         rmq_cmd_t c;
@@ -1577,8 +1628,9 @@ void rmq__db_register_all(rmq_devbroker_t *db)
         c.body = o.data;
         c.body_len = o.len;
         int rc = rmq__remoting_request(b->node.t, db->remote_ns, &c, 3000, register_done, b);
-        if (rc) rmq_log_warn(DB_LOG, "%s: REGISTER_BROKER to %s: %s", b->name, db->remote_ns,
-                             rmq_err_str(rc));
+        if (rc)
+            rmq_log_warn(DB_LOG, "%s: REGISTER_BROKER to %s: %s", b->name, db->remote_ns,
+                         rmq_err_str(rc));
         c.body = NULL;
         c.body_len = 0;
         rmq__cmd_free(&c);
@@ -1586,7 +1638,7 @@ void rmq__db_register_all(rmq_devbroker_t *db)
     }
 }
 
-/* ---- install ------------------------------------------------------------------------------------ */
+/* ---- install --------------------------------------------------------------------------------- */
 
 void rmq__db_broker_install(db_broker_t *b)
 {

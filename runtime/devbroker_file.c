@@ -81,17 +81,21 @@ void rmq__db_file_flush(db_broker_t *b)
     if (b->topics_dirty) {
         rmq__buf_init(&o);
         rmq__dbmap_each(&b->topics, topic_line, &o);
-        if (save_file(b, "topics", &o) == 0) b->topics_dirty = 0;
-        else rmq_log_error(DB_LOG, "%s: cannot save topics in %s: %s", b->name, b->dir,
-                           strerror(errno));
+        if (save_file(b, "topics", &o) == 0)
+            b->topics_dirty = 0;
+        else
+            rmq_log_error(DB_LOG, "%s: cannot save topics in %s: %s", b->name, b->dir,
+                          strerror(errno));
         rmq__buf_free(&o);
     }
     if (b->offsets_dirty) {
         rmq__buf_init(&o);
         rmq__dbmap_each(&b->offsets, offset_line, &o);
-        if (save_file(b, "offsets", &o) == 0) b->offsets_dirty = 0;
-        else rmq_log_error(DB_LOG, "%s: cannot save offsets in %s: %s", b->name, b->dir,
-                           strerror(errno));
+        if (save_file(b, "offsets", &o) == 0)
+            b->offsets_dirty = 0;
+        else
+            rmq_log_error(DB_LOG, "%s: cannot save offsets in %s: %s", b->name, b->dir,
+                          strerror(errno));
         rmq__buf_free(&o);
     }
 }
@@ -100,7 +104,8 @@ void rmq__db_file_append(db_broker_t *b, const db_msg_t *m)
 {
     size_t off = 0;
     while (off < m->size) {
-        ssize_t n = pwrite(b->log_fd, m->data + off, m->size - off, (off_t)(m->phys + (int64_t)off));
+        ssize_t n =
+            pwrite(b->log_fd, m->data + off, m->size - off, (off_t)(m->phys + (int64_t)off));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             rmq_log_error(DB_LOG, "%s: commit log write failed: %s (the store is memory-only now)",
@@ -129,7 +134,8 @@ static char *read_all(const char *path, size_t *len)
     rmq__buf_init(&b);
     char tmp[65536];
     size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0) rmq__buf_append(&b, tmp, n);
+    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
+        rmq__buf_append(&b, tmp, n);
     fclose(f);
     rmq__buf_append_u8(&b, 0);
     *len = b.len - 1;
@@ -143,7 +149,8 @@ static db_msg_t *recover_one(db_broker_t *b, const uint8_t *p, size_t avail, int
     if (avail < RMQ_MSG_MIN_SIZE) return NULL;
     uint32_t size = rmq__rd32(p);
     uint32_t magic = rmq__rd32(p + 4);
-    if (size < RMQ_MSG_MIN_SIZE || size > avail || (magic != RMQ_MSG_MAGIC_V1 && magic != RMQ_MSG_MAGIC_V2))
+    if (size < RMQ_MSG_MIN_SIZE || size > avail ||
+        (magic != RMQ_MSG_MAGIC_V1 && magic != RMQ_MSG_MAGIC_V2))
         return NULL;
     if ((int64_t)rmq__rd64(p + 28) != pos) return NULL;
     int32_t qid = (int32_t)rmq__rd32(p + 12);
@@ -163,7 +170,8 @@ static db_msg_t *recover_one(db_broker_t *b, const uint8_t *p, size_t avail, int
     if (magic == RMQ_MSG_MAGIC_V2) {
         tl = rmq__rd16(p + q);
         q += 2;
-    } else tl = p[q++];
+    } else
+        tl = p[q++];
     if (q + tl + 2 > size) return NULL;
     char topic[32768];
     memcpy(topic, p + q, tl);
@@ -183,8 +191,10 @@ static db_msg_t *recover_one(db_broker_t *b, const uint8_t *p, size_t avail, int
     if (!dq) return NULL;
     if (dq->n == 0 && dq->min_off == 0 && qoff > 0) dq->min_off = qoff; /* head trimmed */
     if (qoff != rmq__db_qmax(dq)) {
-        rmq_log_warn(DB_LOG, "%s: commit log offset %lld: queue offset %lld of %s/%d, expected "
-                     "%lld; message skipped", b->name, (long long)pos, (long long)qoff, topic, qid,
+        rmq_log_warn(DB_LOG,
+                     "%s: commit log offset %lld: queue offset %lld of %s/%d, expected "
+                     "%lld; message skipped",
+                     b->name, (long long)pos, (long long)qoff, topic, qid,
                      (long long)rmq__db_qmax(dq));
         return (db_msg_t *)-1;
     }
@@ -267,7 +277,7 @@ int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t err
     free(txt);
     b->offsets_dirty = 0;
     b->topics_dirty = 1;
-    rmq_log_info(DB_LOG, "%s: recovered %lld messages (%lld bytes) from %s", b->name,
-                 (long long)n, (long long)pos, b->dir);
+    rmq_log_info(DB_LOG, "%s: recovered %lld messages (%lld bytes) from %s", b->name, (long long)n,
+                 (long long)pos, b->dir);
     return 0;
 }

@@ -56,24 +56,24 @@ typedef struct db_chunk {
 #define DB_CHUNK_SIZE (256 * 1024)
 
 typedef struct db_msg {
-    int refs;           /* loop thread only */
-    db_chunk_t *chunk;  /* holds data */
-    int has_tag;        /* TAGS present */
-    int32_t tagcode;    /* J-hash of TAGS */
-    int64_t qoff;       /* queue offset */
-    int64_t phys;       /* commit log offset */
+    int refs;          /* loop thread only */
+    db_chunk_t *chunk; /* holds data */
+    int has_tag;       /* TAGS present */
+    int32_t tagcode;   /* J-hash of TAGS */
+    int64_t qoff;      /* queue offset */
+    int64_t phys;      /* commit log offset */
     int64_t store_ts;
     db_queue_t *q;
-    uint32_t size;      /* bytes at data */
-    char *data;         /* the stored form (PROTOCOL 4.1), inside chunk */
+    uint32_t size; /* bytes at data */
+    char *data;    /* the stored form (PROTOCOL 4.1), inside chunk */
 } db_msg_t;
 
 struct db_queue {
     struct db_topic *topic;
     int id;
-    db_msg_t **ring;    /* n messages starting at ring[head % cap] */
+    db_msg_t **ring; /* n messages starting at ring[head % cap] */
     size_t cap, head, n;
-    int64_t min_off;    /* queue offset of the first retained message */
+    int64_t min_off;        /* queue offset of the first retained message */
     struct db_park *parked; /* long-polling pulls waiting on this queue */
     db_chunk_t *cur;        /* chunk new messages go into */
 };
@@ -83,7 +83,7 @@ typedef struct db_topic {
     int read_q, write_q, perm, sys_flag, order;
     db_queue_t **queues; /* nq allocated (>= max(read_q, write_q)); never shrinks */
     int nq;
-    int64_t sent;        /* messages stored (queue choice for produce) */
+    int64_t sent; /* messages stored (queue choice for produce) */
 } db_topic_t;
 
 /* A message that waits for its delay level before being stored. */
@@ -103,7 +103,7 @@ typedef struct db_delayed {
     size_t props_len;
 } db_delayed_t;
 
-/* ---- clients and groups ----------------------------------------------------------------------- */
+/* ---- clients and groups ---------------------------------------------------------------------- */
 
 typedef struct db_client {
     rmq_conn_t *conn; /* kept reference */
@@ -113,7 +113,6 @@ typedef struct db_client {
     int64_t last_ms; /* monotonic, last heartbeat */
     char addr[64];
 } db_client_t;
-
 
 typedef struct db_group {
     char *name;
@@ -157,8 +156,8 @@ typedef struct db_latency {
 typedef struct db_node {
     struct rmq_devbroker *db;
     int is_ns;
-    int idx;             /* broker index, or RMQ_DEVBROKER_NAMESRV */
-    rmq_remoting_t *t;   /* NULL while down */
+    int idx;           /* broker index, or RMQ_DEVBROKER_NAMESRV */
+    rmq_remoting_t *t; /* NULL while down */
     char host[64];
     int port;
     char addr[80];
@@ -232,7 +231,7 @@ struct rmq_devbroker {
     uv_cond_t cond;
     db_op_t *ops, *ops_tail;
     struct db_deferred *deferred; /* requests delayed by injected latency */
-    db_rec_t *recs, *recs_tail; /* the last DB_MAX_RECS requests, oldest first */
+    db_rec_t *recs, *recs_tail;   /* the last DB_MAX_RECS requests, oldest first */
     int n_recs;
     int recording;
     int counts[RMQ_DEVBROKER_MAX_BROKERS + 1][DB_CODES]; /* [0] name server, [i + 1] broker i */
@@ -240,8 +239,8 @@ struct rmq_devbroker {
 
     rmq_devbroker_opts_t o; /* strings below are owned copies */
     char *cluster;
-    char *remote_ns;        /* --name-server */
-    char *store_dir;        /* --store */
+    char *remote_ns; /* --name-server */
+    char *store_dir; /* --store */
     int default_queues;
     double delay_scale;
     int64_t max_bytes, channel_expire_ms, lock_expire_ms;
@@ -261,7 +260,10 @@ db_topic_t *rmq__db_topic_get(db_broker_t *b, const char *name);
 db_topic_t *rmq__db_topic_create(db_broker_t *b, const char *name, int read_q, int write_q,
                                  int perm);
 db_queue_t *rmq__db_queue(db_topic_t *t, int qid); /* NULL when qid out of range */
-static inline int64_t rmq__db_qmax(const db_queue_t *q) { return q->min_off + (int64_t)q->n; }
+static inline int64_t rmq__db_qmax(const db_queue_t *q)
+{
+    return q->min_off + (int64_t)q->n;
+}
 db_msg_t *rmq__db_qget(const db_queue_t *q, int64_t off); /* NULL when not retained */
 db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys);
 void rmq__db_msg_release(db_msg_t *m);

@@ -55,12 +55,19 @@ static void remove_remote_if(rmq_devbroker_t *db, int (*pred)(db_remote_t *, con
             rmq_log_info(DB_LOG, "name server: broker %s (%s) removed", r->name, r->addr);
             *pp = r->next;
             remote_free(r);
-        } else pp = &r->next;
+        } else
+            pp = &r->next;
     }
 }
 
-static int by_conn(db_remote_t *r, const void *conn) { return r->conn == conn; }
-static int by_addr(db_remote_t *r, const void *addr) { return strcmp(r->addr, addr) == 0; }
+static int by_conn(db_remote_t *r, const void *conn)
+{
+    return r->conn == conn;
+}
+static int by_addr(db_remote_t *r, const void *addr)
+{
+    return strcmp(r->addr, addr) == 0;
+}
 static int by_age(db_remote_t *r, const void *now)
 {
     return *(const int64_t *)now - r->last_ms > BROKER_CHANNEL_EXPIRED_MS;
@@ -149,10 +156,11 @@ static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
             a->bds[j - 1] = tb;
         }
     }
-    for (int i = 0; i < a->n; i++) a->bds[i].addrs = &a->addrs[i];
+    for (int i = 0; i < a->n; i++)
+        a->bds[i].addrs = &a->addrs[i];
     rmq_route_t r = {.qds = a->qds, .n_qds = a->n, .bds = a->bds, .n_bds = a->n};
-    int standard = req->version >= RMQ_VERSION_V4_9_4 ||
-                   rmq__cmd_ext_bool(req, "acceptStandardJsonOnly");
+    int standard =
+        req->version >= RMQ_VERSION_V4_9_4 || rmq__cmd_ext_bool(req, "acceptStandardJsonOnly");
     rmq_buf_t o;
     rmq__buf_init(&o);
     rmq__route_write(&r, standard, &o);
@@ -206,7 +214,8 @@ static void h_cluster_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     clusters[nc++] = db->cluster;
     for (db_remote_t *r = db->remotes; r && nc < 64; r = r->next) {
         int seen = 0;
-        for (int k = 0; k < nc; k++) seen |= !strcmp(clusters[k], r->cluster);
+        for (int k = 0; k < nc; k++)
+            seen |= !strcmp(clusters[k], r->cluster);
         if (!seen) clusters[nc++] = r->cluster;
     }
     int cfirst = 1;
@@ -250,7 +259,7 @@ static void h_cluster_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__buf_free(&o);
 }
 
-/* ---- REGISTER_BROKER / UNREGISTER_BROKER ------------------------------------------------------- */
+/* ---- REGISTER_BROKER / UNREGISTER_BROKER ----------------------------------------------------- */
 
 static void h_register(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
@@ -267,7 +276,8 @@ static void h_register(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         return;
     }
     if (rmq__cmd_ext_i64(req, "bodyCrc32", &crc) == 0 && crc != 0 && req->body) {
-        int64_t got = (int64_t)(crc32(0, (const Bytef *)req->body, (uInt)req->body_len) & 0x7FFFFFFF);
+        int64_t got =
+            (int64_t)(crc32(0, (const Bytef *)req->body, (uInt)req->body_len) & 0x7FFFFFFF);
         if (got != crc) {
             rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, "crc32 not match");
             return;

@@ -15,12 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- string map --------------------------------------------------------------------------------- */
+/* ---- string map ------------------------------------------------------------------------------ */
 
 static size_t hash_str(const char *s)
 {
     size_t h = 1469598103934665603ull;
-    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    while (*s)
+        h = (h ^ (unsigned char)*s++) * 1099511628211ull;
     return h;
 }
 
@@ -91,7 +92,8 @@ void *rmq__dbmap_del(db_map_t *m, const char *key)
 void rmq__dbmap_each(const db_map_t *m, void (*fn)(const char *key, void *val, void *ud), void *ud)
 {
     for (size_t i = 0; i < m->nb; i++)
-        for (db_ent_t *e = m->b[i]; e; e = e->next) fn(e->key, e->val, ud);
+        for (db_ent_t *e = m->b[i]; e; e = e->next)
+            fn(e->key, e->val, ud);
 }
 
 void rmq__dbmap_free(db_map_t *m, void (*free_val)(void *))
@@ -108,7 +110,7 @@ void rmq__dbmap_free(db_map_t *m, void (*free_val)(void *))
     memset(m, 0, sizeof(*m));
 }
 
-/* ---- topics and queues ------------------------------------------------------------------------ */
+/* ---- topics and queues ----------------------------------------------------------------------- */
 
 db_topic_t *rmq__db_topic_get(db_broker_t *b, const char *name)
 {
@@ -168,7 +170,8 @@ static void ring_push(db_msg_t ***ring, size_t *cap, size_t *head, size_t *n, db
     if (*n == *cap) {
         size_t nc = *cap ? *cap * 2 : 64;
         db_msg_t **r = rmq__xmalloc(sizeof(*r) * nc);
-        for (size_t i = 0; i < *n; i++) r[i] = (*ring)[(*head + i) % *cap];
+        for (size_t i = 0; i < *n; i++)
+            r[i] = (*ring)[(*head + i) % *cap];
         free(*ring);
         *ring = r;
         *cap = nc;
@@ -221,8 +224,10 @@ db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys)
         size_t mid = lo + (hi - lo) / 2;
         db_msg_t *m = b->log[(b->log_head + mid) % b->log_cap];
         if (m->phys == phys) return m;
-        if (m->phys < phys) lo = mid + 1;
-        else hi = mid;
+        if (m->phys < phys)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -238,13 +243,16 @@ int64_t rmq__db_search_time(const db_queue_t *q, int64_t ts)
     /* Largest index with store_ts <= ts. */
     while (lo < hi) {
         size_t mid = lo + (hi - lo + 1) / 2;
-        if (rmq__db_qget(q, q->min_off + (int64_t)mid)->store_ts <= ts) lo = mid;
-        else hi = mid - 1;
+        if (rmq__db_qget(q, q->min_off + (int64_t)mid)->store_ts <= ts)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     const db_msg_t *left = rmq__db_qget(q, q->min_off + (int64_t)lo);
     if (left->store_ts == ts) {
         /* The first of equal timestamps. */
-        while (lo > 0 && rmq__db_qget(q, q->min_off + (int64_t)lo - 1)->store_ts == ts) lo--;
+        while (lo > 0 && rmq__db_qget(q, q->min_off + (int64_t)lo - 1)->store_ts == ts)
+            lo--;
         return q->min_off + (int64_t)lo;
     }
     const db_msg_t *right = rmq__db_qget(q, q->min_off + (int64_t)lo + 1);
@@ -344,7 +352,7 @@ void rmq__db_attach(db_broker_t *b, db_msg_t *m)
     evict(b);
 }
 
-/* ---- delayed messages --------------------------------------------------------------------------- */
+/* ---- delayed messages ------------------------------------------------------------------------ */
 
 static void delay_arm(db_broker_t *b);
 
@@ -410,13 +418,15 @@ void rmq__db_store_delayed(db_broker_t *b, const db_msg_in_t *in, int64_t delay_
     d->born_port = in->born_port;
     d->due_ms = rmq__mono_ms() + delay_ms;
     db_delayed_t **pp = &b->delayed;
-    while (*pp && (*pp)->due_ms <= d->due_ms) pp = &(*pp)->next;
+    while (*pp && (*pp)->due_ms <= d->due_ms)
+        pp = &(*pp)->next;
     d->next = *pp;
     *pp = d;
     delay_arm(b);
 }
 
-/* ---- life cycle ---------------------------------------------------------------------------------- */
+/* ---- life cycle
+ * ---------------------------------------------------------------------------------- */
 
 void rmq__db_broker_store_init(db_broker_t *b)
 {
@@ -441,7 +451,8 @@ static void free_topic(void *v)
 
 void rmq__db_broker_store_free(db_broker_t *b)
 {
-    for (size_t i = 0; i < b->log_n; i++) rmq__db_msg_release(b->log[(b->log_head + i) % b->log_cap]);
+    for (size_t i = 0; i < b->log_n; i++)
+        rmq__db_msg_release(b->log[(b->log_head + i) % b->log_cap]);
     free(b->log);
     b->log = NULL;
     b->log_n = 0;

@@ -58,7 +58,8 @@ static const char *ext_of(const result_t *r, const char *key)
 static void run_until(result_t *r, int ms)
 {
     int64_t dl = rmq__mono_ms() + ms;
-    while (!r->done && rmq__mono_ms() < dl) uv_run(&loop, UV_RUN_NOWAIT);
+    while (!r->done && rmq__mono_ms() < dl)
+        uv_run(&loop, UV_RUN_NOWAIT);
 }
 
 /* Send cmd to addr and wait for the answer (r must be zeroed; the caller frees r->body). */
@@ -126,8 +127,8 @@ static void pull(const char *addr, const char *group, const char *topic, int qid
 static void test_basics(void)
 {
     char err[256];
-    rmq_devbroker_t *db = rmq_devbroker_start("--brokers 2 --topic T:2 --delay-scale 0.001",
-                                              err, sizeof(err));
+    rmq_devbroker_t *db =
+        rmq_devbroker_start("--brokers 2 --topic T:2 --delay-scale 0.001", err, sizeof(err));
     CHECK(db != NULL);
     if (!db) {
         fprintf(stderr, "start: %s\n", err);
@@ -161,7 +162,8 @@ static void test_basics(void)
     /* A heartbeat, then the message goes back to %RETRY%g. */
     rmq__cmd_init(&c, RMQ_REQ_HEART_BEAT, RMQ_SERIALIZE_JSON);
     static const char hb[] =
-        "{\"clientID\":\"cid\",\"consumerDataSet\":[{\"consumeFromWhere\":\"CONSUME_FROM_LAST_OFFSET\","
+        "{\"clientID\":\"cid\",\"consumerDataSet\":[{\"consumeFromWhere\":\"CONSUME_FROM_LAST_"
+        "OFFSET\","
         "\"consumeType\":\"CONSUME_PASSIVELY\",\"groupName\":\"g\",\"messageModel\":\"CLUSTERING\","
         "\"subscriptionDataSet\":[{\"classFilterMode\":false,\"codeSet\":[2598919],"
         "\"expressionType\":\"TAG\",\"subString\":\"TagA\",\"subVersion\":5,\"tagsSet\":[\"TagA\"],"
@@ -189,8 +191,9 @@ static void test_basics(void)
     /* A pull parked at stop time, a lock, a down/up broker, injected errors. */
     pull(b0, "g", "T", 0, 0, 2, NULL, 20000, &p, 100);
     rmq__cmd_init(&c, RMQ_REQ_LOCK_BATCH_MQ, RMQ_SERIALIZE_JSON);
-    static const char lk[] = "{\"consumerGroup\":\"g\",\"clientId\":\"cid\",\"mqSet\":[{\"brokerName\":"
-                             "\"broker-a\",\"queueId\":0,\"topic\":\"T\"}]}";
+    static const char lk[] =
+        "{\"consumerGroup\":\"g\",\"clientId\":\"cid\",\"mqSet\":[{\"brokerName\":"
+        "\"broker-a\",\"queueId\":0,\"topic\":\"T\"}]}";
     c.body = lk;
     c.body_len = sizeof(lk) - 1;
     call(b0, &c, &r, 3000);
@@ -221,7 +224,8 @@ static void test_cap(void)
     if (!db) return;
     char body[400];
     memset(body, 'x', sizeof(body));
-    for (int i = 0; i < 50; i++) CHECK(rmq_devbroker_produce(db, 0, "C", 0, "t", "k", body, sizeof(body)) == i);
+    for (int i = 0; i < 50; i++)
+        CHECK(rmq_devbroker_produce(db, 0, "C", 0, "t", "k", body, sizeof(body)) == i);
     CHECK(rmq_devbroker_max_offset(db, 0, "C", 0) == 50);
     int64_t min = rmq_devbroker_min_offset(db, 0, "C", 0);
     CHECK(min > 35 && min < 50);
