@@ -198,8 +198,11 @@ db_msg_t *rmq__db_msg_alloc(db_queue_t *q, size_t size)
 {
     db_chunk_t *c = q->cur;
     if (!c || c->cap - c->used < size) {
+        /* Small queues start small: 8 KiB, doubling up to DB_CHUNK_SIZE. */
+        size_t cap = c ? c->cap * 2 : 8192;
+        if (cap > DB_CHUNK_SIZE) cap = DB_CHUNK_SIZE;
+        if (cap < size) cap = size;
         if (c) chunk_unref(c);
-        size_t cap = size > DB_CHUNK_SIZE ? size : DB_CHUNK_SIZE;
         c = rmq__xmalloc(sizeof(*c) + cap);
         c->refs = 1;
         c->cap = cap;
