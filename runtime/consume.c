@@ -488,6 +488,10 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
     rmq_consumer_t *c = ud;
     rmq_cbatch_t *cb = b->internal;
     c->inflight_batches--;
+    if (cb->direct) {
+        rmq__direct_done(c, cb);
+        return;
+    }
     if (cb->iprev) cb->iprev->inext = cb->inext;
     else c->inflight = cb->inext;
     if (cb->inext) cb->inext->iprev = cb->iprev;

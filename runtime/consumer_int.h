@@ -116,6 +116,7 @@ typedef struct rmq_cbatch {
     int64_t submit_ms;
     struct rmq_cbatch *iprev, *inext; /* batches in the pool (consume timeout scan) */
     int expired;            /* its messages were sent back by the consume timeout */
+    struct rmq_direct *direct; /* CONSUME_MESSAGE_DIRECTLY: no queue; answered when done */
     int n_pending;          /* send-backs still in flight for this batch */
     int n_retry;            /* messages collected for the local retry */
     rmq_msg_t *msgs[];      /* b.n views */
@@ -243,6 +244,9 @@ void rmq__orderly_unlock(rmq_consumer_t *c, const rmq_mq_t *mq);
 void rmq__orderly_dispatch(rmq_qent_t *q);
 /* The result of an orderly batch (after any rmq.send went out). */
 void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
+
+/* client.c: the result of a CONSUME_MESSAGE_DIRECTLY batch (answers the broker, frees it). */
+void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb);
 
 /* offset_store.c */
 void rmq__offset_update(rmq_qent_t *q, int64_t off, int increase_only);

@@ -97,6 +97,22 @@ describe("consumer: GET_CONSUMER_RUNNING_INFO", function()
     local e = assert(raw.request(baddr, 307, { consumerGroup = "g_other", clientId = cid,
       jstackEnable = "false" }))
     assert.are_not.equal(0, e.code)
+
+    -- CONSUME_MESSAGE_DIRECTLY: the broker relays one stored message; the handler runs once.
+    local msgs = assert(raw.pull(baddr, TOPIC, 1, 0, 1))
+    local m = msgs[1]
+    local port = tonumber(baddr:match(":(%d+)$"))
+    local hi = math.floor(m.physical_offset / 2 ^ 32)
+    local lo = m.physical_offset - hi * 2 ^ 32
+    local id = string.format("7F000001%08X%08X%08X", port, hi, lo)
+    local before = cons.count_lines(out)
+    local d = assert(raw.request(baddr, 309, { consumerGroup = GROUP, clientId = cid, msgId = id }))
+    assert.equal(0, d.code, d.remark)
+    assert.matches('^{"autoCommit":true,"consumeResult":"CR_SUCCESS","order":false,'
+      .. '"spentTimeMills":%d+}$', d.body)
+    assert.equal(before + 1, cons.count_lines(out))
+    local recs = cons.records(out)
+    assert.equal(m.body, recs[#recs].body)
     cons.stop(pid)
     assert.equal(0, cons.exit_code(log))
   end)
