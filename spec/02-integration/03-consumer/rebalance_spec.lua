@@ -56,21 +56,22 @@ describe("consumer: rebalance among three consumers", function()
     -- Settle: probe rounds (one message per queue) until two rounds in a row were each consumed
     -- exactly once, by the same owner per queue, with all three consumers owning queues.
     local round, prev_owner = 0, nil
+    -- Owner per queue of probe round r; complete when every queue's probe was seen, clean
+    -- when no probe was consumed by two consumers.
     local function owners_of(r)
-      local owner, count = {}, 0
+      local owner, count, clean = {}, 0, true
       for i = 1, 3 do
         for _, rec in ipairs(cons.records(outs[i])) do
           local rr, q = rec.body:match("^p(%d+)_(%d+)$")
           if rr and tonumber(rr) == r then
             q = tonumber(q)
-            if owner[q] and owner[q] ~= i then return nil end
+            if owner[q] and owner[q] ~= i then clean = false end
             if not owner[q] then count = count + 1 end
             owner[q] = i
           end
         end
       end
-      if count < QUEUES then return nil end
-      return owner
+      return owner, count == QUEUES, clean
     end
     helpers.wait_until(function()
       round = round + 1
@@ -78,16 +79,16 @@ describe("consumer: rebalance among three consumers", function()
         local b = "p" .. round .. "_" .. q
         assert(lib.rmq_devbroker_produce(db, 0, TOPIC, q, nil, nil, b, #b) >= 0)
       end
-      local ok = helpers.wait_until(function() return owners_of(round) end, 30, "probe round")
-      local owner = owners_of(round)
-      local stable = prev_owner ~= nil
+      helpers.wait_until(function() return select(2, owners_of(round)) end, 30, "probe round")
+      local owner, _, clean = owners_of(round)
+      local stable = clean and prev_owner ~= nil
       local used = {}
       for q = 0, QUEUES - 1 do
         if prev_owner and prev_owner[q] ~= owner[q] then stable = false end
         used[owner[q]] = true
       end
-      prev_owner = owner
-      return ok and stable and used[1] and used[2] and used[3]
+      prev_owner = clean and owner or nil
+      return stable and used[1] and used[2] and used[3]
     end, 120, "rebalance settled")
 
     -- Second wave: each queue is consumed by exactly one consumer.
