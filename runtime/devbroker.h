@@ -6,11 +6,12 @@
  * sockets (optionally backed by an append-only commit log, --store DIR: devbroker_file.c). The name server answers GET_ROUTEINFO_BY_TOPIC (standard JSON for version >= 401 or
  * acceptStandardJsonOnly, bare integer keys otherwise), GET_BROKER_CLUSTER_INFO and
  * REGISTER_BROKER (so a second `rmqlua broker --name-server ADDR` process joins the cluster).
- * Each broker stores messages per (topic, queue) and serves SEND_MESSAGE(_V2), PULL_MESSAGE
+ * Each broker stores messages per (topic, queue) and serves SEND_MESSAGE(_V2) and
+ * SEND_BATCH_MESSAGE, PULL_MESSAGE
  * with long polling and tag filtering, consumer offsets, heartbeats and consumer groups,
  * CONSUMER_SEND_MSG_BACK with the retry/DLQ rules and delay levels, queue locks, and relays
  * admin calls to consumers. PROTOCOL.md sections 2, 3, 4, 5.3, 6.5, 6.11, 9. Not served:
- * SEND_BATCH_MESSAGE, transactions, SQL92 filters, slaves (REQUEST_CODE_NOT_SUPPORTED or the
+ * transactions, SQL92 filters, slaves (REQUEST_CODE_NOT_SUPPORTED or the
  * broker's "not supported" error, as a broker without those features answers).
  *
  * Files: devbroker.c (options, thread, request gate, controls), devbroker_ns.c (name server),

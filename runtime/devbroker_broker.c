@@ -187,11 +187,81 @@ static db_topic_t *sys_topic(db_broker_t *b, const char *name)
 
 /* ---- SEND_MESSAGE / SEND_MESSAGE_V2 ---------------------------------------------------------- */
 
+/*
+ * SEND_BATCH_MESSAGE: the body is a list of messages as MessageDecoder.encodeMessages writes
+ * them (TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN, BODY, PROPERTIESLEN, PROPERTIES). Each is
+ * stored in the same queue with its own properties followed by the batch's (CLUSTER included),
+ * as MessageExtBatchEncoder does. The answer's msgId lists every offsetMsgId, comma-separated;
+ * queueOffset is the first message's.
+ */
+static void send_batch(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, db_topic_t *t,
+                       db_msg_in_t *in, const rmq_buf_t *batch_props)
+{
+    const uint8_t *p = (const uint8_t *)req->body, *end = p + req->body_len;
+    rmq_buf_t ids, props;
+    rmq__buf_init(&ids);
+    rmq__buf_init(&props);
+    int64_t first = -1;
+    char msg[300];
+    int n = 0;
+    while (p && p < end) {
+        if (end - p < 22) goto bad;
+        uint32_t size = rmq__rd32(p);
+        if (size < 22 || size > (size_t)(end - p)) goto bad;
+        int32_t flag = (int32_t)rmq__rd32(p + 12);
+        uint32_t blen = rmq__rd32(p + 16);
+        if (blen > size - 22) goto bad;
+        const uint8_t *body = p + 20;
+        uint32_t plen = rmq__rd16(body + blen);
+        if (20 + blen + 2 + plen != size) goto bad;
+        props.len = 0;
+        rmq__buf_append(&props, body + blen + 2, plen);
+        if (plen && batch_props->len && props.data[props.len - 1] != RMQ_PROP_SEP)
+            rmq__buf_append_u8(&props, RMQ_PROP_SEP);
+        rmq__buf_append(&props, batch_props->data, batch_props->len);
+        in->flag = flag;
+        in->body = (const char *)body;
+        in->body_len = blen;
+        in->props = props.data;
+        in->props_len = props.len;
+        db_msg_t *m = rmq__db_store(b, t, in, msg, sizeof(msg));
+        if (!m) goto fail;
+        char id[64];
+        offset_msg_id(b, m->phys, id);
+        if (ids.len) rmq__buf_append(&ids, ",", 1);
+        rmq__buf_append(&ids, id, strlen(id));
+        if (first < 0) first = m->qoff;
+        n++;
+        p += size;
+    }
+    if (n == 0) goto bad;
+    rmq__buf_append_u8(&ids, 0);
+    rmq_cmd_t resp;
+    rmq__cmd_init_response(&resp, req, RMQ_RESP_SUCCESS, NULL);
+    rmq__cmd_set_ext(&resp, "msgId", ids.data);
+    rmq__cmd_set_ext_i64(&resp, "queueId", in->queue_id);
+    rmq__cmd_set_ext_i64(&resp, "queueOffset", first);
+    rmq__cmd_set_ext(&resp, "MSG_REGION", "DefaultRegion");
+    rmq__cmd_set_ext(&resp, "TRACE_ON", "true");
+    if (!(req->flag & RMQ_FLAG_ONEWAY)) rmq__db_reply(conn, &resp);
+    rmq__cmd_free(&resp);
+    rmq__buf_free(&ids);
+    rmq__buf_free(&props);
+    return;
+bad:
+    snprintf(msg, sizeof(msg), "malformed batch body at byte %ld (%d messages stored)",
+             (long)(p ? p - (const uint8_t *)req->body : 0), n);
+fail:
+    rmq__buf_free(&ids);
+    rmq__buf_free(&props);
+    rmq__db_reply_code(conn, req, RMQ_RESP_MESSAGE_ILLEGAL, msg);
+}
+
 static void h_send(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = broker_of(node);
     rmq_devbroker_t *db = node->db;
-    int v2 = req->code == RMQ_REQ_SEND_MESSAGE_V2;
+    int v2 = req->code == RMQ_REQ_SEND_MESSAGE_V2 || req->code == RMQ_REQ_SEND_BATCH_MESSAGE;
     hdr_t h = {conn, req, 0};
     hdr_str(&h, v2 ? "a" : "producerGroup");
     const char *topic = hdr_str(&h, v2 ? "b" : "topic");
@@ -243,6 +313,13 @@ static void h_send(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     }
     if (qid < 0) qid = rand() % (t->write_q > 0 ? t->write_q : 1);
 
+    int batch = req->code == RMQ_REQ_SEND_BATCH_MESSAGE;
+    if (batch && strncmp(topic, "%RETRY%", 7) == 0) {
+        snprintf(msg, sizeof(msg), "batch request does not support retry group %s", topic);
+        rmq__db_reply_code(conn, req, RMQ_RESP_MESSAGE_ILLEGAL, msg);
+        return;
+    }
+
     /* %RETRY% with too many reconsumes goes to the DLQ (handleRetryAndDLQ). */
     const char *dest = topic;
     char dlq[300];
@@ -278,6 +355,12 @@ static void h_send(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
                       .born_port = port,
                       .body = req->body,
                       .body_len = req->body_len};
+
+    if (batch) {
+        send_batch(b, conn, req, t, &in, &pb);
+        rmq__buf_free(&pb);
+        return;
+    }
 
     uint32_t dl_len = 0;
     const char *dl = rmq__props_find(pb.data, pb.len, "DELAY", 5, &dl_len);
@@ -1645,6 +1728,7 @@ void rmq__db_broker_install(db_broker_t *b)
     db_node_t *n = &b->node;
     rmq__db_set_handler(n, RMQ_REQ_SEND_MESSAGE, h_send);
     rmq__db_set_handler(n, RMQ_REQ_SEND_MESSAGE_V2, h_send);
+    rmq__db_set_handler(n, RMQ_REQ_SEND_BATCH_MESSAGE, h_send);
     rmq__db_set_handler(n, RMQ_REQ_PULL_MESSAGE, h_pull);
     rmq__db_set_handler(n, RMQ_REQ_QUERY_CONSUMER_OFFSET, h_query_offset);
     rmq__db_set_handler(n, RMQ_REQ_UPDATE_CONSUMER_OFFSET, h_update_offset);

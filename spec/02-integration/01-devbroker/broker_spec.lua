@@ -182,6 +182,44 @@ describe("devbroker", function()
       assert.equal("3", r.extFields.queueId)
     end)
 
+    it("stores SEND_BATCH_MESSAGE bodies as separate messages", function()
+      local c = conn()
+      finally(function() c:close() end)
+      lib.rmq_devbroker_create_topic(db, 0, "Tbatch", 1)
+      local function inner(body, props)
+        local p = wire.props(props)
+        local size = 20 + #body + 2 + #p
+        return wire.be32(size) .. wire.be32(0) .. wire.be32(0) .. wire.be32(5) ..
+               wire.be32(#body) .. body .. string.char(math.floor(#p / 256), #p % 256) .. p
+      end
+      local body = inner("one", {{"UNIQ_KEY", "U1"}, {"TAGS", "A"}}) ..
+                   inner("two", {{"UNIQ_KEY", "U2"}, {"KEYS", "k2"}})
+      local ext = wire.send_ext("Tbatch", {queue = 0})
+      ext.i = wire.props({{"WAIT", "true"}})
+      ext.m = "true"
+      local r = assert(c:request(320, ext, body))
+      assert.equal(0, r.code)
+      assert.equal("0", r.extFields.queueOffset)
+      assert.truthy(r.extFields.msgId:match("^%x+,%x+$"))
+      local p = assert(c:request(PULL, wire.pull_ext("g", "Tbatch", 0, 0, {sys_flag = 4, subscription = "*"})))
+      local ms = wire.decode_messages(p.body)
+      assert.equal(2, #ms)
+      assert.equal("one", ms[1].body)
+      assert.equal("U1", ms[1].props.UNIQ_KEY)
+      assert.equal("A", ms[1].props.TAGS)
+      assert.equal("DefaultCluster", ms[1].props.CLUSTER)
+      assert.is_nil(ms[1].props.WAIT)
+      assert.equal("two", ms[2].body)
+      assert.equal("k2", ms[2].props.KEYS)
+      assert.equal(5, ms[2].flag)
+      -- a truncated body is refused
+      r = assert(c:request(320, ext, body:sub(1, 30)))
+      assert.equal(13, r.code)
+      -- batches to a retry topic are refused
+      r = assert(c:request(320, wire.send_ext("%RETRY%gb", {queue = 0}), body))
+      assert.equal(13, r.code)
+    end)
+
     it("rejects a send with a missing required field", function()
       local c = conn()
       finally(function() c:close() end)
