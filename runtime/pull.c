@@ -188,40 +188,35 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp, int64_t min_off, int64_
     rmq__pull_later(q, c->conf->pull_interval);
 }
 
-typedef struct illegal_ctx {
-    uv_timer_t t;
-    rmq_qent_t *q;
-} illegal_ctx_t;
-
-static void illegal_close(uv_handle_t *h) { free(h); }
-
+/* OFFSET_ILLEGAL: after 10 s the corrected offset is written and persisted, and the queue
+ * leaves the table (the next rebalance takes it again from the broker's offset). The delay runs
+ * on the queue's dispatch timer (idle for a dropped queue), so dropping the queue cancels it. */
 static void on_illegal(uv_timer_t *t)
 {
-    illegal_ctx_t *x = (illegal_ctx_t *)t;
-    rmq_qent_t *q = x->q;
+    rmq_qent_t *q = t->data;
     rmq_consumer_t *c = q->c;
-    /* updateOffset(mq, nextOffset, false), persist, then remove the process queue. */
-    q->offset = q->next_offset;
-    rmq__offset_persist(c, q);
-    rmq_log_warn("pull", "%s: offset illegal, corrected to %" PRId64 ", queue dropped until the"
-                 " next rebalance", q->name, q->next_offset);
-    if (q->in_table) rmq__rb_drop_queue(c, q, 1);
+    q->dtimer_armed = 0;
+    if (c->state == RMQ_CLIENT_RUNNING && q->in_table) {
+        q->offset = q->next_offset;
+        rmq__offset_persist(c, q);
+        rmq_log_warn("pull", "%s: offset illegal, corrected to %" PRId64 ", queue dropped until"
+                     " the next rebalance", q->name, q->next_offset);
+        rmq__rb_drop_queue(c, q, 1);
+    }
     rmq__qent_release(q);
-    t->data = NULL;
-    uv_close((uv_handle_t *)t, illegal_close);
 }
 
 static void handle_illegal(rmq_qent_t *q)
 {
-    rmq_consumer_t *c = q->c;
     rmq_log_warn("pull", "%s: PULL_OFFSET_MOVED, next offset %" PRId64, q->name, q->next_offset);
     rmq__pq_set_state(&q->pq, RMQ_PQ_DROPPED);
-    illegal_ctx_t *x = rmq__xcalloc(1, sizeof(*x));
-    uv_timer_init(&c->loop, &x->t);
-    x->t.data = x;
-    x->q = rmq__qent_keep(q);
-    uv_timer_start(&x->t, on_illegal, RMQ_OFFSET_ILLEGAL_DELAY_MS, 0);
-    uv_unref((uv_handle_t *)&x->t);
+    if (q->dtimer_armed) {
+        uv_timer_stop(&q->dtimer);
+        rmq__qent_release(q);
+    }
+    q->dtimer_armed = 1;
+    rmq__qent_keep(q);
+    uv_timer_start(&q->dtimer, on_illegal, RMQ_OFFSET_ILLEGAL_DELAY_MS, 0);
 }
 
 static void on_pull_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
