@@ -8,6 +8,11 @@
  * deadline (scanned by the one timer), in a per-connection list (failed together on close) and
  * in a hash by opaque (responses). Write requests own their encoded header (and the body, when
  * copied); lent buffers go back through the written callback.
+ * Writes on an OPEN connection are coalesced: frames are encoded into the connection's open
+ * batch (headers and copied bodies in one buffer, lent buffers as their own slices) and the
+ * batch goes to libuv as one uv_write from the transport's idle handle (once per loop turn),
+ * when it grows past BATCH_MAX_BYTES/BATCH_MAX_SEGS, or right before the connection closes.
+ * A batch in flight holds a connection reference; its written callbacks run when it completes.
  * Threads: the loop thread of opts.loop only.
  */
 #include "remoting.h"
@@ -83,6 +88,32 @@ typedef struct wreq {
     uv_buf_t bufs[];
 } wreq_t;
 
+#define BATCH_MAX_BYTES (256 * 1024) /* hand a batch to libuv once it holds this much */
+#define BATCH_MAX_SEGS 512           /* ... or this many slices (stays under IOV_MAX) */
+
+typedef struct wseg {
+    const char *ext; /* a lent buffer, or NULL: [off, off + len) of the batch's data */
+    size_t off, len;
+} wseg_t;
+
+typedef struct wdone {
+    rmq_written_cb cb;
+    void *ud;
+} wdone_t;
+
+/* Frames collected for one uv_write (see the top of the file). */
+typedef struct wbatch {
+    uv_write_t req;
+    rmq_conn_t *conn;
+    rmq_buf_t data; /* encoded headers and copied bodies */
+    wseg_t *segs;
+    unsigned nsegs, segcap;
+    wdone_t *done; /* written callbacks of lent buffers */
+    unsigned ndone, donecap;
+    uv_buf_t *bufs;
+    unsigned bufcap;
+} wbatch_t;
+
 typedef struct peer {
     link_t link; /* t->peers */
     char *addr;
@@ -105,6 +136,9 @@ struct rmq_conn {
     link_t all;     /* t->all_conns while allocated */
     link_t pending; /* pending_t.by_conn */
     link_t queued;  /* wreq_t written once OPEN */
+    link_t dirty;   /* t->dirty while out holds frames */
+    wbatch_t *out;  /* frames not yet handed to libuv (OPEN only), or NULL */
+    wbatch_t *spare; /* a finished batch kept for reuse */
     size_t npending;
     peer_t *peer; /* client side: its address entry (NULL once detached) */
     uv_connect_t connect_req;
@@ -132,6 +166,8 @@ struct rmq_remoting {
     rmq_remoting_opts_t opts;
     uv_timer_t timer;
     int64_t timer_at; /* deadline the timer is armed for, or -1 */
+    uv_idle_t flusher; /* hands the open batches of t->dirty to libuv */
+    link_t dirty;      /* connections with an open batch */
     int in_scan;
     uv_tcp_t listener;
     int listening;
@@ -277,11 +313,14 @@ rmq_conn_t *rmq__conn_keep(rmq_conn_t *c)
     return c;
 }
 
+static void batch_free(wbatch_t *b);
+
 void rmq__conn_release(rmq_conn_t *c)
 {
     if (--c->refs > 0) return;
     if (c->t) list_remove(&c->all);
     rmq__framer_reset(&c->framer);
+    if (c->spare) batch_free(c->spare);
     free(c);
 }
 
@@ -324,6 +363,7 @@ static rmq_conn_t *conn_new(rmq_remoting_t *t, int is_server)
     list_init(&c->live);
     list_init(&c->pending);
     list_init(&c->queued);
+    list_init(&c->dirty);
     list_push_back(&t->all_conns, &c->all);
     rmq__framer_init(&c->framer, t->opts.max_frame);
     return c;
@@ -488,6 +528,176 @@ static int wreq_issue(rmq_conn_t *c, wreq_t *w)
     return 0;
 }
 
+static void batch_free(wbatch_t *b)
+{
+    rmq__buf_free(&b->data);
+    free(b->segs);
+    free(b->done);
+    free(b->bufs);
+    free(b);
+}
+
+/* Run the written callbacks of b, then keep it as c's spare or free it. */
+static void batch_finish(rmq_conn_t *c, wbatch_t *b, int status)
+{
+    for (unsigned i = 0; i < b->ndone; i++)
+        b->done[i].cb(b->done[i].ud, status);
+    b->ndone = 0;
+    b->nsegs = 0;
+    b->data.len = 0;
+    if (!c->spare && b->data.cap <= 2 * BATCH_MAX_BYTES)
+        c->spare = b;
+    else
+        batch_free(b);
+}
+
+static void on_batch_write(uv_write_t *req, int status)
+{
+    wbatch_t *b = CONTAINER_OF(req, wbatch_t, req);
+    rmq_conn_t *c = b->conn;
+    if (status < 0 && status != UV_ECANCELED && c->state == RMQ_CONN_OPEN) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "write to %s failed: %s", c->addr, uv_strerror(status));
+        rmq_log_warn(c->t ? SUB(c->t) : "remoting", "%s", msg);
+        batch_finish(c, b, RMQ_ERR_TRANSPORT);
+        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
+        rmq__conn_release(c);
+        return;
+    }
+    batch_finish(c, b, status < 0 ? RMQ_ERR_TRANSPORT : 0);
+    rmq__conn_release(c);
+}
+
+/* Hand c's open batch to libuv (one uv_write); on a synchronous failure the connection is
+ * closed at the next timer run. */
+static void batch_flush(rmq_conn_t *c)
+{
+    wbatch_t *b = c->out;
+    if (!b) return;
+    c->out = NULL;
+    list_remove(&c->dirty);
+    if (b->bufcap < b->nsegs) {
+        free(b->bufs);
+        b->bufcap = b->nsegs < 64 ? 64 : b->nsegs;
+        b->bufs = rmq__xmalloc(b->bufcap * sizeof(*b->bufs));
+    }
+    for (unsigned i = 0; i < b->nsegs; i++) {
+        const wseg_t *sg = &b->segs[i];
+        b->bufs[i] = uv_buf_init(sg->ext ? (char *)sg->ext : b->data.data + sg->off,
+                                 (unsigned)sg->len);
+    }
+    int rc = uv_write(&b->req, (uv_stream_t *)&c->tcp, b->bufs, b->nsegs, on_batch_write);
+    if (rc < 0) {
+        snprintf(c->doom_why, sizeof c->doom_why, "write failed: %s", uv_strerror(rc));
+        rmq_log_warn(SUB(c->t), "write to %s failed: %s", c->addr, uv_strerror(rc));
+        c->doomed = 1;
+        arm_timer(c->t, 0);
+        batch_finish(c, b, RMQ_ERR_TRANSPORT);
+        return;
+    }
+    rmq__conn_keep(c);
+}
+
+static void on_flusher(uv_idle_t *h)
+{
+    rmq_remoting_t *t = h->data;
+    while (!list_empty(&t->dirty))
+        batch_flush(CONTAINER_OF(t->dirty.next, rmq_conn_t, dirty));
+    uv_idle_stop(&t->flusher);
+}
+
+static wseg_t *batch_seg(wbatch_t *b)
+{
+    if (b->nsegs == b->segcap) {
+        b->segcap = b->segcap ? 2 * b->segcap : 64;
+        b->segs = realloc(b->segs, b->segcap * sizeof(*b->segs));
+        if (!b->segs) abort();
+    }
+    return &b->segs[b->nsegs++];
+}
+
+/* Add [off, data.len) of b's own data as a slice (merged with a preceding own slice). */
+static void batch_own(wbatch_t *b, size_t off)
+{
+    if (b->data.len == off) return;
+    if (b->nsegs && !b->segs[b->nsegs - 1].ext &&
+        b->segs[b->nsegs - 1].off + b->segs[b->nsegs - 1].len == off) {
+        b->segs[b->nsegs - 1].len += b->data.len - off;
+        return;
+    }
+    wseg_t *sg = batch_seg(b);
+    sg->ext = NULL;
+    sg->off = off;
+    sg->len = b->data.len - off;
+}
+
+/* OPEN: append the frame to c's open batch. Same contract as conn_send. */
+static int batch_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_buf_t *extra,
+                      unsigned n_extra, rmq_written_cb written, void *wud)
+{
+    rmq_remoting_t *t = c->t;
+    wbatch_t *b = c->out;
+    if (!b) {
+        if (c->spare) {
+            b = c->spare;
+            c->spare = NULL;
+        } else {
+            b = rmq__xcalloc(1, sizeof(*b));
+            rmq__buf_init(&b->data);
+        }
+        b->conn = c;
+    }
+    size_t start = b->data.len;
+    rmq_cmd_t tmp = *cmd;
+    for (unsigned i = 0; i < n_extra; i++)
+        tmp.body_len += extra[i].len;
+    int rc = rmq__cmd_encode_header(&tmp, &b->data);
+    if (!rc && copy) {
+        rc = rmq__buf_reserve(&b->data, tmp.body_len);
+        if (!rc && cmd->body_len) rc = rmq__buf_append(&b->data, cmd->body, cmd->body_len);
+        for (unsigned i = 0; !rc && i < n_extra; i++)
+            rc = rmq__buf_append(&b->data, extra[i].base, extra[i].len);
+    }
+    if (!rc && written && b->ndone == b->donecap) {
+        b->donecap = b->donecap ? 2 * b->donecap : 16;
+        b->done = realloc(b->done, b->donecap * sizeof(*b->done));
+        if (!b->done) abort();
+    }
+    if (rc) {
+        rmq_log_warn(SUB(t), "cannot encode %d for %s: %s", cmd->code, c->addr, rmq_err_str(rc));
+        b->data.len = start;
+        if (!c->out) batch_finish(c, b, 0);
+        return rc;
+    }
+    batch_own(b, start);
+    if (!copy) {
+        if (cmd->body_len) {
+            wseg_t *sg = batch_seg(b);
+            sg->ext = (const char *)cmd->body;
+            sg->len = cmd->body_len;
+        }
+        for (unsigned i = 0; i < n_extra; i++) {
+            if (!extra[i].len) continue;
+            wseg_t *sg = batch_seg(b);
+            sg->ext = extra[i].base;
+            sg->len = extra[i].len;
+        }
+    }
+    if (written) {
+        b->done[b->ndone].cb = written;
+        b->done[b->ndone++].ud = wud;
+    }
+    t->st.bytes_out += (b->data.len - start) + (copy ? 0 : tmp.body_len);
+    c->last_io = now_ms(t);
+    if (!c->out) {
+        c->out = b;
+        list_push_back(&t->dirty, &c->dirty);
+        if (!uv_is_active((uv_handle_t *)&t->flusher)) uv_idle_start(&t->flusher, on_flusher);
+    }
+    if (b->data.len >= BATCH_MAX_BYTES || b->nsegs >= BATCH_MAX_SEGS) batch_flush(c);
+    return 0;
+}
+
 /*
  * Encode cmd and send it (OPEN) or queue it (WAITING/CONNECTING). copy: the body goes into the
  * transport's buffer; else body and extra are lent until written runs. Returns 0 or an error
@@ -497,6 +707,7 @@ static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, int copy,
                      const uv_buf_t *extra, unsigned n_extra, rmq_written_cb written, void *wud)
 {
     if (c->state >= RMQ_CONN_CLOSING || !c->t || c->t->destroying) return RMQ_ERR_TRANSPORT;
+    if (c->state == RMQ_CONN_OPEN) return batch_send(c, cmd, copy, extra, n_extra, written, wud);
     unsigned nb = copy ? 1 : 1 + (cmd->body_len ? 1 : 0) + n_extra;
     wreq_t *w = rmq__xcalloc(1, sizeof(*w) + nb * sizeof(uv_buf_t));
     w->conn = c;
@@ -563,6 +774,7 @@ static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
     if (c->state >= RMQ_CONN_CLOSING) return;
     rmq__conn_keep(c);
     int was = c->state;
+    batch_flush(c); /* what was sent before the close goes out first */
     set_state(c, RMQ_CONN_CLOSING);
     list_remove(&c->live);
     t->st.closes++;
@@ -1376,9 +1588,12 @@ int rmq__remoting_new(const rmq_remoting_opts_t *opts, rmq_remoting_t **out, cha
     list_init(&t->all_conns);
     list_init(&t->peers);
     list_init(&t->pending);
+    list_init(&t->dirty);
     uv_timer_init(t->loop, &t->timer);
     t->timer.data = t;
-    t->handles = 1;
+    uv_idle_init(t->loop, &t->flusher);
+    t->flusher.data = t;
+    t->handles = 2;
     *out = t;
     return 0;
 }
@@ -1407,6 +1622,8 @@ void rmq__remoting_destroy(rmq_remoting_t *t, void (*close_cb)(void *ud), void *
     t->dflt.h = NULL;
     uv_timer_stop(&t->timer);
     uv_close((uv_handle_t *)&t->timer, on_plain_close);
+    uv_idle_stop(&t->flusher);
+    uv_close((uv_handle_t *)&t->flusher, on_plain_close);
     if (t->listening) {
         t->listening = 0;
         uv_close((uv_handle_t *)&t->listener, on_plain_close);
