@@ -22,7 +22,7 @@ const char *rmq_err_name(int err)
     switch (err) {
 #define RMQ_ERR_NAME_(name, val, msg)                                                              \
     case val:                                                                                      \
-        return #name + 4; /* strip "RMQ_" */
+        return &(#name)[4]; /* strip "RMQ_" */
         RMQ_LOCAL_ERRORS(RMQ_ERR_NAME_)
 #undef RMQ_ERR_NAME_
     default:
