@@ -210,16 +210,24 @@ static void record(db_node_t *node, const rmq_cmd_t *req)
 {
     rmq_devbroker_t *db = node->db;
     if (!db->recording) return;
-    db_rec_t *r = rmq__xcalloc(1, sizeof(*r));
+    /* One allocation: the record, its ext array, then the strings (NUL-terminated). */
+    size_t n = (size_t)(req->n_ext > 0 ? req->n_ext : 0), need = 0;
+    for (size_t i = 0; i < n; i++)
+        need += strlen(req->ext[i].key) + 1 +
+                (req->ext[i].val ? strlen(req->ext[i].val) : 0) + 1;
+    db_rec_t *r = rmq__xmalloc(sizeof(*r) + n * sizeof(rmq_kv_t) + need);
+    r->next = NULL;
     r->target = node->idx;
     r->code = req->code;
-    r->n_ext = req->n_ext;
-    if (req->n_ext) {
-        r->ext = rmq__xcalloc((size_t)req->n_ext, sizeof(*r->ext));
-        for (int i = 0; i < req->n_ext; i++) {
-            r->ext[i].key = rmq__xstrdup(req->ext[i].key);
-            r->ext[i].val = rmq__xstrdup(req->ext[i].val ? req->ext[i].val : "");
-        }
+    r->n_ext = (int)n;
+    r->ext = n ? (rmq_kv_t *)(r + 1) : NULL;
+    char *sp = (char *)(r + 1) + n * sizeof(rmq_kv_t);
+    for (size_t i = 0; i < n; i++) {
+        const char *v = req->ext[i].val ? req->ext[i].val : "";
+        size_t kl = strlen(req->ext[i].key) + 1, vl = strlen(v) + 1;
+        r->ext[i].key = memcpy(sp, req->ext[i].key, kl);
+        r->ext[i].val = memcpy(sp + kl, v, vl);
+        sp += kl + vl;
     }
     db_rec_t *drop = NULL;
     uv_mutex_lock(&db->mu);
@@ -241,12 +249,7 @@ static void record(db_node_t *node, const rmq_cmd_t *req)
 
 static void rec_free(db_rec_t *r)
 {
-    for (int i = 0; i < r->n_ext; i++) {
-        free(r->ext[i].key);
-        free(r->ext[i].val);
-    }
-    free(r->ext);
-    free(r);
+    free(r); /* ext and strings live in the same allocation (see record) */
 }
 
 typedef struct db_deferred {
