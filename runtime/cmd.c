@@ -99,7 +99,7 @@ static int find_ext(const rmq_cmd_t *c, const char *key)
 {
     int i;
     for (i = 0; i < c->n_ext; i++)
-        if (!strcmp(c->ext[i].key, key)) return i;
+        if (c->ext[i].key[0] == key[0] && !strcmp(c->ext[i].key, key)) return i;
     return -1;
 }
 
@@ -150,10 +150,27 @@ int rmq__cmd_set_ext(rmq_cmd_t *c, const char *key, const char *val)
     return 0;
 }
 
+/* v in decimal (as "%lld") at dst, NUL-terminated; returns the length (dst: 21 bytes or more). */
+static size_t fmt_i64(char *dst, int64_t v)
+{
+    char tmp[24];
+    size_t n = 0, len = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) dst[len++] = '-';
+    while (n)
+        dst[len++] = tmp[--n];
+    dst[len] = '\0';
+    return len;
+}
+
 int rmq__cmd_set_ext_i64(rmq_cmd_t *c, const char *key, int64_t v)
 {
     char tmp[24];
-    snprintf(tmp, sizeof(tmp), "%lld", (long long)v);
+    fmt_i64(tmp, v);
     return rmq__cmd_set_ext(c, key, tmp);
 }
 
@@ -758,6 +775,17 @@ static int json_put_str(rmq_buf_t *b, const char *str, size_t n)
     return rmq__buf_append(b, "\"", 1);
 }
 
+/* Append the literal lit, then v in decimal. */
+static int put_lit_i64(rmq_buf_t *b, const char *lit, size_t lit_len, int64_t v)
+{
+    if (rmq__buf_reserve(b, lit_len + 24)) return RMQ_ERR_NOMEM;
+    memcpy(b->data + b->len, lit, lit_len);
+    b->len += lit_len;
+    b->len += fmt_i64(b->data + b->len, v);
+    return 0;
+}
+#define PUT_LIT_I64(b, lit, v) put_lit_i64((b), lit, sizeof(lit) - 1, (v))
+
 static int encode_json(const rmq_cmd_t *c, rmq_buf_t *b)
 {
     int order_stack[32], *order = order_stack, n, i, rc = RMQ_ERR_NOMEM;
@@ -767,7 +795,7 @@ static int encode_json(const rmq_cmd_t *c, rmq_buf_t *b)
         !(order = malloc((size_t)c->n_ext * sizeof(*order))))
         return RMQ_ERR_NOMEM;
     if ((n = hm_order(c, NULL, order)) < 0) goto out;
-    if (rmq__buf_appendf(b, "{\"code\":%d", (int)c->code)) goto out;
+    if (PUT_LIT_I64(b, "{\"code\":", (int)c->code)) goto out;
     if (n > 0 || c->ext_empty) {
         if (rmq__buf_append(b, ",\"extFields\":{", 14)) goto out;
         for (i = 0; i < n; i++) {
@@ -779,16 +807,19 @@ static int encode_json(const rmq_cmd_t *c, rmq_buf_t *b)
         }
         if (rmq__buf_append(b, "}", 1)) goto out;
     }
-    if (rmq__buf_appendf(b, ",\"flag\":%d,\"language\":", (int)c->flag)) goto out;
-    if (lang ? rmq__buf_appendf(b, "\"%s\"", lang) : rmq__buf_appendf(b, "%d", (int)c->language))
+    if (PUT_LIT_I64(b, ",\"flag\":", (int)c->flag) || rmq__buf_append(b, ",\"language\":", 12))
         goto out;
-    if (rmq__buf_appendf(b, ",\"opaque\":%d", (int)c->opaque)) goto out;
+    if (lang ? rmq__buf_append(b, "\"", 1) || rmq__buf_append(b, lang, strlen(lang)) ||
+                   rmq__buf_append(b, "\"", 1)
+             : PUT_LIT_I64(b, "", (int)c->language))
+        goto out;
+    if (PUT_LIT_I64(b, ",\"opaque\":", (int)c->opaque)) goto out;
     if (c->remark) {
         if (rmq__buf_append(b, ",\"remark\":", 10) || json_put_str(b, c->remark, strlen(c->remark)))
             goto out;
     }
-    if (rmq__buf_appendf(b, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%d}",
-                         (int)c->version))
+    if (PUT_LIT_I64(b, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":", (int)c->version) ||
+        rmq__buf_append(b, "}", 1))
         goto out;
     rc = 0;
 out:
