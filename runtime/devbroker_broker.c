@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <zlib.h>
 
 #define SYSFLAG_COMMIT 0x1
@@ -33,6 +34,7 @@
 #define RETRY_MAX_TIMES 16              /* SubscriptionGroupConfig.retryMaxTimes */
 #define VERSION_V3_4_9 121              /* MQVersion.Version.V3_4_9.ordinal() */
 #define CALL_CLIENT_TIMEOUT_MS 10000
+#define HOLD_CHECK_MS 5000 /* PullRequestHoldService period with long polling */
 
 static const int64_t delay_level_ms[18] = {1000,   5000,   10000,   30000,   60000,   120000,
                                            180000, 240000, 300000,  360000,  420000,  480000,
@@ -933,6 +935,16 @@ static void scan_expired(const char *key, void *val, void *ud)
  * close handler then removes them from their groups and notifies the rest). */
 void rmq__db_broker_scan(db_broker_t *b, int64_t now_mono)
 {
+    /* PullRequestHoldService.checkHoldRequest, every 5 s: a parked pull whose queue has grown
+     * runs again whatever the tags of the new messages (only filtered ones: the pull answers
+     * PULL_RETRY_IMMEDIATELY / NO_MATCHED_MESSAGE with nextBeginOffset past them). */
+    if (now_mono - b->hold_check_ms >= HOLD_CHECK_MS) {
+        b->hold_check_ms = now_mono;
+        for (db_park_t *p = b->parks, *next; p; p = next) {
+            next = p->bnext;
+            if (rmq__db_qmax(p->q) > p->offset) park_wake(b, p);
+        }
+    }
     expired_t ex = {.now = now_mono, .expire_ms = b->node.db->channel_expire_ms};
     rmq__dbmap_each(&b->groups, scan_expired, &ex);
     for (int i = 0; i < ex.n; i++) {
@@ -1369,6 +1381,274 @@ static void h_running_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     relay(broker_of(node), conn, req, group, client_id, NULL, 0, NULL, NULL);
 }
 
+/* ---- offsets reset and consumer status through the broker (Broker2Client) -------------------- */
+
+/* Clients whose heartbeat version is below V3_0_7_SNAPSHOT (28) cannot serve these calls. */
+#define V3_0_7_SNAPSHOT 28
+
+static const char *version_desc(int v)
+{
+    static const char *const names[V3_0_7_SNAPSHOT] = {"V3_0_0_SNAPSHOT", "V3_0_0_ALPHA1",
+                                                       "V3_0_0_BETA1",    "V3_0_0_BETA2",
+                                                       "V3_0_0_BETA3",    "V3_0_0_BETA4",
+                                                       "V3_0_0_BETA5",    "V3_0_0_BETA6_SNAPSHOT",
+                                                       "V3_0_0_BETA6",    "V3_0_0_BETA7_SNAPSHOT",
+                                                       "V3_0_0_BETA7",    "V3_0_0_BETA8_SNAPSHOT",
+                                                       "V3_0_0_BETA8",    "V3_0_0_BETA9_SNAPSHOT",
+                                                       "V3_0_0_BETA9",    "V3_0_0_FINAL",
+                                                       "V3_0_1_SNAPSHOT", "V3_0_1",
+                                                       "V3_0_2_SNAPSHOT", "V3_0_2",
+                                                       "V3_0_3_SNAPSHOT", "V3_0_3",
+                                                       "V3_0_4_SNAPSHOT", "V3_0_4",
+                                                       "V3_0_5_SNAPSHOT", "V3_0_5",
+                                                       "V3_0_6_SNAPSHOT", "V3_0_6"};
+    return v >= 0 && v < V3_0_7_SNAPSHOT ? names[v] : "HIGHER_VERSION";
+}
+
+static void write_mq_key(rmq_buf_t *o, const char *broker, int qid, const char *topic)
+{
+    rmq__buf_append(o, "{\"brokerName\":", 14);
+    rmq__fj_write_str(o, broker, strlen(broker), 0);
+    rmq__buf_appendf(o, ",\"queueId\":%d,\"topic\":", qid);
+    rmq__fj_write_str(o, topic, strlen(topic), 0);
+    rmq__buf_append(o, "}", 1);
+}
+
+/* ResetOffsetBody (MessageQueue objects as keys) or, for C, ResetOffsetBodyForC (a list). */
+static void reset_body(rmq_buf_t *o, const char *broker, const char *topic, const int64_t *offs,
+                       int n, int for_c)
+{
+    rmq__buf_append(o, for_c ? "{\"offsetTable\":[" : "{\"offsetTable\":{", 16);
+    for (int i = 0; i < n; i++) {
+        if (i) rmq__buf_append(o, ",", 1);
+        if (for_c) {
+            rmq__buf_append(o, "{\"brokerName\":", 14);
+            rmq__fj_write_str(o, broker, strlen(broker), 0);
+            rmq__buf_appendf(o, ",\"offset\":%lld,\"queueId\":%d,\"topic\":", (long long)offs[i],
+                             i);
+            rmq__fj_write_str(o, topic, strlen(topic), 0);
+            rmq__buf_append(o, "}", 1);
+        } else {
+            write_mq_key(o, broker, i, topic);
+            rmq__buf_appendf(o, ":%lld", (long long)offs[i]);
+        }
+    }
+    rmq__buf_append(o, for_c ? "]}" : "}}", 2);
+}
+
+/* INVOKE_BROKER_TO_RESET_OFFSET (AdminBrokerProcessor.resetOffset -> Broker2Client.resetOffset):
+ * for each write queue the offset at the timestamp (the max offset for -1), unless the group's
+ * committed offset is smaller and isForce is false; RESET_CONSUMER_CLIENT_OFFSET (oneway) to every
+ * client of the group; the answer carries the table. The stored offsets change when the clients
+ * persist them, as with the real broker. */
+static void h_invoke_reset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
+{
+    db_broker_t *b = broker_of(node);
+    hdr_t h = {conn, req, 0};
+    const char *topic = hdr_str(&h, "topic");
+    const char *group = hdr_str(&h, "group");
+    int64_t ts = hdr_i64(&h, "timestamp");
+    const char *force_s = hdr_str(&h, "isForce");
+    if (h.failed) return;
+    int force = !strcasecmp(force_s, "true");
+    char msg[700];
+    db_topic_t *t = rmq__db_topic_get(b, topic);
+    if (!t) {
+        snprintf(msg, sizeof(msg),
+                 "[reset-offset] reset offset failed, no topic in this broker. topic=%s", topic);
+        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        return;
+    }
+    int n = t->write_q;
+    int64_t *offs = rmq__xcalloc((size_t)n + 1, sizeof(*offs));
+    for (int i = 0; i < n; i++) {
+        int64_t co = rmq__db_offset_get(b, group, topic, i);
+        if (co == -1) {
+            snprintf(msg, sizeof(msg), "THe consumer group <%s> not exist", group);
+            rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+            free(offs);
+            return;
+        }
+        db_queue_t *q = rmq__db_queue(t, i);
+        int64_t to = ts == -1 ? rmq__db_qmax(q) : rmq__db_search_time(q, ts);
+        if (to < 0) to = 0;
+        offs[i] = force || to < co ? to : co;
+    }
+    db_group_t *g = rmq__dbmap_get(&b->groups, group);
+    if (!g || g->n_members == 0) {
+        snprintf(
+            msg, sizeof(msg),
+            "Consumer not online, so can not reset offset, Group: %s Topic: %s Timestamp: %lld",
+            group, topic, (long long)ts);
+        rmq__db_reply_code(conn, req, RMQ_RESP_CONSUMER_NOT_ONLINE, msg);
+        free(offs);
+        return;
+    }
+    rmq_buf_t body;
+    rmq__buf_init(&body);
+    reset_body(&body, b->name, topic, offs, n, req->language == RMQ_LANG_CPP);
+    rmq_cmd_t fw;
+    rmq__cmd_init(&fw, RMQ_REQ_RESET_CONSUMER_CLIENT_OFFSET, RMQ_SERIALIZE_JSON);
+    rmq__cmd_set_ext(&fw, "topic", topic);
+    rmq__cmd_set_ext(&fw, "group", group);
+    rmq__cmd_set_ext_i64(&fw, "timestamp", ts);
+    rmq__cmd_set_ext(&fw, "isForce", "false");
+    fw.body = body.data;
+    fw.body_len = body.len;
+    int code = RMQ_RESP_SUCCESS;
+    for (int i = 0; i < g->n_members; i++) {
+        db_client_t *c = g->members[i];
+        if (c->version < V3_0_7_SNAPSHOT) {
+            snprintf(msg, sizeof(msg), "the client does not support this feature. version=%s",
+                     version_desc(c->version));
+            code = RMQ_RESP_SYSTEM_ERROR;
+            break;
+        }
+        int rc = rmq__conn_request(c->conn, &fw, 0, RMQ_REQF_ONEWAY, NULL, NULL);
+        if (rc)
+            rmq_log_warn(DB_LOG, "%s: [reset-offset] cannot reach %s: %s", b->name, c->client_id,
+                         rmq_err_str(rc));
+    }
+    fw.body = NULL;
+    fw.body_len = 0;
+    rmq__cmd_free(&fw);
+    if (code == RMQ_RESP_SUCCESS) {
+        body.len = 0;
+        reset_body(&body, b->name, topic, offs, n, 0);
+        reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &body);
+    } else {
+        rmq__db_reply_code(conn, req, code, msg);
+    }
+    rmq__buf_free(&body);
+    free(offs);
+}
+
+/* INVOKE_BROKER_TO_GET_CONSUMER_STATUS (Broker2Client.getConsumeStatus): GET_CONSUMER_STATUS_FROM_
+ * CLIENT to every client of the group (or only to clientAddr, compared with the client id), each
+ * SUCCESS answer's messageQueueTable under its client id in consumerTable. Failed or late
+ * clients are left out. */
+typedef struct status_op {
+    rmq_conn_t *admin; /* kept */
+    int32_t opaque, serialize, code;
+    int pending, n;
+    char **ids;      /* client ids */
+    rmq_buf_t *tabs; /* messageQueueTable of each answer (len 0: none) */
+} status_op_t;
+
+typedef struct status_call {
+    status_op_t *op;
+    int idx;
+} status_call_t;
+
+static void status_finish(status_op_t *op)
+{
+    rmq_buf_t o;
+    rmq__buf_init(&o);
+    rmq__buf_append(&o, "{\"consumerTable\":{", 18);
+    int first = 1;
+    for (int i = 0; i < op->n; i++) {
+        if (op->tabs[i].len == 0) continue;
+        if (!first) rmq__buf_append(&o, ",", 1);
+        first = 0;
+        rmq__fj_write_str(&o, op->ids[i], strlen(op->ids[i]), 0);
+        rmq__buf_append(&o, ":", 1);
+        rmq__buf_append(&o, op->tabs[i].data, op->tabs[i].len);
+    }
+    rmq__buf_append(&o, "},\"messageQueueTable\":{}}", 25);
+    rmq_cmd_t fake;
+    memset(&fake, 0, sizeof(fake));
+    fake.code = op->code;
+    fake.opaque = op->opaque;
+    fake.serialize = op->serialize;
+    if (rmq__conn_state(op->admin) == RMQ_CONN_OPEN)
+        reply_body(op->admin, &fake, RMQ_RESP_SUCCESS, NULL, &o);
+    rmq__buf_free(&o);
+    for (int i = 0; i < op->n; i++) {
+        free(op->ids[i]);
+        rmq__buf_free(&op->tabs[i]);
+    }
+    free(op->ids);
+    free(op->tabs);
+    rmq__conn_release(op->admin);
+    free(op);
+}
+
+static void status_done(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
+{
+    status_call_t *sc = ud;
+    status_op_t *op = sc->op;
+    (void)errmsg;
+    if (!err && resp->code == RMQ_RESP_SUCCESS && resp->body && resp->body_len) {
+        char perr[128];
+        rmq_fjdoc_t *d = rmq__fj_parse(resp->body, resp->body_len, perr, sizeof(perr));
+        rmq_fj_t *t = d ? rmq__fj_get(rmq__fj_root(d), "messageQueueTable") : NULL;
+        if (t && t->type == RMQ_FJ_OBJECT) rmq__fj_write(&op->tabs[sc->idx], t, 0);
+        if (d) rmq__fj_free(d);
+    }
+    free(sc);
+    if (--op->pending == 0) status_finish(op);
+}
+
+static void h_invoke_status(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
+{
+    db_broker_t *b = broker_of(node);
+    hdr_t h = {conn, req, 0};
+    const char *topic = hdr_str(&h, "topic");
+    const char *group = hdr_str(&h, "group");
+    if (h.failed) return;
+    const char *only = rmq__cmd_ext(req, "clientAddr");
+    if (only && !*only) only = NULL;
+    char msg[600];
+    db_group_t *g = rmq__dbmap_get(&b->groups, group);
+    if (!g) { /* getConsumerGroupInfo(group) is null there */
+        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, "java.lang.NullPointerException");
+        return;
+    }
+    if (g->n_members == 0) {
+        snprintf(msg, sizeof(msg), "No Any Consumer online in the consumer group: [%s]", group);
+        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        return;
+    }
+    for (int i = 0; i < g->n_members; i++)
+        if (g->members[i]->version < V3_0_7_SNAPSHOT) {
+            snprintf(msg, sizeof(msg), "the client does not support this feature. version=%s",
+                     version_desc(g->members[i]->version));
+            rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+            return;
+        }
+    status_op_t *op = rmq__xcalloc(1, sizeof(*op));
+    op->admin = rmq__conn_keep(conn);
+    op->opaque = req->opaque;
+    op->serialize = req->serialize;
+    op->code = req->code;
+    op->ids = rmq__xcalloc((size_t)g->n_members, sizeof(char *));
+    op->tabs = rmq__xcalloc((size_t)g->n_members, sizeof(rmq_buf_t));
+    op->pending = 1; /* this function's own reference */
+    rmq_cmd_t fw;
+    rmq__cmd_init(&fw, RMQ_REQ_GET_CONSUMER_STATUS_FROM_CLIENT, RMQ_SERIALIZE_JSON);
+    rmq__cmd_set_ext(&fw, "topic", topic);
+    rmq__cmd_set_ext(&fw, "group", group);
+    for (int i = 0; i < g->n_members; i++) {
+        db_client_t *c = g->members[i];
+        const char *id = c->client_id ? c->client_id : "";
+        if (only && strcmp(only, id)) continue;
+        int k = op->n++;
+        op->ids[k] = rmq__xstrdup(id);
+        rmq__buf_init(&op->tabs[k]);
+        status_call_t *sc = rmq__xmalloc(sizeof(*sc));
+        sc->op = op;
+        sc->idx = k;
+        op->pending++;
+        if (rmq__conn_request(c->conn, &fw, 5000, 0, status_done, sc)) {
+            op->pending--;
+            free(sc);
+        }
+        if (only) break;
+    }
+    rmq__cmd_free(&fw);
+    if (--op->pending == 0) status_finish(op);
+}
+
 static db_msg_t *msg_by_id(db_broker_t *b, const char *id)
 {
     uint8_t ip[16];
@@ -1747,5 +2027,7 @@ void rmq__db_broker_install(db_broker_t *b)
     rmq__db_set_handler(n, RMQ_REQ_GET_CONSUMER_CONNECTION_LIST, h_connection_list);
     rmq__db_set_handler(n, RMQ_REQ_GET_CONSUME_STATS, h_consume_stats);
     rmq__db_set_handler(n, RMQ_REQ_GET_CONSUMER_RUNNING_INFO, h_running_info);
+    rmq__db_set_handler(n, RMQ_REQ_INVOKE_BROKER_TO_RESET_OFFSET, h_invoke_reset);
+    rmq__db_set_handler(n, RMQ_REQ_INVOKE_BROKER_TO_GET_CONSUMER_STATUS, h_invoke_status);
     rmq__db_set_handler(n, RMQ_REQ_CONSUME_MESSAGE_DIRECTLY, h_consume_directly);
 }

@@ -189,6 +189,7 @@ typedef struct db_broker {
     int64_t sched_off[18]; /* SCHEDULE_TOPIC_XXXX queue offsets (send responses) */
     int64_t data_version, reg_version;
     db_park_t *parks;
+    int64_t hold_check_ms; /* last PullRequestHoldService check (monotonic) */
     /* --store: append-only commit log and the saved tables (devbroker_file.c) */
     char *dir;
     int log_fd; /* -1 without --store */
