@@ -11,7 +11,6 @@
  * Responses are re-encoded too and must match as well once their FastCodesHeader kind (known
  * only from the request) is set; the count is printed.
  */
-#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +19,8 @@
 #include "cmd.h"
 #include "codes.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            if (failures > 50) exit(1);                                                            \
-        }                                                                                          \
-    } while (0)
+#define TEST_MAX_FAILURES 50
+#include "test_util.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -39,39 +29,6 @@ static rmq_rbuf_t *rbuf_of(const void *p, size_t n)
     rmq_rbuf_t *rb = rmq__rbuf_new(n);
     memcpy(rb->data, p, n);
     return rb;
-}
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
-static char *unhex(const char *hex, size_t *len)
-{
-    size_t n = strlen(hex) / 2, i;
-    char *out = malloc(n + 1);
-    for (i = 0; i < n; i++) {
-        unsigned v;
-        sscanf(hex + 2 * i, "%2x", &v);
-        out[i] = (char)v;
-    }
-    *len = n;
-    return out;
 }
 
 /* Decode a whole frame given as bytes; returns the rmq__cmd_decode result. */
@@ -139,25 +96,25 @@ static void check_header(const rmq_cmd_t *c, json_t *h, const char *what)
     json_t *remark = json_object_get(h, "remark");
     const char *k;
     json_t *v;
-    CHECK(c->code == json_integer_value(json_object_get(h, "code")), "%s: code", what);
-    CHECK(c->version == json_integer_value(json_object_get(h, "version")), "%s: version", what);
-    CHECK(c->opaque == json_integer_value(json_object_get(h, "opaque")), "%s: opaque", what);
-    CHECK(c->flag == json_integer_value(json_object_get(h, "flag")), "%s: flag", what);
+    CHECKF(c->code == json_integer_value(json_object_get(h, "code")), "%s: code", what);
+    CHECKF(c->version == json_integer_value(json_object_get(h, "version")), "%s: version", what);
+    CHECKF(c->opaque == json_integer_value(json_object_get(h, "opaque")), "%s: opaque", what);
+    CHECKF(c->flag == json_integer_value(json_object_get(h, "flag")), "%s: flag", what);
     if (json_is_string(lang))
-        CHECK(rmq_language_name(c->language) &&
-                  !strcmp(rmq_language_name(c->language), json_string_value(lang)),
-              "%s: language %d vs %s", what, c->language, json_string_value(lang));
+        CHECKF(rmq_language_name(c->language) &&
+                   !strcmp(rmq_language_name(c->language), json_string_value(lang)),
+               "%s: language %d vs %s", what, c->language, json_string_value(lang));
     if (json_is_string(remark))
-        CHECK(c->remark && !strcmp(c->remark, json_string_value(remark)), "%s: remark", what);
+        CHECKF(c->remark && !strcmp(c->remark, json_string_value(remark)), "%s: remark", what);
     else
-        CHECK(!c->remark, "%s: remark should be absent", what);
-    CHECK(c->n_ext == (int)json_object_size(ext), "%s: %d ext fields, expected %d", what, c->n_ext,
-          (int)json_object_size(ext));
+        CHECKF(!c->remark, "%s: remark should be absent", what);
+    CHECKF(c->n_ext == (int)json_object_size(ext), "%s: %d ext fields, expected %d", what, c->n_ext,
+           (int)json_object_size(ext));
     json_object_foreach(ext, k, v)
     {
         const char *got = rmq__cmd_ext(c, k);
-        CHECK(got && !strcmp(got, json_string_value(v)), "%s: ext %s = %s, expected %s", what, k,
-              got ? got : "(absent)", json_string_value(v));
+        CHECKF(got && !strcmp(got, json_string_value(v)), "%s: ext %s = %s, expected %s", what, k,
+               got ? got : "(absent)", json_string_value(v));
     }
 }
 
@@ -247,7 +204,7 @@ static void test_session(const char *dir)
 
     snprintf(path, sizeof(path), "%s/index.json", dir);
     idx = json_load_file(path, 0, &jerr);
-    CHECK(idx != NULL, "%s: %s", path, jerr.text);
+    CHECKF(idx != NULL, "%s: %s", path, jerr.text);
     if (!idx) return;
     frames = json_object_get(idx, "frames");
     nframes = json_array_size(frames);
@@ -268,8 +225,8 @@ static void test_session(const char *dir)
 
         snprintf(path, sizeof(path), "%s/%s", dir, file);
         snprintf(what, sizeof(what), "%s", path);
-        bytes = read_file(path, &len);
-        CHECK(bytes != NULL, "cannot read %s", path);
+        bytes = test_read_file(path, &len);
+        CHECKF(bytes != NULL, "cannot read %s", path);
         if (!bytes) continue;
         stream = realloc(stream, stream_len + len);
         memcpy(stream + stream_len, bytes, len);
@@ -278,33 +235,33 @@ static void test_session(const char *dir)
         offs[i + 1] = stream_len;
 
         rc = decode_bytes(bytes, len, &c, err, sizeof(err));
-        CHECK(rc == 0, "%s: decode failed: %s", what, err);
+        CHECKF(rc == 0, "%s: decode failed: %s", what, err);
         if (rc) {
             free(bytes);
             continue;
         }
         total_frames++;
         check_header(&c, json_object_get(fr, "header"), what);
-        CHECK(c.serialize == (!strcmp(st, "ROCKETMQ") ? 1 : 0), "%s: serialize type", what);
-        CHECK(c.body_len == (size_t)json_integer_value(json_object_get(fr, "body_length")),
-              "%s: body length", what);
-        CHECK(!!(c.flag & RMQ_FLAG_RESPONSE) == is_resp, "%s: response flag", what);
+        CHECKF(c.serialize == (!strcmp(st, "ROCKETMQ") ? 1 : 0), "%s: serialize type", what);
+        CHECKF(c.body_len == (size_t)json_integer_value(json_object_get(fr, "body_length")),
+               "%s: body length", what);
+        CHECKF(!!(c.flag & RMQ_FLAG_RESPONSE) == is_resp, "%s: response flag", what);
 
         /* Re-encode in the same type: byte-identical. */
         if (is_resp) c.fast = (uint8_t)rmq__cmd_fast_kind(reqcode, 1);
         rmq__buf_init(&b);
         rc = rmq__cmd_encode(&c, &b);
-        CHECK(rc == 0, "%s: encode failed %d", what, rc);
+        CHECKF(rc == 0, "%s: encode failed %d", what, rc);
         handmade = !strncmp(direction, "client:", 7);
         if (!rc) {
             int same = b.len == len && !memcmp(b.data, bytes, len);
             if (is_resp) {
                 total_responses++;
                 total_responses_same += same;
-                CHECK(same, "%s: response does not re-encode byte-identically", what);
+                CHECKF(same, "%s: response does not re-encode byte-identically", what);
             } else if (!handmade) {
                 total_requests_same += same;
-                CHECK(same, "%s: request does not re-encode byte-identically", what);
+                CHECKF(same, "%s: request does not re-encode byte-identically", what);
             }
         }
         rmq__buf_free(&b);
@@ -314,14 +271,14 @@ static void test_session(const char *dir)
             int t = c.serialize ^ 1;
             rmq_cmd_t c3;
             rc = reencode(&c, t, &c2, err, sizeof(err));
-            CHECK(rc == 0, "%s: re-encode as %d failed: %s", what, t, err);
+            CHECKF(rc == 0, "%s: re-encode as %d failed: %s", what, t, err);
             if (!rc) {
-                CHECK(cmd_equal(&c, &c2, err, sizeof(err)), "%s: type %d round trip: %s", what, t,
-                      err);
+                CHECKF(cmd_equal(&c, &c2, err, sizeof(err)), "%s: type %d round trip: %s", what, t,
+                       err);
                 rc = reencode(&c2, t ^ 1, &c3, err, sizeof(err));
-                CHECK(rc == 0, "%s: back to %d failed: %s", what, t ^ 1, err);
+                CHECKF(rc == 0, "%s: back to %d failed: %s", what, t ^ 1, err);
                 if (!rc) {
-                    CHECK(cmd_equal(&c, &c3, err, sizeof(err)), "%s: back: %s", what, err);
+                    CHECKF(cmd_equal(&c, &c3, err, sizeof(err)), "%s: back: %s", what, err);
                     rmq__cmd_free(&c3);
                 }
                 rmq__cmd_free(&c2);
@@ -339,15 +296,15 @@ static void test_session(const char *dir)
         for (rep = 0; rep < reps; rep++) {
             rmq__framer_init(f, 0);
             rc = framer_run(stream, stream_len, mode, &k, f);
-            CHECK(rc == 0, "%s: framer mode %d failed", dir, mode);
-            CHECK(k.n == (int)nframes, "%s: framer mode %d gave %d frames, expected %zu", dir, mode,
-                  k.n, nframes);
-            CHECK(f->cur == NULL && f->lenhave == 0, "%s: framer left a partial frame", dir);
+            CHECKF(rc == 0, "%s: framer mode %d failed", dir, mode);
+            CHECKF(k.n == (int)nframes, "%s: framer mode %d gave %d frames, expected %zu", dir,
+                   mode, k.n, nframes);
+            CHECKF(f->cur == NULL && f->lenhave == 0, "%s: framer left a partial frame", dir);
             for (i = 0; i < (size_t)k.n && i < nframes; i++) {
                 size_t flen = offs[i + 1] - offs[i];
-                CHECK(k.frames[i]->len == flen &&
-                          !memcmp(k.frames[i]->data, stream + offs[i], flen),
-                      "%s: framer mode %d frame %zu differs", dir, mode, i);
+                CHECKF(k.frames[i]->len == flen &&
+                           !memcmp(k.frames[i]->data, stream + offs[i], flen),
+                       "%s: framer mode %d frame %zu differs", dir, mode, i);
             }
             collect_free(&k);
             rmq__framer_reset(f);
@@ -360,8 +317,8 @@ static void test_session(const char *dir)
         rmq_framer_t *f = malloc(sizeof(*f));
         rmq__framer_init(f, 0);
         k.stop_after = 2;
-        CHECK(framer_run(stream, stream_len, 2, &k, f) == 0, "%s: stop", dir);
-        CHECK(k.n == 2, "%s: reset in the callback delivered %d frames", dir, k.n);
+        CHECKF(framer_run(stream, stream_len, 2, &k, f) == 0, "%s: stop", dir);
+        CHECKF(k.n == 2, "%s: reset in the callback delivered %d frames", dir, k.n);
         collect_free(&k);
         rmq__framer_reset(f);
         free(f);
@@ -373,23 +330,14 @@ static void test_session(const char *dir)
 
 static void test_captures(void)
 {
-    const char *root = "spec/fixtures/wire";
-    DIR *d = opendir(root);
-    struct dirent *e;
-    static char names[64][300];
-    int n = 0, i;
-    CHECK(d != NULL, "cannot open %s (run from the repo root)", root);
-    if (!d) return;
-    while ((e = readdir(d)) && n < 64)
-        if (e->d_name[0] != '.' && !strchr(e->d_name, '.'))
-            snprintf(names[n++], 300, "%.256s", e->d_name);
-    closedir(d);
+    static char names[64][256];
+    int n = test_wire_sessions(names, 64), i;
     for (i = 0; i < n; i++) {
         char dir[400];
-        snprintf(dir, sizeof(dir), "%s/%.300s", root, names[i]);
+        snprintf(dir, sizeof(dir), TEST_WIRE "/%.255s", names[i]);
         test_session(dir);
     }
-    CHECK(total_frames > 600, "only %d captured frames", total_frames);
+    CHECKF(total_frames > 600, "only %d captured frames", total_frames);
     printf(
         "decoded %d captured frames; %d requests and %d/%d responses re-encode byte-identically\n",
         total_frames, total_requests_same, total_responses_same, total_responses);
@@ -406,26 +354,26 @@ static void check_vector(json_t *v)
     json_t *ext = json_object_get(v, "extFieldsAfterMakeCustomHeaderToNet");
     char what[300], err[256];
     size_t flen, nlen = 0;
-    char *frame = unhex(fh, &flen), *netty = nh ? unhex(nh, &nlen) : NULL;
+    char *frame = test_unhex_alloc(fh, &flen), *netty = nh ? test_unhex_alloc(nh, &nlen) : NULL;
     rmq_cmd_t c, c2;
     rmq_buf_t b;
     int rc, code = (int)json_integer_value(json_object_get(v, "code"));
 
     snprintf(what, sizeof(what), "vector %s/%s", name, st);
     rc = decode_bytes(frame, flen, &c, err, sizeof(err));
-    CHECK(rc == 0, "%s: %s", what, err);
+    CHECKF(rc == 0, "%s: %s", what, err);
     if (rc) goto out;
     check_header(&c, json_object_get(v, "decodedFromWire"), what);
-    CHECK(c.code == code &&
-              c.serialize == (int)json_integer_value(json_object_get(v, "serializeTypeCode")),
-          "%s: code/type", what);
+    CHECKF(c.code == code &&
+               c.serialize == (int)json_integer_value(json_object_get(v, "serializeTypeCode")),
+           "%s: code/type", what);
 
     /* encode() form: plain HashMap order. */
     rmq__buf_init(&b);
     c.fast = RMQ_FAST_NONE;
-    CHECK(rmq__cmd_encode(&c, &b) == 0, "%s: encode", what);
-    CHECK(b.len == flen && !memcmp(b.data, frame, flen), "%s: re-encode differs from frameHex",
-          what);
+    CHECKF(rmq__cmd_encode(&c, &b) == 0, "%s: encode", what);
+    CHECKF(b.len == flen && !memcmp(b.data, frame, flen), "%s: re-encode differs from frameHex",
+           what);
     rmq__buf_free(&b);
 
     /* NettyEncoder form: FastCodesHeader order (and duplicates after an RPC hook). */
@@ -433,24 +381,24 @@ static void check_vector(json_t *v)
     if (netty) {
         rmq__buf_init(&b);
         c.fast_dup = strstr(name, "Acl") != NULL;
-        CHECK(rmq__cmd_encode(&c, &b) == 0, "%s: encode", what);
-        CHECK(b.len == nlen && !memcmp(b.data, netty, nlen),
-              "%s: fast encode differs from nettyEncoderFrameHex", what);
+        CHECKF(rmq__cmd_encode(&c, &b) == 0, "%s: encode", what);
+        CHECKF(b.len == nlen && !memcmp(b.data, netty, nlen),
+               "%s: fast encode differs from nettyEncoderFrameHex", what);
         rmq__buf_free(&b);
         /* Decoding the wire form and encoding it again gives the wire form. */
-        CHECK(decode_bytes(netty, nlen, &c2, err, sizeof(err)) == 0, "%s: %s", what, err);
+        CHECKF(decode_bytes(netty, nlen, &c2, err, sizeof(err)) == 0, "%s: %s", what, err);
         check_header(&c2, json_object_get(v, "decodedFromWire"), what);
-        CHECK(c2.fast_dup == (strstr(name, "Acl") != NULL), "%s: fast_dup after decode", what);
+        CHECKF(c2.fast_dup == (strstr(name, "Acl") != NULL), "%s: fast_dup after decode", what);
         rmq__buf_init(&b);
-        CHECK(rmq__cmd_encode(&c2, &b) == 0, "%s: encode", what);
-        CHECK(b.len == nlen && !memcmp(b.data, netty, nlen), "%s: netty form does not round-trip",
-              what);
+        CHECKF(rmq__cmd_encode(&c2, &b) == 0, "%s: encode", what);
+        CHECKF(b.len == nlen && !memcmp(b.data, netty, nlen), "%s: netty form does not round-trip",
+               what);
         rmq__buf_free(&b);
         rmq__cmd_free(&c2);
     } else {
         rmq__buf_init(&b);
-        CHECK(rmq__cmd_encode(&c, &b) == 0, "%s: encode", what);
-        CHECK(b.len == flen && !memcmp(b.data, frame, flen), "%s: wire form differs", what);
+        CHECKF(rmq__cmd_encode(&c, &b) == 0, "%s: encode", what);
+        CHECKF(b.len == flen && !memcmp(b.data, frame, flen), "%s: wire form differs", what);
         rmq__buf_free(&b);
     }
 
@@ -476,7 +424,7 @@ static void check_vector(json_t *v)
                 if (json_object_get(ext, pull_fields[i]))
                     rmq__cmd_set_ext(&n, pull_fields[i],
                                      json_string_value(json_object_get(ext, pull_fields[i])));
-            CHECK(n.n_ext == (int)json_object_size(ext), "%s: unexpected PULL field", what);
+            CHECKF(n.n_ext == (int)json_object_size(ext), "%s: unexpected PULL field", what);
         } else {
             json_object_foreach(ext, k, val) rmq__cmd_set_ext(&n, k, json_string_value(val));
         }
@@ -484,8 +432,8 @@ static void check_vector(json_t *v)
         n.body_len = c.body_len;
         n.fast = RMQ_FAST_NONE;
         rmq__buf_init(&b);
-        CHECK(rmq__cmd_encode(&n, &b) == 0, "%s: encode", what);
-        CHECK(b.len == flen && !memcmp(b.data, frame, flen), "%s: built command differs", what);
+        CHECKF(rmq__cmd_encode(&n, &b) == 0, "%s: encode", what);
+        CHECKF(b.len == flen && !memcmp(b.data, frame, flen), "%s: built command differs", what);
         rmq__buf_free(&b);
         rmq__cmd_free(&n);
     }
@@ -501,7 +449,7 @@ static void test_vectors(void)
     json_t *root = json_load_file("spec/fixtures/vectors/remoting.json", 0, &jerr), *v;
     size_t i;
     int n = 0;
-    CHECK(root != NULL, "remoting.json: %s", jerr.text);
+    CHECKF(root != NULL, "remoting.json: %s", jerr.text);
     if (!root) return;
     json_array_foreach(json_object_get(root, "frames"), i, v)
     {
@@ -513,7 +461,7 @@ static void test_vectors(void)
         check_vector(v);
         n++;
     }
-    CHECK(n == 9, "%d vectors", n);
+    CHECKF(n == 9, "%d vectors", n);
     json_decref(root);
 
     /* PROTOCOL.md 10.6 built from scratch, both header types. */
@@ -522,29 +470,30 @@ static void test_vectors(void)
                                  "\"language\":\"JAVA\",\"opaque\":1,\"serializeTypeCurrentRPC\":"
                                  "\"JSON\",\"version\":401}";
         size_t blen;
-        char *bin = unhex("0000002d010000290069000191000000010000000000000000000000140005746f"
-                          "70696300000009546f70696354657374",
-                          &blen);
+        char *bin =
+            test_unhex_alloc("0000002d010000290069000191000000010000000000000000000000140005746f"
+                             "70696300000009546f70696354657374",
+                             &blen);
         rmq_cmd_t c;
         rmq_buf_t b;
         rmq__cmd_init(&c, RMQ_REQ_GET_ROUTEINFO_BY_TOPIC, RMQ_SERIALIZE_JSON);
         c.opaque = 1;
         rmq__cmd_set_ext(&c, "topic", "TopicTest");
         rmq__buf_init(&b);
-        CHECK(rmq__cmd_encode(&c, &b) == 0, "10.6 json");
-        CHECK(b.len == 139 && rmq__rd32(b.data) == 135 && rmq__rd32(b.data + 4) == 131 &&
-                  !memcmp(b.data + 8, js, 131),
-              "10.6 json frame");
+        CHECKF(rmq__cmd_encode(&c, &b) == 0, "10.6 json");
+        CHECKF(b.len == 139 && rmq__rd32(b.data) == 135 && rmq__rd32(b.data + 4) == 131 &&
+                   !memcmp(b.data + 8, js, 131),
+               "10.6 json frame");
         b.len = 0;
         c.serialize = RMQ_SERIALIZE_ROCKETMQ;
-        CHECK(rmq__cmd_encode(&c, &b) == 0, "10.6 bin");
-        CHECK(b.len == blen && !memcmp(b.data, bin, blen), "10.6 binary frame");
+        CHECKF(rmq__cmd_encode(&c, &b) == 0, "10.6 bin");
+        CHECKF(b.len == blen && !memcmp(b.data, bin, blen), "10.6 binary frame");
         /* encode_header leaves the body to the caller but counts it. */
         b.len = 0;
         c.body = "xyz";
         c.body_len = 3;
-        CHECK(rmq__cmd_encode_header(&c, &b) == 0 && b.len == blen && rmq__rd32(b.data) == 48,
-              "encode_header counts the body");
+        CHECKF(rmq__cmd_encode_header(&c, &b) == 0 && b.len == blen && rmq__rd32(b.data) == 48,
+               "encode_header counts the body");
         rmq__buf_free(&b);
         rmq__cmd_free(&c);
         free(bin);
@@ -622,8 +571,8 @@ static void test_json_parser(void)
     size_t i;
     for (i = 0; i < RMQ_ARRAY_SIZE(bad); i++) {
         rc = decode_json_hdr(bad[i], &c, err, sizeof(err));
-        CHECK(rc == RMQ_ERR_BAD_FRAME, "bad JSON accepted: %s", bad[i]);
-        CHECK(c.strings == NULL && c.frame == NULL, "failed decode left state");
+        CHECKF(rc == RMQ_ERR_BAD_FRAME, "bad JSON accepted: %s", bad[i]);
+        CHECKF(c.strings == NULL && c.frame == NULL, "failed decode left state");
         if (!rc) rmq__cmd_free(&c);
     }
     /* Deep nesting in an unknown key: refused, without recursion trouble. */
@@ -636,7 +585,7 @@ static void test_json_parser(void)
             rmq__buf_append(&j, "[", 1);
         rmq__buf_append(&j, "\0", 1);
         rc = decode_json_hdr(j.data, &c, err, sizeof(err));
-        CHECK(rc == RMQ_ERR_BAD_FRAME && strstr(err, "deep"), "deep nesting: %d %s", rc, err);
+        CHECKF(rc == RMQ_ERR_BAD_FRAME && strstr(err, "deep"), "deep nesting: %d %s", rc, err);
         j.len = 5;
         for (k = 0; k < 30; k++)
             rmq__buf_append(&j, "[{\"a\":", 6);
@@ -645,7 +594,7 @@ static void test_json_parser(void)
             rmq__buf_append(&j, "}]", 2);
         rmq__buf_append(&j, ",\"code\":7}", 11);
         rc = decode_json_hdr(j.data, &c, err, sizeof(err));
-        CHECK(rc == 0 && c.code == 7, "moderate nesting refused: %s", err);
+        CHECKF(rc == 0 && c.code == 7, "moderate nesting refused: %s", err);
         if (!rc) rmq__cmd_free(&c);
         rmq__buf_free(&j);
     }
@@ -657,54 +606,54 @@ static void test_json_parser(void)
                         "\"extFields\" : { \"k\" : \"v\" , \"n\":12, \"b\":true, \"z\":null },"
                         "\"flag\":3,\"code\":-12,\"serializeTypeCurrentRPC\":\"JSON\"} \t",
                         &c, err, sizeof(err));
-    CHECK(rc == 0, "lenient header: %s", err);
+    CHECKF(rc == 0, "lenient header: %s", err);
     if (!rc) {
-        CHECK(c.code == -12 && c.version == 401 && c.language == RMQ_LANG_CPP && c.opaque == -7 &&
-                  c.flag == 3 && !c.remark,
-              "lenient header fields");
-        CHECK(c.n_ext == 3 && !strcmp(rmq__cmd_ext(&c, "k"), "v") &&
-                  !strcmp(rmq__cmd_ext(&c, "n"), "12") && !strcmp(rmq__cmd_ext(&c, "b"), "true") &&
-                  !rmq__cmd_ext(&c, "z"),
-              "lenient ext");
+        CHECKF(c.code == -12 && c.version == 401 && c.language == RMQ_LANG_CPP && c.opaque == -7 &&
+                   c.flag == 3 && !c.remark,
+               "lenient header fields");
+        CHECKF(c.n_ext == 3 && !strcmp(rmq__cmd_ext(&c, "k"), "v") &&
+                   !strcmp(rmq__cmd_ext(&c, "n"), "12") && !strcmp(rmq__cmd_ext(&c, "b"), "true") &&
+                   !rmq__cmd_ext(&c, "z"),
+               "lenient ext");
         rmq__cmd_free(&c);
     }
     /* Missing everything: Java defaults. */
     rc = decode_json_hdr("{}", &c, err, sizeof(err));
-    CHECK(rc == 0 && c.code == 0 && c.language == RMQ_LANG_JAVA && !c.remark && c.n_ext == 0 &&
-              !c.ext_empty,
-          "empty object");
+    CHECKF(rc == 0 && c.code == 0 && c.language == RMQ_LANG_JAVA && !c.remark && c.n_ext == 0 &&
+               !c.ext_empty,
+           "empty object");
     if (!rc) rmq__cmd_free(&c);
     /* A key with an escaped NUL is not the key before the NUL. */
     rc = decode_json_hdr("{\"code\\u0000x\":5,\"opaque\":6}", &c, err, sizeof(err));
-    CHECK(rc == 0 && c.code == 0 && c.opaque == 6, "NUL in a key: %s", err);
+    CHECKF(rc == 0 && c.code == 0 && c.opaque == 6, "NUL in a key: %s", err);
     if (!rc) rmq__cmd_free(&c);
     /* An unknown (newer) language name is kept as OTHER. */
     rc = decode_json_hdr("{\"language\":\"NODE_JS\"}", &c, err, sizeof(err));
-    CHECK(rc == 0 && c.language == RMQ_LANG_OTHER, "unknown language name");
+    CHECKF(rc == 0 && c.language == RMQ_LANG_OTHER, "unknown language name");
     if (!rc) rmq__cmd_free(&c);
     /* Escapes: \uXXXX to UTF-8, surrogate pairs, lone surrogates as U+FFFD. */
     rc = decode_json_hdr("{\"remark\":\"a\\u00e9\\u4e2d\\uD83D\\uDE00\\ud800x\\udc00\\n\\/\\\\\","
                          "\"extFields\":{\"k\\u0001\":\"\\u0002\\t\"}}",
                          &c, err, sizeof(err));
-    CHECK(rc == 0, "escapes: %s", err);
+    CHECKF(rc == 0, "escapes: %s", err);
     if (!rc) {
-        CHECK(!strcmp(c.remark,
-                      "a\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\xef\xbf\xbdx\xef\xbf\xbd\n/\\"),
-              "escape decoding: %s", c.remark);
-        CHECK(!strcmp(rmq__cmd_ext(&c, "k\x01"), "\x02\t"), "escaped ext");
+        CHECKF(!strcmp(c.remark,
+                       "a\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\xef\xbf\xbdx\xef\xbf\xbd\n/\\"),
+               "escape decoding: %s", c.remark);
+        CHECKF(!strcmp(rmq__cmd_ext(&c, "k\x01"), "\x02\t"), "escaped ext");
         rmq__cmd_free(&c);
     }
     /* Duplicate ext keys: last value wins, first position kept. */
     rc = decode_json_hdr("{\"extFields\":{\"a\":\"1\",\"b\":\"2\",\"a\":\"3\"}}", &c, err,
                          sizeof(err));
-    CHECK(rc == 0 && c.n_ext == 2 && !strcmp(c.ext[0].key, "a") && !strcmp(c.ext[0].val, "3"),
-          "duplicate keys");
+    CHECKF(rc == 0 && c.n_ext == 2 && !strcmp(c.ext[0].key, "a") && !strcmp(c.ext[0].val, "3"),
+           "duplicate keys");
     if (!rc) rmq__cmd_free(&c);
     /* "extFields":{} is remembered so that it re-encodes. */
     rc = decode_json_hdr("{\"code\":0,\"extFields\":{},\"flag\":1,\"language\":\"JAVA\",\"opaque\":"
                          "3,\"serializeTypeCurrentRPC\":\"JSON\",\"version\":401}",
                          &c, err, sizeof(err));
-    CHECK(rc == 0 && c.ext_empty && c.n_ext == 0, "empty extFields");
+    CHECKF(rc == 0 && c.ext_empty && c.n_ext == 0, "empty extFields");
     if (!rc) rmq__cmd_free(&c);
 }
 
@@ -725,16 +674,16 @@ static void test_json_writer(void)
                      "\x01\x07\b\t\n\x0b\f\r\x1f\"\\/\x7f\xc2\x80\xc2\x9f\xc2\xa0\xc3\xa9"
                      "\xe2\x80\xa8\xe2\x80\xa9\xe2\x80\xaa\xf0\x9f\x98\x80");
     rmq__buf_init(&b);
-    CHECK(rmq__cmd_encode(&c, &b) == 0, "encode");
-    CHECK(b.len == 8 + strlen(want) && !memcmp(b.data + 8, want, strlen(want)),
-          "fastjson escaping: %.*s", (int)b.len - 8, b.data + 8);
+    CHECKF(rmq__cmd_encode(&c, &b) == 0, "encode");
+    CHECKF(b.len == 8 + strlen(want) && !memcmp(b.data + 8, want, strlen(want)),
+           "fastjson escaping: %.*s", (int)b.len - 8, b.data + 8);
     /* And it decodes back to the same bytes. */
     {
         rmq_cmd_t d;
         char err[256];
-        CHECK(decode_bytes(b.data, b.len, &d, err, sizeof(err)) == 0, "%s", err);
-        CHECK(!strcmp(rmq__cmd_ext(&d, "k"), rmq__cmd_ext(&c, "k")) && d.remark && !*d.remark,
-              "escaped value round trip");
+        CHECKF(decode_bytes(b.data, b.len, &d, err, sizeof(err)) == 0, "%s", err);
+        CHECKF(!strcmp(rmq__cmd_ext(&d, "k"), rmq__cmd_ext(&c, "k")) && d.remark && !*d.remark,
+               "escaped value round trip");
         rmq__cmd_free(&d);
     }
     rmq__buf_free(&b);
@@ -782,22 +731,22 @@ static void test_binary_parser(void)
     hl = bin_hdr(h, 2, "ok", sizeof(ext) - 1, ext, sizeof(ext) - 1);
     f = mkframe(1, h, hl, "BODY", &fl);
     rc = decode_bytes(f, fl, &c, err, sizeof(err));
-    CHECK(rc == 0, "good binary header: %s", err);
+    CHECKF(rc == 0, "good binary header: %s", err);
     if (!rc) {
-        CHECK(c.code == 11 && c.language == 0 && c.version == 401 && c.opaque == 5 && c.flag == 0,
-              "binary scalars");
-        CHECK(c.remark && !strcmp(c.remark, "ok"), "binary remark");
-        CHECK(c.n_ext == 1 && !strcmp(rmq__cmd_ext(&c, "a"), "22") && !rmq__cmd_ext(&c, "b"),
-              "binary ext");
-        CHECK(c.fast_dup == 1 && c.fast == RMQ_FAST_PULL_REQ, "binary fast flags");
-        CHECK(c.body_len == 4 && !memcmp(c.body, "BODY", 4), "binary body");
+        CHECKF(c.code == 11 && c.language == 0 && c.version == 401 && c.opaque == 5 && c.flag == 0,
+               "binary scalars");
+        CHECKF(c.remark && !strcmp(c.remark, "ok"), "binary remark");
+        CHECKF(c.n_ext == 1 && !strcmp(rmq__cmd_ext(&c, "a"), "22") && !rmq__cmd_ext(&c, "b"),
+               "binary ext");
+        CHECKF(c.fast_dup == 1 && c.fast == RMQ_FAST_PULL_REQ, "binary fast flags");
+        CHECKF(c.body_len == 4 && !memcmp(c.body, "BODY", 4), "binary body");
         rmq__cmd_free(&c);
     }
     /* Remark length 0: absent. */
     hl = bin_hdr(h, 0, NULL, 0, "", 0);
     f = mkframe(1, h, hl, NULL, &fl);
     rc = decode_bytes(f, fl, &c, err, sizeof(err));
-    CHECK(rc == 0 && !c.remark && !c.body && c.body_len == 0, "empty remark");
+    CHECKF(rc == 0 && !c.remark && !c.body && c.body_len == 0, "empty remark");
     if (!rc) rmq__cmd_free(&c);
 
 #define BAD_BIN(desc, ...)                                                                         \
@@ -805,7 +754,7 @@ static void test_binary_parser(void)
         hl = bin_hdr(h, __VA_ARGS__);                                                              \
         f = mkframe(1, h, hl, "BODY", &fl);                                                        \
         rc = decode_bytes(f, fl, &c, err, sizeof(err));                                            \
-        CHECK(rc == RMQ_ERR_BAD_FRAME, "%s accepted", desc);                                       \
+        CHECKF(rc == RMQ_ERR_BAD_FRAME, "%s accepted", desc);                                      \
         if (!rc) rmq__cmd_free(&c);                                                                \
     } while (0)
     BAD_BIN("remark longer than header", 100, "ab", 0, "", 0);
@@ -851,7 +800,7 @@ static void test_binary_parser(void)
         for (n = 0; n < hl; n++) {
             f = mkframe(1, h, n, NULL, &fl);
             rc = decode_bytes(f, fl, &c, err, sizeof(err));
-            CHECK(rc == RMQ_ERR_BAD_FRAME, "binary header cut at %zu accepted", n);
+            CHECKF(rc == RMQ_ERR_BAD_FRAME, "binary header cut at %zu accepted", n);
             if (!rc) rmq__cmd_free(&c);
         }
     }
@@ -867,29 +816,29 @@ static void test_frame_errors(void)
     rmq_rbuf_t *rb;
     /* Too short. */
     rc = decode_bytes("\x00\x00\x00\x03\x00\x00", 6, &c, err, sizeof(err));
-    CHECK(rc == RMQ_ERR_BAD_FRAME, "short frame");
+    CHECKF(rc == RMQ_ERR_BAD_FRAME, "short frame");
     /* Length field disagreeing with the buffer. */
     memcpy(fr, "\x00\x00\x00\x09\x00\x00\x00\x02{}\x00", 11);
     rc = decode_bytes(fr, 10, &c, err, sizeof(err));
-    CHECK(rc == RMQ_ERR_BAD_FRAME, "lying length");
+    CHECKF(rc == RMQ_ERR_BAD_FRAME, "lying length");
     /* Header longer than the frame. */
     memcpy(fr, "\x00\x00\x00\x06\x00\x00\x00\x03{}", 10);
     rc = decode_bytes(fr, 10, &c, err, sizeof(err));
-    CHECK(rc == RMQ_ERR_BAD_FRAME && strstr(err, "header length"), "header > frame: %s", err);
+    CHECKF(rc == RMQ_ERR_BAD_FRAME && strstr(err, "header length"), "header > frame: %s", err);
     /* Bad serialize type. */
     memcpy(fr, "\x00\x00\x00\x06\x02\x00\x00\x02{}", 10);
     rc = decode_bytes(fr, 10, &c, err, sizeof(err));
-    CHECK(rc == RMQ_ERR_BAD_FRAME && strstr(err, "serialize"), "serialize type 2: %s", err);
+    CHECKF(rc == RMQ_ERR_BAD_FRAME && strstr(err, "serialize"), "serialize type 2: %s", err);
     memcpy(fr, "\x00\x00\x00\x06\xff\x00\x00\x02{}", 10);
-    CHECK(decode_bytes(fr, 10, &c, err, sizeof(err)) == RMQ_ERR_BAD_FRAME, "serialize type 255");
+    CHECKF(decode_bytes(fr, 10, &c, err, sizeof(err)) == RMQ_ERR_BAD_FRAME, "serialize type 255");
     /* A good minimal frame with a body; the body points into the frame, which c keeps. */
     memcpy(fr, "\x00\x00\x00\x09\x00\x00\x00\x02{}abc", 13);
     rb = rbuf_of(fr, 13);
     rc = rmq__cmd_decode(rb, &c, err, sizeof(err));
-    CHECK(rc == 0 && c.body == rb->data + 10 && c.body_len == 3 && c.frame == rb && rb->refs == 2,
-          "body view");
+    CHECKF(rc == 0 && c.body == rb->data + 10 && c.body_len == 3 && c.frame == rb && rb->refs == 2,
+           "body view");
     if (!rc) rmq__cmd_free(&c);
-    CHECK(rb->refs == 1, "free releases the frame");
+    CHECKF(rb->refs == 1, "free releases the frame");
     rmq__rbuf_release(rb);
 }
 
@@ -902,43 +851,43 @@ static void test_framer_errors(void)
     /* Negative, too small, too big, exactly the limit. */
     rmq__framer_init(f, 0);
     rc = rmq__framer_feed(f, "\xff\xff\xff\xff", 4, collect_cb, &k, err, sizeof(err));
-    CHECK(rc == RMQ_ERR_BAD_FRAME, "negative length: %d", rc);
+    CHECKF(rc == RMQ_ERR_BAD_FRAME, "negative length: %d", rc);
     rc = rmq__framer_feed(f, "\x00\x00\x00\x08", 4, collect_cb, &k, err, sizeof(err));
-    CHECK(rc == RMQ_ERR_BAD_FRAME, "error is sticky");
+    CHECKF(rc == RMQ_ERR_BAD_FRAME, "error is sticky");
     rmq__framer_reset(f);
     rc = rmq__framer_feed(f, "\x00\x00\x00\x03", 4, collect_cb, &k, err, sizeof(err));
-    CHECK(rc == RMQ_ERR_BAD_FRAME, "length 3");
+    CHECKF(rc == RMQ_ERR_BAD_FRAME, "length 3");
     rmq__framer_reset(f);
     rc = rmq__framer_feed(f, "\x00\xff\xff\xfd", 4, collect_cb, &k, err, sizeof(err));
-    CHECK(rc == RMQ_ERR_TOO_LARGE, "16777213 + 4 > 16 MiB: %d", rc);
+    CHECKF(rc == RMQ_ERR_TOO_LARGE, "16777213 + 4 > 16 MiB: %d", rc);
     rmq__framer_reset(f);
     rc = rmq__framer_feed(f, "\x00\xff\xff", 3, collect_cb, &k, err, sizeof(err));
-    CHECK(rc == 0, "partial length word");
+    CHECKF(rc == 0, "partial length word");
     rc = rmq__framer_feed(f, "\xfc", 1, collect_cb, &k, err, sizeof(err));
-    CHECK(rc == 0 && f->cur && f->cur->len == 16777216, "exactly the limit is accepted");
+    CHECKF(rc == 0 && f->cur && f->cur->len == 16777216, "exactly the limit is accepted");
     rmq__framer_reset(f);
     /* A configured limit. */
     rmq__framer_init(f, 100);
     rc = rmq__framer_feed(f, "\x00\x00\x00\x61", 4, collect_cb, &k, err, sizeof(err));
-    CHECK(rc == RMQ_ERR_TOO_LARGE && strstr(err, "maximum"), "configured limit: %s", err);
+    CHECKF(rc == RMQ_ERR_TOO_LARGE && strstr(err, "maximum"), "configured limit: %s", err);
     rmq__framer_reset(f);
     rc = rmq__framer_feed(f, "\x00\x00\x00\x60", 4, collect_cb, &k, err, sizeof(err));
-    CHECK(rc == 0, "configured limit exactly");
+    CHECKF(rc == 0, "configured limit exactly");
     /* A large frame goes straight into its buffer; alloc points inside it. */
     {
         char *base;
         size_t len;
         rmq__framer_alloc(f, &base, &len);
-        CHECK(base == f->scratch, "small remainder reads into scratch");
+        CHECKF(base == f->scratch, "small remainder reads into scratch");
         rmq__framer_reset(f);
         rmq__framer_init(f, 0);
         rc = rmq__framer_feed(f, "\x00\x01\x00\x04\x00\x00\x00\x00", 8, collect_cb, &k, err,
                               sizeof(err));
         rmq__framer_alloc(f, &base, &len);
-        CHECK(rc == 0 && base == f->cur->data + 8 && len == 65536, "direct read area");
+        CHECKF(rc == 0 && base == f->cur->data + 8 && len == 65536, "direct read area");
         memset(base, 'x', len);
         rc = rmq__framer_commit(f, base, len, collect_cb, &k, err, sizeof(err));
-        CHECK(rc == 0 && k.n == 1 && k.frames[0]->len == 65544 && !f->cur, "direct read frame");
+        CHECKF(rc == 0 && k.n == 1 && k.frames[0]->len == 65544 && !f->cur, "direct read frame");
         collect_free(&k);
     }
     rmq__framer_reset(f);
@@ -954,42 +903,42 @@ static void test_fields(void)
     int32_t v32;
     char d[200];
     rmq__cmd_init(&c, RMQ_REQ_PULL_MESSAGE, RMQ_SERIALIZE_ROCKETMQ);
-    CHECK(c.language == RMQ_LANG_JAVA && c.version == 401 && c.flag == 0 &&
-              c.fast == RMQ_FAST_PULL_REQ,
-          "init");
+    CHECKF(c.language == RMQ_LANG_JAVA && c.version == 401 && c.flag == 0 &&
+               c.fast == RMQ_FAST_PULL_REQ,
+           "init");
     rmq__cmd_set_ext_i64(&c, "queueOffset", INT64_MIN);
     rmq__cmd_set_ext_i64(&c, "maxMsgNums", 32);
     rmq__cmd_set_ext_bool(&c, "unitMode", 0);
     rmq__cmd_set_ext(&c, "maxMsgNums", "+33");
-    CHECK(c.n_ext == 3 && !strcmp(c.ext[1].key, "maxMsgNums"), "replace keeps position");
-    CHECK(rmq__cmd_ext_i64(&c, "queueOffset", &v) == 0 && v == INT64_MIN, "i64 min");
-    CHECK(rmq__cmd_ext_i32(&c, "maxMsgNums", &v32) == 0 && v32 == 33, "i32 with +");
-    CHECK(rmq__cmd_ext_i32(&c, "queueOffset", &v32) == RMQ_ERR_INVALID, "i32 range");
-    CHECK(rmq__cmd_ext_i64(&c, "nope", &v) == RMQ_ERR_NOT_FOUND, "absent");
-    CHECK(!rmq__cmd_ext_bool(&c, "unitMode") && !rmq__cmd_ext_bool(&c, "nope"), "bool false");
+    CHECKF(c.n_ext == 3 && !strcmp(c.ext[1].key, "maxMsgNums"), "replace keeps position");
+    CHECKF(rmq__cmd_ext_i64(&c, "queueOffset", &v) == 0 && v == INT64_MIN, "i64 min");
+    CHECKF(rmq__cmd_ext_i32(&c, "maxMsgNums", &v32) == 0 && v32 == 33, "i32 with +");
+    CHECKF(rmq__cmd_ext_i32(&c, "queueOffset", &v32) == RMQ_ERR_INVALID, "i32 range");
+    CHECKF(rmq__cmd_ext_i64(&c, "nope", &v) == RMQ_ERR_NOT_FOUND, "absent");
+    CHECKF(!rmq__cmd_ext_bool(&c, "unitMode") && !rmq__cmd_ext_bool(&c, "nope"), "bool false");
     rmq__cmd_set_ext(&c, "x", "TrUe");
-    CHECK(rmq__cmd_ext_bool(&c, "x"), "bool true any case");
+    CHECKF(rmq__cmd_ext_bool(&c, "x"), "bool true any case");
     rmq__cmd_set_ext(&c, "x", "9223372036854775808");
-    CHECK(rmq__cmd_ext_i64(&c, "x", &v) == RMQ_ERR_INVALID, "i64 overflow");
+    CHECKF(rmq__cmd_ext_i64(&c, "x", &v) == RMQ_ERR_INVALID, "i64 overflow");
     rmq__cmd_set_ext(&c, "x", "-9223372036854775809");
-    CHECK(rmq__cmd_ext_i64(&c, "x", &v) == RMQ_ERR_INVALID, "i64 underflow");
+    CHECKF(rmq__cmd_ext_i64(&c, "x", &v) == RMQ_ERR_INVALID, "i64 underflow");
     rmq__cmd_set_ext(&c, "x", " 1");
-    CHECK(rmq__cmd_ext_i64(&c, "x", &v) == RMQ_ERR_INVALID, "space");
+    CHECKF(rmq__cmd_ext_i64(&c, "x", &v) == RMQ_ERR_INVALID, "space");
     rmq__cmd_set_ext(&c, "x", "-");
-    CHECK(rmq__cmd_ext_i64(&c, "x", &v) == RMQ_ERR_INVALID, "sign only");
+    CHECKF(rmq__cmd_ext_i64(&c, "x", &v) == RMQ_ERR_INVALID, "sign only");
     rmq__cmd_set_ext(&c, "x", NULL);
-    CHECK(c.n_ext == 3 && !rmq__cmd_ext(&c, "x"), "NULL removes");
+    CHECKF(c.n_ext == 3 && !rmq__cmd_ext(&c, "x"), "NULL removes");
     c.opaque = 5;
     rmq__cmd_describe(&c, d, sizeof(d));
-    CHECK(!strncmp(d, "PULL_MESSAGE(11) opaque=5 flag=0", 32), "describe: %s", d);
+    CHECKF(!strncmp(d, "PULL_MESSAGE(11) opaque=5 flag=0", 32), "describe: %s", d);
     rmq__cmd_init_response(&r, &c, RMQ_RESP_PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE");
-    CHECK(r.opaque == 5 && r.flag == RMQ_FLAG_RESPONSE && r.serialize == RMQ_SERIALIZE_ROCKETMQ &&
-              r.fast == RMQ_FAST_PULL_RESP,
-          "init_response");
+    CHECKF(r.opaque == 5 && r.flag == RMQ_FLAG_RESPONSE && r.serialize == RMQ_SERIALIZE_ROCKETMQ &&
+               r.fast == RMQ_FAST_PULL_RESP,
+           "init_response");
     rmq__cmd_describe(&r, d, sizeof(d));
-    CHECK(strstr(d, "PULL_NOT_FOUND(19)") && strstr(d, "OFFSET_OVERFLOW_ONE"), "describe: %s", d);
+    CHECKF(strstr(d, "PULL_NOT_FOUND(19)") && strstr(d, "OFFSET_OVERFLOW_ONE"), "describe: %s", d);
     rmq__cmd_set_remark(&r, NULL);
-    CHECK(!r.remark, "remark cleared");
+    CHECKF(!r.remark, "remark cleared");
     rmq__cmd_free(&r);
     rmq__cmd_free(&c);
     /* Bad serialize type on encode. */
@@ -997,7 +946,7 @@ static void test_fields(void)
         rmq_buf_t b;
         rmq__cmd_init(&c, 1, 7);
         rmq__buf_init(&b);
-        CHECK(rmq__cmd_encode(&c, &b) == RMQ_ERR_INVALID && b.len == 0, "encode bad type");
+        CHECKF(rmq__cmd_encode(&c, &b) == RMQ_ERR_INVALID && b.len == 0, "encode bad type");
         rmq__buf_free(&b);
         rmq__cmd_free(&c);
     }
@@ -1011,7 +960,7 @@ static void test_hashmap_order(void)
     json_t *root = json_load_file("spec/fixtures/codec/hashmap_order.json", 0, &jerr), *cs;
     size_t i;
     int ncases = 0;
-    CHECK(root != NULL, "hashmap_order.json: %s", jerr.text);
+    CHECKF(root != NULL, "hashmap_order.json: %s", jerr.text);
     if (!root) return;
     json_array_foreach(root, i, cs)
     {
@@ -1026,16 +975,16 @@ static void test_hashmap_order(void)
             rmq__cmd_init(&c, 0, t);
             json_array_foreach(keys, j, k) rmq__cmd_set_ext(&c, json_string_value(k), "v");
             rmq__buf_init(&b);
-            CHECK(rmq__cmd_encode(&c, &b) == 0, "%s: encode", name);
-            CHECK(decode_bytes(b.data, b.len, &d, err, sizeof(err)) == 0, "%s: %s", name, err);
-            CHECK(d.n_ext == (int)json_array_size(order), "%s: count", name);
+            CHECKF(rmq__cmd_encode(&c, &b) == 0, "%s: encode", name);
+            CHECKF(decode_bytes(b.data, b.len, &d, err, sizeof(err)) == 0, "%s: %s", name, err);
+            CHECKF(d.n_ext == (int)json_array_size(order), "%s: count", name);
             json_array_foreach(order, j, k)
             {
                 if ((int)j >= d.n_ext) break;
-                CHECK(!strcmp(d.ext[j].key, json_string_value(k)),
-                      "%s (type %d): position %zu is %s, "
-                      "Java has %s",
-                      name, t, j, d.ext[j].key, json_string_value(k));
+                CHECKF(!strcmp(d.ext[j].key, json_string_value(k)),
+                       "%s (type %d): position %zu is %s, "
+                       "Java has %s",
+                       name, t, j, d.ext[j].key, json_string_value(k));
             }
             rmq__cmd_free(&d);
             rmq__buf_free(&b);
@@ -1043,7 +992,7 @@ static void test_hashmap_order(void)
         }
         ncases++;
     }
-    CHECK(ncases > 200, "only %d HashMap cases", ncases);
+    CHECKF(ncases > 200, "only %d HashMap cases", ncases);
     json_decref(root);
 }
 
@@ -1060,10 +1009,5 @@ int main(void)
     test_vectors();
     test_captures();
     rmq__buf_free(&frame_buf);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_cmd: all checks passed\n");
-    return 0;
+    return test_report("test_cmd");
 }

@@ -6,54 +6,13 @@
  */
 #include "../../runtime/message.h"
 
-#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <zlib.h>
 
-static int failures, checks;
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-#define CHECKF(cond, ...)                                                                          \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define WIRE "spec/fixtures/wire"
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) {
-        fprintf(stderr, "cannot open %s\n", path);
-        exit(2);
-    }
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) exit(2);
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
+#include "test_util.h"
 
 /* A captured frame: [4 L][4 type<<24|H][header H][body]. */
 typedef struct frame {
@@ -64,18 +23,14 @@ typedef struct frame {
 
 static frame_t load_frame(const char *session, const char *file)
 {
-    char path[512];
-    size_t len, h;
-    char *raw;
+    size_t len, off;
+    char *raw = test_wire_frame(session, file, &len, &off);
     frame_t fr;
-    snprintf(path, sizeof(path), WIRE "/%s/%s", session, file);
-    raw = read_file(path, &len);
     fr.rb = rmq__rbuf_new(len);
     memcpy(fr.rb->data, raw, len);
     free(raw);
-    h = rmq__rd32(fr.rb->data + 4) & 0xFFFFFF;
-    fr.body = fr.rb->data + 8 + h;
-    fr.body_len = len - 8 - h;
+    fr.body = fr.rb->data + off;
+    fr.body_len = len - off;
     return fr;
 }
 
@@ -132,7 +87,7 @@ static void collect_sends(const char *session, json_t *frames)
         snprintf(s->msg_id, sizeof(s->msg_id), "%s",
                  json_string_value(json_object_get(
                      json_object_get(json_object_get(resp, "header"), "extFields"), "msgId")));
-        snprintf(s->session, sizeof(s->session), "%s", session);
+        snprintf(s->session, sizeof(s->session), "%.63s", session);
         snprintf(s->file, sizeof(s->file), "%s", json_string_value(json_object_get(f, "file")));
     }
 }
@@ -312,22 +267,12 @@ static void check_pull(const char *session, json_t *f)
 
 static void test_captures(void)
 {
-    DIR *d = opendir(WIRE);
-    struct dirent *e;
     char names[32][256];
-    int nn = 0;
-    CHECK(d != NULL);
-    if (!d) return;
-    while ((e = readdir(d)) && nn < 32)
-        if (e->d_name[0] >= '0' && e->d_name[0] <= '9') snprintf(names[nn++], 256, "%s", e->d_name);
-    closedir(d);
+    int nn = test_wire_sessions(names, 32);
+    CHECK(nn > 0);
     json_t *idx[32];
     for (int s = 0; s < nn; s++) {
-        char path[512];
-        json_error_t je;
-        snprintf(path, sizeof(path), WIRE "/%s/index.json", names[s]);
-        idx[s] = json_load_file(path, 0, &je);
-        CHECKF(idx[s] != NULL, "%s: %s", path, je.text);
+        idx[s] = test_wire_index(names[s]);
         if (idx[s]) collect_sends(names[s], json_object_get(idx[s], "frames"));
     }
     for (int s = 0; s < nn; s++) {
@@ -363,17 +308,6 @@ static const char V105_HEX[] =
     "6c6c6f09546f70696354657374003354414753015461674102554e49515f4b4559013746303030303031304132"
     "423138423441414332303030303030303030303030";
 
-static size_t unhex(const char *h, char *out)
-{
-    size_t n = 0;
-    for (; h[0] && h[1]; h += 2) {
-        unsigned x;
-        sscanf(h, "%2x", &x);
-        out[n++] = (char)x;
-    }
-    return n;
-}
-
 static rmq_msg_t v105_msg(void)
 {
     static const char props[] = "TAGS\001TagA\002UNIQ_KEY\0017F0000010A2B18B4AAC2000000000000";
@@ -399,7 +333,7 @@ static rmq_msg_t v105_msg(void)
 static void test_vector_10_5(void)
 {
     char want[256], id[64], host[64];
-    size_t n = unhex(V105_HEX, want);
+    size_t n = test_unhex(V105_HEX, want);
     rmq_msg_t m = v105_msg();
     rmq_buf_t b;
     rmq_msgset_t *set;
@@ -566,7 +500,7 @@ static void test_properties(void)
         "544147530154616741024b455953016b31206b3202554e49515f4b455901433041383030303130463243313"
         "842344141433235393543354134393030303002574149540174727565";
     char want[128];
-    size_t n = unhex(want_hex, want);
+    size_t n = test_unhex(want_hex, want);
     rmq_buf_t b;
     uint32_t vl;
     const char *v;
@@ -775,6 +709,5 @@ int main(void)
     test_properties();
     test_ids();
     test_damaged();
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return test_report("test_message");
 }

@@ -10,14 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "test_util.h"
 
 static double scale = 1;
 static uv_loop_t loop;
@@ -26,13 +19,7 @@ static uv_loop_t loop;
 
 static char *write_script(const char *name, const char *text)
 {
-    char path[256];
-    snprintf(path, sizeof(path), "/tmp/rmq_test_pool_%d_%s.lua", (int)getpid(), name);
-    FILE *f = fopen(path, "w");
-    if (!f) abort();
-    fputs(text, f);
-    fclose(f);
-    return strdup(path);
+    return test_write_script("test_pool", name, text);
 }
 
 #define MAXB 64
@@ -500,8 +487,7 @@ static void test_start_failures(void)
 
 int main(void)
 {
-    const char *s = getenv("RMQ_TEST_TIMEOUT_SCALE");
-    if (s && atof(s) > 0) scale = atof(s);
+    scale = test_scale();
     uv_loop_init(&loop);
     test_return_contract();
     test_orderly();
@@ -512,10 +498,5 @@ int main(void)
     test_start_failures();
     uv_run(&loop, UV_RUN_NOWAIT);
     uv_loop_close(&loop);
-    if (failures) {
-        fprintf(stderr, "test_pool: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_pool: ok\n");
-    return 0;
+    return test_report("test_pool");
 }

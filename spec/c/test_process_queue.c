@@ -8,14 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int failures;
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "test_util.h"
 
 static rmq_msg_t *mk(int64_t off, uint32_t body_len)
 {
@@ -167,10 +160,5 @@ int main(void)
     test_gaps_and_growth();
     test_clear_and_state();
     test_random_model();
-    if (failures) {
-        fprintf(stderr, "test_process_queue: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_process_queue: ok\n");
-    return 0;
+    return test_report("test_process_queue");
 }

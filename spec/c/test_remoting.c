@@ -16,44 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static uv_loop_t *loop;
-static double scale = 1.0;
-static uv_timer_t guard;
-
-static void on_guard(uv_timer_t *t)
-{
-    (void)t;
-}
-
-/* Run the loop until cond holds or ms (scaled) pass; CHECK(cond) at the end. */
-#define WAIT_UNTIL(cond, ms)                                                                       \
-    do {                                                                                           \
-        int64_t dl_ = rmq__mono_ms() + (int64_t)((ms)*scale);                                      \
-        uv_timer_start(&guard, on_guard, 10, 10);                                                  \
-        while (!(cond) && rmq__mono_ms() < dl_)                                                    \
-            uv_run(loop, UV_RUN_ONCE);                                                             \
-        uv_timer_stop(&guard);                                                                     \
-        CHECK(cond);                                                                               \
-    } while (0)
-
-/* Run the loop for ms (only where the point is that something does NOT happen). */
-static void run_for(int64_t ms)
-{
-    int64_t dl = rmq__mono_ms() + ms;
-    uv_timer_start(&guard, on_guard, 5, 5);
-    while (rmq__mono_ms() < dl)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_timer_stop(&guard);
-}
+#include "test_loop.h"
 
 /* ---- response collector ---------------------------------------------------------------------- */
 
@@ -1423,8 +1386,7 @@ static void test_reentrancy(void)
 
 int main(void)
 {
-    const char *sc = getenv("RMQ_TEST_TIMEOUT_SCALE");
-    if (sc && atof(sc) > 0) scale = atof(sc);
+    scale = test_scale();
     rmq_log_set_level(RMQ_LOG_ERROR);
     if (getenv("RMQ_TEST_DEBUG")) {
         rmq_log_set_level(RMQ_LOG_DEBUG);
@@ -1461,10 +1423,5 @@ int main(void)
     uv_run(loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(loop) == 0);
     free(loop);
-    if (failures) {
-        fprintf(stderr, "test_remoting: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_remoting: all checks passed\n");
-    return 0;
+    return test_report("test_remoting");
 }

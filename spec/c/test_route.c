@@ -8,65 +8,20 @@
 #include "../../runtime/fjson.h"
 #include "../../runtime/route.h"
 
-#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static int failures, checks;
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-#define CHECKF(cond, ...)                                                                          \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define WIRE "spec/fixtures/wire"
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) {
-        fprintf(stderr, "cannot open %s\n", path);
-        exit(2);
-    }
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) exit(2);
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
+#include "test_util.h"
 
 /* Body of a captured frame ([4 L][4 type<<24|H][header][body]) as a fresh buffer. */
 static char *frame_body(const char *session, const char *file, size_t *len)
 {
-    char path[600];
-    size_t n, h;
-    char *raw, *body;
-    snprintf(path, sizeof(path), WIRE "/%s/%s", session, file);
-    raw = read_file(path, &n);
-    h = rmq__rd32(raw + 4) & 0xFFFFFF;
-    *len = n - 8 - h;
+    size_t n, off;
+    char *raw = test_wire_frame(session, file, &n, &off), *body;
+    *len = n - off;
     body = malloc(*len + 1);
-    memcpy(body, raw + 8 + h, *len);
+    memcpy(body, raw + off, *len);
     body[*len] = '\0';
     free(raw);
     return body;
@@ -191,19 +146,15 @@ static void check_consume_stats(const rmq_fj_t *root)
 
 static void test_captures(void)
 {
-    DIR *d = opendir(WIRE);
-    struct dirent *e;
-    CHECK(d != NULL);
-    if (!d) return;
-    while ((e = readdir(d))) {
-        char path[600], where[700];
-        json_error_t je;
+    char names[64][256];
+    int nn = test_wire_sessions(names, 64);
+    CHECK(nn > 0);
+    for (int s = 0; s < nn; s++) {
+        const char *session = names[s];
+        char where[700];
         json_t *idx, *frames, *f;
         size_t i;
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        snprintf(path, sizeof(path), WIRE "/%s/index.json", e->d_name);
-        idx = json_load_file(path, 0, &je);
-        CHECKF(idx != NULL, "%s: %s", path, je.text);
+        idx = test_wire_index(session);
         if (!idx) continue;
         frames = json_object_get(idx, "frames");
         json_array_foreach(frames, i, f)
@@ -216,8 +167,8 @@ static void test_captures(void)
             rmq_fjdoc_t *doc;
             rmq_buf_t out;
             if (!json_object_get(f, "body_text")) continue;
-            body = frame_body(e->d_name, file, &len);
-            snprintf(where, sizeof(where), "%s/%s", e->d_name, file);
+            body = frame_body(session, file, &len);
+            snprintf(where, sizeof(where), "%.255s/%.255s", session, file);
             CHECK(strlen(json_string_value(json_object_get(f, "body_text"))) == len);
             /* Every JSON body the Java side wrote reads and writes back byte for byte. */
             n_bodies++;
@@ -241,7 +192,6 @@ static void test_captures(void)
         }
         json_decref(idx);
     }
-    closedir(d);
     printf("captures: %d JSON bodies, %d routes (%d standard, %d bare keys), %d running infos, "
            "%d consume stats\n",
            n_bodies, n_routes, n_std, n_bare, n_running, n_stats);
@@ -254,7 +204,7 @@ static void test_captures(void)
 static void test_offsets_file(void)
 {
     size_t len;
-    char *file = read_file("spec/fixtures/vectors/offsets-file/offsets.json", &len), err[256];
+    char *file = test_fixture("spec/fixtures/vectors/offsets-file/offsets.json", &len), err[256];
     rmq_fjdoc_t *doc = rmq__fj_parse(file, len, err, sizeof(err)), *mk;
     const rmq_fj_t *t, *v;
     rmq_buf_t out;
@@ -608,6 +558,5 @@ int main(void)
     test_reader();
     test_routes();
     test_mq_order();
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return test_report("test_route");
 }

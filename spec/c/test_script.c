@@ -10,24 +10,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "test_util.h"
 
 static char *write_script(const char *name, const char *text)
 {
-    char path[256];
-    snprintf(path, sizeof(path), "/tmp/rmq_test_script_%d_%s.lua", (int)getpid(), name);
-    FILE *f = fopen(path, "w");
-    if (!f) abort();
-    fputs(text, f);
-    fclose(f);
-    return strdup(path);
+    return test_write_script("test_script", name, text);
 }
 
 static const char *script_text =
@@ -156,10 +143,5 @@ int main(void)
 {
     test_conf_and_hooks();
     test_errors();
-    if (failures) {
-        fprintf(stderr, "test_script: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_script: ok\n");
-    return 0;
+    return test_report("test_script");
 }
