@@ -5,7 +5,7 @@
  */
 #include "acl.h"
 
-#include "allocate.h" /* rmq__java_strcmp */
+#include "mq.h" /* rmq__java_strcmp */
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

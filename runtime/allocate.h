@@ -17,28 +17,13 @@
 #define RMQ_ALLOCATE_H
 
 #include "common.h"
+#include "mq.h"
 
 #include <stdint.h>
 
-/* A MessageQueue (topic, brokerName, queueId). The same struct may come from route.h. */
-#ifndef RMQ_MQ_T_DEFINED
-#define RMQ_MQ_T_DEFINED
-typedef struct rmq_mq {
-    char *topic;
-    char *broker_name;
-    int queue_id;
-} rmq_mq_t;
-#endif
-
 struct rmq_conf;
 
-/*
- * Java String.compareTo on the UTF-16 code units of two UTF-8 strings (<0, 0, >0). Differs from
- * strcmp only when a supplementary character meets one in U+E000..U+FFFF.
- */
-int rmq__java_strcmp(const char *a, const char *b);
-/* MessageQueue.compareTo: topic, then brokerName (Java String order), then queueId. */
-int rmq__mq_cmp(const rmq_mq_t *a, const rmq_mq_t *b);
+/* rmq__java_strcmp and rmq__mq_cmp: mq.h. */
 /* Collections.sort(mqAll) / Collections.sort(cidAll), in place (stable). */
 void rmq__mq_sort(rmq_mq_t *mqs, int n);
 void rmq__cid_sort(const char **cids, int n);

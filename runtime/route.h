@@ -11,6 +11,7 @@
 #define RMQ_ROUTE_H
 
 #include "common.h"
+#include "mq.h"
 
 /* PermName bits. */
 #define RMQ_PERM_PRIORITY 8
@@ -19,16 +20,6 @@
 #define RMQ_PERM_INHERIT 1
 
 #define RMQ_MASTER_ID 0
-
-/* The same definition as allocate.h (whichever header comes first defines it). */
-#ifndef RMQ_MQ_T_DEFINED
-#define RMQ_MQ_T_DEFINED
-typedef struct rmq_mq {
-    char *topic;
-    char *broker_name;
-    int queue_id;
-} rmq_mq_t;
-#endif
 
 typedef struct rmq_queue_data {
     char *broker_name;
@@ -96,12 +87,7 @@ const char *rmq__route_any_addr(const rmq_route_t *r, const char *broker_name);
 int rmq__route_subscribe_mqs(const rmq_route_t *r, const char *topic, rmq_mq_t **out, int *n);
 void rmq__mqs_free(rmq_mq_t *mqs, int n);
 
-/* MessageQueue.compareTo: topic, then brokerName (Java String order: UTF-16 code units), then
- * queueId. Returns <0, 0, >0. Defined in allocate.c (declared in allocate.h too). */
-int rmq__mq_cmp(const rmq_mq_t *a, const rmq_mq_t *b);
-/* Java String.compareTo of two NUL-terminated UTF-8 strings (allocate.c). */
-int rmq__java_strcmp(const char *a, const char *b);
-/* qsort-compatible wrapper of rmq__mq_cmp over rmq_mq_t elements. */
+/* rmq__mq_cmp, rmq__java_strcmp: mq.h. A qsort-compatible rmq__mq_cmp over rmq_mq_t elements: */
 int rmq__mq_qsort_cmp(const void *a, const void *b);
 
 #endif
