@@ -626,8 +626,12 @@ typedef struct reset_op {
     rmq_consumer_t *c;
     rmq_mq_t *mqs;
     int64_t *offs;
-    int n;
+    int n;       /* entries of mqs/offs (all freed) */
+    int n_write; /* the first n_write: queues held when the reset came, written at the end */
 } reset_op_t;
+
+/* MQClientInstance.resetOffset sleeps 10 s between dropping the queues and writing offsets. */
+#define RMQ_RESET_OFFSET_PAUSE_MS 10000
 
 static void reset_close(uv_handle_t *h)
 {
@@ -642,7 +646,7 @@ static void on_reset_timer(uv_timer_t *t)
     reset_op_t *r = (reset_op_t *)t;
     rmq_consumer_t *c = r->c;
     if (c->state == RMQ_CLIENT_RUNNING) {
-        for (int i = 0; i < r->n; i++) {
+        for (int i = 0; i < r->n_write; i++) {
             rmq_cmd_t cmd;
             const char *addr = rmq__c_master_addr(c, r->mqs[i].broker_name);
             if (!addr) continue;
@@ -654,7 +658,11 @@ static void on_reset_timer(uv_timer_t *t)
             rmq__remoting_oneway(c->rt, addr, &cmd);
             rmq__cmd_free(&cmd);
         }
-        c->paused = 0;
+    }
+    if (c->paused > 0) c->paused--;
+    if (c->state == RMQ_CLIENT_RUNNING && !c->paused) {
+        rmq_log_info("client", "reset offsets of %s written for %d queue(s), consumer resumed",
+                     r->mqs && r->n ? r->mqs[0].topic : "", r->n_write);
         rmq__rb_wakeup(c);
     }
     uv_close((uv_handle_t *)t, reset_close);
@@ -666,15 +674,17 @@ static void h_reset_offset(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     (void)conn;
     const char *g = rmq__cmd_ext(req, "group");
     const char *topic = rmq__cmd_ext(req, "topic");
-    if (!g || strcmp(g, c->group) || !topic || !req->body || c->state != RMQ_CLIENT_RUNNING)
-        return;
+    if (!g || strcmp(g, c->group) || !topic || c->state != RMQ_CLIENT_RUNNING) return;
     char err[128];
-    rmq_fjdoc_t *d = rmq__fj_parse(req->body, req->body_len, err, sizeof(err));
-    if (!d) {
-        rmq_log_error("client", "RESET_CONSUMER_CLIENT_OFFSET: bad body: %s", err);
-        return;
+    rmq_fjdoc_t *d = NULL;
+    if (req->body && req->body_len) {
+        d = rmq__fj_parse(req->body, req->body_len, err, sizeof(err));
+        if (!d) {
+            rmq_log_error("client", "RESET_CONSUMER_CLIENT_OFFSET: bad body: %s", err);
+            return;
+        }
     }
-    rmq_fj_t *tab = rmq__fj_get(rmq__fj_root(d), "offsetTable");
+    rmq_fj_t *tab = d ? rmq__fj_get(rmq__fj_root(d), "offsetTable") : NULL;
     reset_op_t *r = rmq__xcalloc(1, sizeof(*r));
     r->c = c;
     int cap = tab ? (int)tab->len + 1 : 1;
@@ -696,17 +706,27 @@ static void h_reset_offset(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     }
     rmq__fj_free(d);
     rmq_log_info("client", "broker asked to reset %d queue offset(s) of %s", r->n, topic);
-    c->paused = 1;
+    c->paused++;
+    /* Only the queues this consumer holds are dropped now and written after the pause. */
+    int kept = 0;
     for (int i = 0; i < r->n; i++) {
-        for (rmq_qent_t *q = c->queues; q; q = q->next)
-            if (!rmq__mq_cmp(&q->mq, &r->mqs[i])) {
-                q->offset = -1; /* not persisted: the reset value is written later */
-                rmq__rb_drop_queue(c, q, 0);
-                break;
-            }
+        rmq_qent_t *q = c->queues;
+        while (q && rmq__mq_cmp(&q->mq, &r->mqs[i]))
+            q = q->next;
+        if (q) {
+            q->offset = -1; /* not persisted: the reset value is written later */
+            rmq__rb_drop_queue(c, q, 0);
+            rmq_mq_t tmp = r->mqs[kept];
+            r->mqs[kept] = r->mqs[i];
+            r->mqs[i] = tmp;
+            r->offs[kept++] = r->offs[i];
+        }
     }
+    rmq_log_info("client", "%d of them held here: pulls paused for %d ms", kept,
+                 RMQ_RESET_OFFSET_PAUSE_MS);
+    r->n_write = kept;
     uv_timer_init(&c->loop, &r->t);
-    uv_timer_start(&r->t, on_reset_timer, 10000, 0);
+    uv_timer_start(&r->t, on_reset_timer, RMQ_RESET_OFFSET_PAUSE_MS, 0);
 }
 
 /* CONSUME_MESSAGE_DIRECTLY: run the handler once on the stored message the broker sent, answer

@@ -149,7 +149,7 @@ struct rmq_consumer {
     int n_subs;
     char *offset_path;      /* BROADCASTING: the local offsets.json (LocalFileOffsetStore) */
     struct rmq_route **routes; /* index-aligned with subs: last route of each topic, or NULL */
-    int paused;             /* RESET_CONSUMER_CLIENT_OFFSET in progress: no rebalance */
+    int paused;             /* RESET_CONSUMER_CLIENT_OFFSETs in progress: no rebalance, no pull */
 
     rmq_qent_t *queues;
     int n_queues;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #define MiB (1024 * 1024)
+#define RMQ_PULL_SUSPEND_DELAY_MS 1000 /* PULL_TIME_DELAY_MILLS_WHEN_SUSPEND */
 
 static void on_timer(uv_timer_t *t)
 {
@@ -53,6 +54,10 @@ void rmq__pull_now(rmq_qent_t *q)
     if (c->state != RMQ_CLIENT_RUNNING) {
         if (c->state == RMQ_CLIENT_STARTING) exception_later(q);
         return; /* draining: pulling has stopped */
+    }
+    if (c->paused) { /* suspend(), e.g. during RESET_CONSUMER_CLIENT_OFFSET */
+        rmq__pull_later(q, RMQ_PULL_SUSPEND_DELAY_MS);
+        return;
     }
     if (q->pq.count > c->thr_queue) {
         rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, %d cached > %d", q->name, q->pq.count,

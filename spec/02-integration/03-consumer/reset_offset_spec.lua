@@ -1,0 +1,112 @@
+-- mqadmin's resetOffsetByTime and consumer status against a running consumer, through the
+-- development broker (INVOKE_BROKER_TO_RESET_OFFSET -> RESET_CONSUMER_CLIENT_OFFSET,
+-- INVOKE_BROKER_TO_GET_CONSUMER_STATUS -> GET_CONSUMER_STATUS_FROM_CLIENT): the consumer answers
+-- with its in-memory offsets, and a reset drops its queues, writes the new offsets after the
+-- pause (MQClientInstance.resetOffset) and consumes the same messages again.
+local helpers = require "helpers"
+local ffi = require "ffi"
+local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
+local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
+local lib = cons.lib
+
+pcall(ffi.cdef, [[
+const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx);
+]])
+
+-- 4 write queues, 2 read queues: the reset table covers the write queues, the consumer holds
+-- only the 2 readable ones.
+local TOPIC, GROUP, QUEUES, WRITE_QUEUES, N = "ResetTopic", "g_reset", 2, 4, 20
+local CREATE_TOPIC, UPDATE_OFF, INVOKE_RESET, INVOKE_STATUS = 17, 15, 222, 223
+
+local function mq_key(q)
+  return string.format('{"brokerName":"broker-a","queueId":%d,"topic":"%s"}', q, TOPIC)
+end
+
+local function esc(s) return (s:gsub("%p", "%%%0")) end
+
+describe("consumer: offsets reset by the broker", function()
+  local db, ns, dir
+  lazy_setup(function()
+    db, ns = cons.start_broker()
+    dir = cons.tmpdir("reset")
+    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local r = assert(raw.request(baddr, CREATE_TOPIC, { topic = TOPIC, readQueueNums = "2",
+      writeQueueNums = "4", perm = "6", topicFilterType = "SINGLE_TAG", topicSysFlag = "0",
+      order = "false", defaultTopic = "TBW102" }))
+    assert.equal(0, r.code, r.remark)
+  end)
+  lazy_teardown(function()
+    raw.close_all()
+    if db then lib.rmq_devbroker_stop(db) end
+  end)
+
+  it("answers its offsets and consumes again from the reset point", function()
+    local before = (os.time() - 2) * 1000 -- earlier than every message below
+    for i = 1, N do
+      local body = "r" .. i
+      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, i % QUEUES, nil, nil, body, #body) >= 0)
+    end
+    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    -- the queues nobody reads have committed offsets too (the broker needs one per write queue)
+    for q = QUEUES, WRITE_QUEUES - 1 do
+      assert.equal(0, assert(raw.request(baddr, UPDATE_OFF, { consumerGroup = GROUP,
+        topic = TOPIC, queueId = tostring(q), commitOffset = "5" })).code)
+    end
+    local out = dir .. "/out.txt"
+    local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out })
+    local log = dir .. "/run.log"
+    local pid = cons.spawn(s, log)
+    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.wait_until(function() return cons.count_lines(out) >= N end, 60, "consumed once")
+    helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, QUEUES)) end, 30,
+      "offsets committed")
+    local cid = helpers.wait_until(function() return cons.read(log):match("started as (%S+)") end,
+      10, "clientId in the log")
+
+    -- GET_CONSUMER_STATUS_FROM_CLIENT: the in-memory offsets of the topic, under the client id
+    local r = assert(raw.request(baddr, INVOKE_STATUS, { topic = TOPIC, group = GROUP }))
+    assert.equal(0, r.code, r.remark)
+    assert.matches('^{"consumerTable":{"' .. esc(cid) .. '":{', r.body)
+    assert.matches('},"messageQueueTable":{}}$', r.body)
+    for q = 0, QUEUES - 1 do
+      local max = tonumber(lib.rmq_devbroker_max_offset(db, 0, TOPIC, q))
+      assert.truthy(r.body:find(mq_key(q) .. ":" .. max, 1, true), r.body)
+    end
+    assert.falsy(r.body:find("%RETRY%", 1, true)) -- only the asked topic
+
+    -- reset to a time before the first message: everything is consumed a second time
+    r = assert(raw.request(baddr, INVOKE_RESET, { topic = TOPIC, group = GROUP,
+      timestamp = tostring(before), isForce = "false" }))
+    assert.equal(0, r.code, r.remark)
+    assert.equal('{"offsetTable":{' .. mq_key(0) .. ":0," .. mq_key(1) .. ":0," .. mq_key(2) ..
+      ":0," .. mq_key(3) .. ":0}}", r.body)
+    -- paused until the offsets are written: a pull answered meanwhile is consumed, but no new
+    -- pull goes out (the retry queue's next message waits for the resume)
+    helpers.wait_until(function() return cons.read(log):find("broker asked to reset", 1, true) end,
+      10, "reset received")
+    local function consumed(body)
+      for _, rec in ipairs(cons.records(out)) do if rec.body == body then return true end end
+      return false
+    end
+    local retry = "%RETRY%" .. GROUP
+    assert(lib.rmq_devbroker_produce(db, 0, retry, 0, nil, nil, "x1", 2) >= 0)
+    helpers.wait_until(function() return consumed("x1") end, 30, "x1 from the parked pull")
+    assert(lib.rmq_devbroker_produce(db, 0, retry, 0, nil, nil, "x2", 2) >= 0)
+    helpers.wait_until(function() return consumed("x2") end, 60, "x2 after the resume")
+    assert.truthy(cons.read(log):find("consumer resumed", 1, true), "x2 pulled while paused")
+    helpers.wait_until(function() return cons.count_lines(out) >= 2 * N + 2 end, 60,
+      "consumed again")
+    helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, QUEUES)) end, 30,
+      "offsets committed again")
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log))
+    local seen = {}
+    for _, rec in ipairs(cons.records(out)) do seen[rec.body] = (seen[rec.body] or 0) + 1 end
+    for i = 1, N do assert.equal(2, seen["r" .. i], "r" .. i) end
+    assert.truthy(cons.read(log):find("reset 4 queue offset(s) of " .. TOPIC, 1, true))
+    -- only the queues the consumer held were written (MQClientInstance.resetOffset)
+    for q = QUEUES, WRITE_QUEUES - 1 do
+      assert.equal(5, tonumber(lib.rmq_devbroker_committed_offset(db, 0, GROUP, TOPIC, q)))
+    end
+  end)
+end)
