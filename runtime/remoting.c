@@ -90,6 +90,7 @@ typedef struct wreq {
 
 #define BATCH_MAX_BYTES (256 * 1024) /* hand a batch to libuv once it holds this much */
 #define BATCH_MAX_SEGS 512           /* ... or this many slices (stays under IOV_MAX) */
+#define BATCH_SPARES 4               /* finished batches a connection keeps for reuse */
 
 typedef struct wseg {
     const char *ext; /* a lent buffer, or NULL: [off, off + len) of the batch's data */
@@ -104,6 +105,7 @@ typedef struct wdone {
 /* Frames collected for one uv_write (see the top of the file). */
 typedef struct wbatch {
     uv_write_t req;
+    struct wbatch *next_spare;
     rmq_conn_t *conn;
     rmq_buf_t data; /* encoded headers and copied bodies */
     wseg_t *segs;
@@ -138,7 +140,8 @@ struct rmq_conn {
     link_t queued;  /* wreq_t written once OPEN */
     link_t dirty;   /* t->dirty while out holds frames */
     wbatch_t *out;  /* frames not yet handed to libuv (OPEN only), or NULL */
-    wbatch_t *spare; /* a finished batch kept for reuse */
+    wbatch_t *spare; /* finished batches kept for reuse (next_spare), up to BATCH_SPARES */
+    int nspare;
     size_t npending;
     peer_t *peer; /* client side: its address entry (NULL once detached) */
     uv_connect_t connect_req;
@@ -320,7 +323,11 @@ void rmq__conn_release(rmq_conn_t *c)
     if (--c->refs > 0) return;
     if (c->t) list_remove(&c->all);
     rmq__framer_reset(&c->framer);
-    if (c->spare) batch_free(c->spare);
+    while (c->spare) {
+        wbatch_t *b = c->spare;
+        c->spare = b->next_spare;
+        batch_free(b);
+    }
     free(c);
 }
 
@@ -545,10 +552,13 @@ static void batch_finish(rmq_conn_t *c, wbatch_t *b, int status)
     b->ndone = 0;
     b->nsegs = 0;
     b->data.len = 0;
-    if (!c->spare && b->data.cap <= 2 * BATCH_MAX_BYTES)
+    if (c->nspare < BATCH_SPARES && b->data.cap <= 2 * BATCH_MAX_BYTES) {
+        b->next_spare = c->spare;
         c->spare = b;
-    else
+        c->nspare++;
+    } else {
         batch_free(b);
+    }
 }
 
 static void on_batch_write(uv_write_t *req, int status)
@@ -640,7 +650,8 @@ static int batch_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_bu
     if (!b) {
         if (c->spare) {
             b = c->spare;
-            c->spare = NULL;
+            c->spare = b->next_spare;
+            c->nspare--;
         } else {
             b = rmq__xcalloc(1, sizeof(*b));
             rmq__buf_init(&b->data);
