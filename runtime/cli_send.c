@@ -49,6 +49,7 @@ typedef struct send_run {
     char *filebuf;
     size_t file_len;
     rmq_buf_t body; /* generated body */
+    rmq_buf_t pattern; /* 'a' + i % 26 for i < size: the generated bodies' filler */
     rmq_buf_t kbuf; /* keys with {n} replaced */
     uv_fs_t rd;
     int reading;
@@ -270,10 +271,19 @@ static void make_body(send_run_t *r)
     while (n)
         rmq__buf_append_u8(&r->body, (uint8_t)nb[--n]);
     rmq__buf_append_u8(&r->body, ':');
-    rmq__buf_reserve(&r->body, (size_t)r->size);
-    while (r->body.len < (size_t)r->size)
-        r->body.data[r->body.len] = (char)('a' + (r->body.len % 26)), r->body.len++;
-    if (r->body.len > (size_t)r->size) r->body.len = (size_t)r->size;
+    if (r->pattern.len < (size_t)r->size) {
+        r->pattern.len = 0;
+        rmq__buf_reserve(&r->pattern, (size_t)r->size);
+        while (r->pattern.len < (size_t)r->size)
+            r->pattern.data[r->pattern.len] = (char)('a' + (r->pattern.len % 26)),
+            r->pattern.len++;
+    }
+    if (r->body.len < (size_t)r->size) {
+        rmq__buf_reserve(&r->body, (size_t)r->size - r->body.len);
+        memcpy(r->body.data + r->body.len, r->pattern.data + r->body.len,
+               (size_t)r->size - r->body.len);
+    }
+    r->body.len = (size_t)r->size;
 }
 
 /* Keep the producer's window full; finish when the source is exhausted and all sends are done. */
@@ -493,6 +503,7 @@ int rmq__cli_send(int argc, char **argv)
     po.retry_times = -1;
     r->window = RMQ_PRODUCER_MAX_INFLIGHT;
     rmq__buf_init(&r->body);
+    rmq__buf_init(&r->pattern);
     rmq__buf_init(&r->kbuf);
     rmq__buf_init(&r->line);
     int rc = parse_args(r, argc, argv, &po);
@@ -550,6 +561,7 @@ int rmq__cli_send(int argc, char **argv)
         free((char *)r->props[i].key);
     free(r->filebuf);
     rmq__buf_free(&r->body);
+    rmq__buf_free(&r->pattern);
     rmq__buf_free(&r->kbuf);
     rmq__buf_free(&r->line);
     free(r);
