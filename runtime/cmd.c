@@ -23,6 +23,7 @@
 #include <strings.h>
 
 #include "codes.h"
+#include "json_esc.h"
 
 #define JSON_MAX_DEPTH 64
 #define FRAMER_DIRECT_MIN 4096 /* read straight into a frame when this much of it is missing */
@@ -974,49 +975,6 @@ static void jws(jp_t *j)
         j->p++;
 }
 
-static int hexval(int ch)
-{
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
-}
-
-static int read_u4(jp_t *j, unsigned *out)
-{
-    int i;
-    unsigned v = 0;
-    if (j->end - j->p < 4) return jfail(j, "truncated \\u escape");
-    for (i = 0; i < 4; i++) {
-        int h = hexval((unsigned char)j->p[i]);
-        if (h < 0) return jfail(j, "bad \\u escape");
-        v = v << 4 | (unsigned)h;
-    }
-    j->p += 4;
-    *out = v;
-    return 0;
-}
-
-static char *put_utf8(char *o, unsigned cp)
-{
-    if (cp < 0x80)
-        *o++ = (char)cp;
-    else if (cp < 0x800) {
-        *o++ = (char)(0xc0 | cp >> 6);
-        *o++ = (char)(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-        *o++ = (char)(0xe0 | cp >> 12);
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-        *o++ = (char)(0x80 | (cp & 0x3f));
-    } else {
-        *o++ = (char)(0xf0 | cp >> 18);
-        *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-        *o++ = (char)(0x80 | (cp & 0x3f));
-    }
-    return o;
-}
-
 /*
  * Parse a string at j->p (which is on the opening quote) into the arena, NUL-terminated.
  * The decoded form is never longer than the quoted source, so the arena (header length + 1)
@@ -1042,54 +1000,13 @@ static int jstring(jp_t *j, char **out)
         if (*p == '"') break;
         /* Backslash escape. */
         if (++j->p >= j->end) return jfail(j, "unterminated string");
-        switch (*j->p++) {
-        case '"':
-            *o++ = '"';
+        switch (rmq__json_unescape(&j->p, j->end, &o, RMQ_JESC_LONE_FFFD)) {
+        case RMQ_JESC_OK:
             break;
-        case '\\':
-            *o++ = '\\';
-            break;
-        case '/':
-            *o++ = '/';
-            break;
-        case 'b':
-            *o++ = '\b';
-            break;
-        case 'f':
-            *o++ = '\f';
-            break;
-        case 'n':
-            *o++ = '\n';
-            break;
-        case 'r':
-            *o++ = '\r';
-            break;
-        case 't':
-            *o++ = '\t';
-            break;
-        case 'u': {
-            unsigned cp, lo;
-            if (read_u4(j, &cp)) return -1;
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-                if (j->end - j->p >= 6 && j->p[0] == '\\' && j->p[1] == 'u') {
-                    const char *save = j->p;
-                    j->p += 2;
-                    if (read_u4(j, &lo)) return -1;
-                    if (lo >= 0xdc00 && lo <= 0xdfff)
-                        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                    else {
-                        cp = 0xfffd;
-                        j->p = save; /* the next escape stands on its own */
-                    }
-                } else {
-                    cp = 0xfffd;
-                }
-            } else if (cp >= 0xdc00 && cp <= 0xdfff) {
-                cp = 0xfffd;
-            }
-            o = put_utf8(o, cp);
-            break;
-        }
+        case RMQ_JESC_SHORT_U:
+            return jfail(j, "truncated \\u escape");
+        case RMQ_JESC_BAD_U:
+            return jfail(j, "bad \\u escape");
         default:
             return jfail(j, "bad escape in string");
         }

@@ -6,6 +6,8 @@
  */
 #include "fjson.h"
 
+#include "json_esc.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,45 +102,6 @@ static void skip_ws(parser_t *ps)
         ps->p++;
 }
 
-static int hex4(const char *p, unsigned *out)
-{
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (unsigned)(c - 'A' + 10);
-        else
-            return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static char *put_utf8(char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        *o++ = (char)cp;
-    } else if (cp < 0x800) {
-        *o++ = (char)(0xC0 | cp >> 6);
-        *o++ = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        *o++ = (char)(0xE0 | cp >> 12);
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-        *o++ = (char)(0x80 | (cp & 0x3F));
-    } else {
-        *o++ = (char)(0xF0 | cp >> 18);
-        *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-        *o++ = (char)(0x80 | (cp & 0x3F));
-    }
-    return o;
-}
-
 static rmq_fj_t *parse_string(parser_t *ps)
 {
     const char *q = ps->p + 1, *s;
@@ -163,52 +126,16 @@ static rmq_fj_t *parse_string(parser_t *ps)
             q++;
             continue;
         }
-        c = q[1];
-        q += 2;
-        switch (c) {
-        case '"':
-            *o++ = '"';
+        q++;
+        switch (rmq__json_unescape(&q, s, &o, 0)) {
+        case RMQ_JESC_OK:
             break;
-        case '\\':
-            *o++ = '\\';
-            break;
-        case '/':
-            *o++ = '/';
-            break;
-        case 'b':
-            *o++ = '\b';
-            break;
-        case 'f':
-            *o++ = '\f';
-            break;
-        case 'n':
-            *o++ = '\n';
-            break;
-        case 'r':
-            *o++ = '\r';
-            break;
-        case 't':
-            *o++ = '\t';
-            break;
-        case 'u': {
-            unsigned cp, lo;
-            if (s - q < 4 || hex4(q, &cp)) {
-                ps->p = q - 2;
-                return fail(ps, "bad \\u escape");
-            }
-            q += 4;
-            if (cp >= 0xD800 && cp < 0xDC00 && s - q >= 6 && q[0] == '\\' && q[1] == 'u' &&
-                hex4(q + 2, &lo) == 0 && lo >= 0xDC00 && lo < 0xE000) {
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                q += 6;
-            }
-            /* A lone surrogate is kept as its 3-byte form, as Java keeps the char. */
-            o = put_utf8(o, cp);
-            break;
-        }
-        default:
-            ps->p = q - 2;
+        case RMQ_JESC_BAD:
+            ps->p = q - 1;
             return fail(ps, "bad escape in string");
+        default:
+            ps->p = q - 1;
+            return fail(ps, "bad \\u escape");
         }
     }
     *o = '\0';
