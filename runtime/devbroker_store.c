@@ -190,10 +190,7 @@ static void chunk_unref(db_chunk_t *c)
 
 void rmq__db_msg_release(db_msg_t *m)
 {
-    if (--m->refs == 0) {
-        chunk_unref(m->chunk);
-        free(m);
-    }
+    if (--m->refs == 0) chunk_unref(m->chunk); /* m lives in its chunk */
 }
 
 /*
@@ -216,14 +213,22 @@ static void prefault(char *p, size_t n)
 #endif
 }
 
+/*
+ * Messages' data fill a chunk from the start (neighbours stay contiguous: one buffer for a
+ * pull); their db_msg_t are carved from its end, which lowers c->cap, so no allocation per
+ * message. A chunk's nominal size is c->cap rounded up to 8 KiB.
+ */
+#define MSG_HDR ((sizeof(db_msg_t) + 7) & ~(size_t)7)
+
 db_msg_t *rmq__db_msg_alloc(db_queue_t *q, size_t size)
 {
     db_chunk_t *c = q->cur;
-    if (!c || c->cap - c->used < size) {
+    size_t need = size + MSG_HDR + 8; /* + alignment of the header below the data */
+    if (!c || c->cap - c->used < need) {
         /* Small queues start small: 8 KiB, doubling up to DB_CHUNK_SIZE. */
-        size_t cap = c ? c->cap * 2 : 8192;
+        size_t cap = c ? ((c->cap + 8191) & ~(size_t)8191) * 2 : 8192;
         if (cap > DB_CHUNK_SIZE) cap = DB_CHUNK_SIZE;
-        if (cap < size) cap = size;
+        if (cap < need) cap = (need + 7) & ~(size_t)7;
         if (c) chunk_unref(c);
         c = rmq__xmalloc(sizeof(*c) + cap);
         prefault(c->data, cap);
@@ -232,7 +237,9 @@ db_msg_t *rmq__db_msg_alloc(db_queue_t *q, size_t size)
         c->used = 0;
         q->cur = c;
     }
-    db_msg_t *m = rmq__xcalloc(1, sizeof(*m));
+    c->cap = ((c->cap & ~(size_t)7) - MSG_HDR); /* data (c->used) never reaches it: see need */
+    db_msg_t *m = (db_msg_t *)(void *)(c->data + c->cap);
+    memset(m, 0, sizeof(*m));
     m->refs = 1;
     m->chunk = c;
     m->data = c->data + c->used;
