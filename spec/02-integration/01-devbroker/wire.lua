@@ -48,44 +48,8 @@ function M.pull_ext(group, topic, qid, offset, opts)
           subscription = opts.subscription}
 end
 
--- The development broker's FFI API (declared once per Lua state).
-local cdefs_done = false
-function M.lib()
-  local helpers = require "helpers"
-  if not cdefs_done then
-    ffi.cdef [[
-typedef struct rmq_devbroker rmq_devbroker_t;
-rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size);
-void rmq_devbroker_stop(rmq_devbroker_t *db);
-const char *rmq_devbroker_addr(rmq_devbroker_t *db);
-int rmq_devbroker_broker_count(rmq_devbroker_t *db);
-const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx);
-const char *rmq_devbroker_broker_name(rmq_devbroker_t *db, int idx);
-int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code, int count);
-void rmq_devbroker_clear_errors(rmq_devbroker_t *db);
-int rmq_devbroker_set_down(rmq_devbroker_t *db, int broker, int down);
-int rmq_devbroker_set_latency(rmq_devbroker_t *db, int target, int req_code, int ms);
-int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code);
-int rmq_devbroker_wait(rmq_devbroker_t *db, int target, int req_code, int n, int timeout_ms);
-void rmq_devbroker_reset_counts(rmq_devbroker_t *db);
-int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
-                              const char *key, char *buf, size_t size);
-int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic, int queues);
-int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const char *topic, int queue_id,
-                              const char *tags, const char *keys, const char *body, size_t body_len);
-int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic, int queue_id);
-int64_t rmq_devbroker_min_offset(rmq_devbroker_t *db, int broker, const char *topic, int queue_id);
-int64_t rmq_devbroker_committed_offset(rmq_devbroker_t *db, int broker, const char *group,
-                                       const char *topic, int queue_id);
-int rmq_devbroker_group_size(rmq_devbroker_t *db, int broker, const char *group);
-void rmq_log_set_level(int level);
-int rmq_devbroker_lock_owner(rmq_devbroker_t *db, int broker, const char *group,
-                             const char *topic, int queue_id, char *buf, size_t size);
-]]
-    cdefs_done = true
-  end
-  return helpers.lib()
-end
+-- The development broker's FFI API (spec/devbroker_ffi.lua).
+function M.lib() return require "devbroker_ffi" end
 
 -- Only errors in the log (the transport logs every connection at INFO).
 function M.quiet() M.lib().rmq_log_set_level(0) end

@@ -6,21 +6,7 @@ local ffi = require "ffi"
 local bit = require "bit"
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 
-pcall(ffi.cdef, [[
-typedef struct rmq_devbroker rmq_devbroker_t;
-rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size);
-void rmq_devbroker_stop(rmq_devbroker_t *db);
-const char *rmq_devbroker_addr(rmq_devbroker_t *db);
-const char *rmq_devbroker_broker_name(rmq_devbroker_t *db, int idx);
-int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code);
-void rmq_devbroker_reset_counts(rmq_devbroker_t *db);
-int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
-                              const char *key, char *buf, size_t size);
-int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code, int count);
-void rmq_devbroker_clear_errors(rmq_devbroker_t *db);
-int rmq_devbroker_set_latency(rmq_devbroker_t *db, int target, int req_code, int ms);
-int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic, int queues);
-]])
+require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
 
 local ALL, NAMESRV = -2, -1
 local SEND_V2, ROUTE = 310, 105

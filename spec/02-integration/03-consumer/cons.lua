@@ -4,28 +4,7 @@
 local helpers = require "helpers"
 local ffi = require "ffi"
 
-pcall(ffi.cdef, [[
-typedef struct rmq_devbroker rmq_devbroker_t;
-rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size);
-void rmq_devbroker_stop(rmq_devbroker_t *db);
-const char *rmq_devbroker_addr(rmq_devbroker_t *db);
-const char *rmq_devbroker_broker_name(rmq_devbroker_t *db, int idx);
-int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code);
-int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic, int queues);
-int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const char *topic, int queue_id,
-                              const char *tags, const char *keys, const char *body,
-                              size_t body_len);
-int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic,
-                                 int queue_id);
-int64_t rmq_devbroker_committed_offset(rmq_devbroker_t *db, int broker, const char *group,
-                                       const char *topic, int queue_id);
-int rmq_devbroker_group_size(rmq_devbroker_t *db, int broker, const char *group);
-int rmq_devbroker_set_down(rmq_devbroker_t *db, int broker, int down);
-int rmq_devbroker_lock_owner(rmq_devbroker_t *db, int broker, const char *group,
-                             const char *topic, int queue_id, char *buf, size_t size);
-int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code, int count);
-void rmq_devbroker_clear_errors(rmq_devbroker_t *db);
-]])
+require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
 
 local M = {}
 local lib = helpers.lib()

@@ -3,16 +3,7 @@
 local ffi = require "ffi"
 local helpers = require "helpers"
 
-pcall(ffi.cdef, [[
-typedef struct rmq_devbroker rmq_devbroker_t;
-rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size);
-void rmq_devbroker_stop(rmq_devbroker_t *db);
-const char *rmq_devbroker_addr(rmq_devbroker_t *db);
-int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic, int queues);
-int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const char *topic, int queue_id,
-                              const char *tags, const char *keys, const char *body, size_t body_len);
-int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic, int queue_id);
-]])
+require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
 
 local M = { ALL = -2 }
 local lib = helpers.lib()

@@ -7,13 +7,7 @@ local bit = require "bit"
 local cjson = require "cjson"
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 
-pcall(ffi.cdef, [[
-typedef struct rmq_devbroker rmq_devbroker_t;
-rmq_devbroker_t *rmq_devbroker_start(const char *args, char *errstr, size_t errstr_size);
-void rmq_devbroker_stop(rmq_devbroker_t *db);
-const char *rmq_devbroker_addr(rmq_devbroker_t *db);
-int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code);
-]])
+require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
 
 local lib = helpers.lib()
 local root = helpers.root
