@@ -31,6 +31,7 @@
 
 #define MAX_TRANSFER_BYTES (256 * 1024) /* maxTransferBytesOnMessageInMemory */
 #define MAX_TRANSFER_COUNT 32           /* maxTransferCountOnMessageInMemory */
+#define CQ_FILE_ENTRIES 300000          /* entries per consume queue file (6000000 / 20) */
 #define RETRY_MAX_TIMES 16              /* SubscriptionGroupConfig.retryMaxTimes */
 #define VERSION_V3_4_9 121              /* MQVersion.Version.V3_4_9.ordinal() */
 #define CALL_CLIENT_TIMEOUT_MS 10000
@@ -614,10 +615,15 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
         next = min == 0 ? min : max;
     } else {
         status = ST_NO_MATCHED_MESSAGE;
+        /* DefaultMessageStore.getMessage: up to max(16000, maxMsgNums * 20) bytes of consume
+         * queue (20 per entry), and never past the end of the consume queue file holding
+         * `offset` (getIndexBuffer maps one file). */
         int64_t scan_cap = max_nums > 800 ? max_nums : 800;
+        int64_t file_end = (offset / CQ_FILE_ENTRIES + 1) * CQ_FILE_ENTRIES;
+        int64_t end = max < file_end ? max : file_end;
         int64_t i = offset;
         size_t bytes = 0;
-        for (; i < max && i - offset < scan_cap; i++) {
+        for (; i < end && i - offset < scan_cap; i++) {
             db_msg_t *m = rmq__db_qget(q, i);
             if (n > 0 && bytes > 0) {
                 if (max_nums <= n || bytes + m->size > MAX_TRANSFER_BYTES ||
