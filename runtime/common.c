@@ -143,6 +143,18 @@ void rmq__buf_free(rmq_buf_t *b)
     rmq__buf_init(b);
 }
 
+size_t rmq__buf_give(rmq_buf_t *b, char *out, size_t out_size)
+{
+    size_t len = b->len;
+    if (out_size) {
+        size_t k = len < out_size - 1 ? len : out_size - 1;
+        if (k) memcpy(out, b->data, k);
+        out[k] = '\0';
+    }
+    rmq__buf_free(b);
+    return len;
+}
+
 int rmq__buf_reserve(rmq_buf_t *b, size_t n)
 {
     size_t need = b->len + n, cap;

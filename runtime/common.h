@@ -111,6 +111,9 @@ typedef struct rmq_buf {
 
 void rmq__buf_init(rmq_buf_t *b);
 void rmq__buf_free(rmq_buf_t *b);
+/* Copy b into the caller's out[out_size] (truncated, always NUL-terminated when out_size > 0),
+ * free b and return the full length (snprintf-style; exported *_to_json style functions). */
+size_t rmq__buf_give(rmq_buf_t *b, char *out, size_t out_size);
 /* Make room for n more bytes; returns 0 or RMQ_ERR_NOMEM. */
 int rmq__buf_reserve(rmq_buf_t *b, size_t n);
 int rmq__buf_append(rmq_buf_t *b, const void *p, size_t n);

@@ -1079,15 +1079,7 @@ int rmq_conf_check(const rmq_conf_t *c, char *errstr, size_t n)
 size_t rmq_conf_describe_markdown(char *out, size_t out_size)
 {
     rmq_buf_t b;
-    size_t len;
     rmq__buf_init(&b);
     rmq__conf_describe_markdown(&b);
-    len = b.len;
-    if (out_size) {
-        size_t k = len < out_size - 1 ? len : out_size - 1;
-        if (k) memcpy(out, b.data, k);
-        out[k] = '\0';
-    }
-    rmq__buf_free(&b);
-    return len;
+    return rmq__buf_give(&b, out, out_size);
 }

@@ -266,17 +266,9 @@ int rmq__offset_file_load(const char *path, rmq_offset_entry_t **out, int *n, ch
 size_t rmq_offset_file_encode(const rmq_offset_entry_t *e, int n, char *out, size_t out_size)
 {
     rmq_buf_t b;
-    size_t len;
     rmq__buf_init(&b);
     rmq__offset_file_encode(e, n, &b);
-    len = b.len;
-    if (out_size) {
-        size_t k = len < out_size - 1 ? len : out_size - 1;
-        if (k) memcpy(out, b.data, k);
-        out[k] = '\0';
-    }
-    rmq__buf_free(&b);
-    return len;
+    return rmq__buf_give(&b, out, out_size);
 }
 
 int rmq_offset_file_write(const char *path, const char *data, size_t len, char *errstr,

@@ -265,17 +265,9 @@ void rmq_sub_destroy(rmq_sub_t *sub)
 size_t rmq_sub_to_json(const rmq_sub_t *sub, char *out, size_t out_size)
 {
     rmq_buf_t b;
-    size_t n;
     rmq__buf_init(&b);
     rmq__sub_to_json(sub, &b);
-    n = b.len;
-    if (out_size) {
-        size_t c = n < out_size - 1 ? n : out_size - 1;
-        if (c) memcpy(out, b.data, c);
-        out[c] = '\0';
-    }
-    rmq__buf_free(&b);
-    return n;
+    return rmq__buf_give(&b, out, out_size);
 }
 
 int rmq_sub_match_tags(const rmq_sub_t *sub, const char *tags, size_t len)
