@@ -1420,13 +1420,43 @@ static void write_mq_key(rmq_buf_t *o, const char *broker, int qid, const char *
     rmq__buf_append(o, "}", 1);
 }
 
-/* ResetOffsetBody (MessageQueue objects as keys) or, for C, ResetOffsetBodyForC (a list). */
+/* The iteration order of a java.util.HashMap<MessageQueue, V> filled with queues 0..n-1 of one
+ * topic in queue order: MessageQueue.hashCode, spread h ^ (h >>> 16), default capacity 16
+ * doubled while n > 3/4 of it, bins in index order, each bin in insertion order (bins of 8 that
+ * would be treeified do not occur for these hashes). */
+static void mq_hash_order(const char *broker, const char *topic, int n, int *order)
+{
+    uint32_t cap = 16;
+    while ((uint64_t)n * 4 > (uint64_t)cap * 3)
+        cap *= 2;
+    uint32_t bh = (uint32_t)rmq_java_hash(broker, strlen(broker));
+    uint32_t th = (uint32_t)rmq_java_hash(topic, strlen(topic));
+    uint32_t *bin = rmq__xmalloc(sizeof(*bin) * ((size_t)n + 1));
+    for (int i = 0; i < n; i++) {
+        uint32_t h = 31u * (31u * (31u + bh) + (uint32_t)i) + th;
+        bin[i] = (h ^ (h >> 16)) & (cap - 1);
+        order[i] = i;
+    }
+    for (int i = 1; i < n; i++) { /* stable: equal bins keep insertion order */
+        int v = order[i], j = i;
+        for (; j > 0 && bin[order[j - 1]] > bin[v]; j--)
+            order[j] = order[j - 1];
+        order[j] = v;
+    }
+    free(bin);
+}
+
+/* ResetOffsetBody (MessageQueue objects as keys) or, for C, ResetOffsetBodyForC (a list), both
+ * in the HashMap order of Broker2Client's offsetTable. */
 static void reset_body(rmq_buf_t *o, const char *broker, const char *topic, const int64_t *offs,
                        int n, int for_c)
 {
+    int *order = rmq__xmalloc(sizeof(*order) * ((size_t)n + 1));
+    mq_hash_order(broker, topic, n, order);
     rmq__buf_append(o, for_c ? "{\"offsetTable\":[" : "{\"offsetTable\":{", 16);
-    for (int i = 0; i < n; i++) {
-        if (i) rmq__buf_append(o, ",", 1);
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        if (k) rmq__buf_append(o, ",", 1);
         if (for_c) {
             rmq__buf_append(o, "{\"brokerName\":", 14);
             rmq__fj_write_str(o, broker, strlen(broker), 0);
@@ -1440,6 +1470,7 @@ static void reset_body(rmq_buf_t *o, const char *broker, const char *topic, cons
         }
     }
     rmq__buf_append(o, for_c ? "]}" : "}}", 2);
+    free(order);
 }
 
 /* INVOKE_BROKER_TO_RESET_OFFSET (AdminBrokerProcessor.resetOffset -> Broker2Client.resetOffset):

@@ -78,8 +78,9 @@ describe("consumer: offsets reset by the broker", function()
     r = assert(raw.request(baddr, INVOKE_RESET, { topic = TOPIC, group = GROUP,
       timestamp = tostring(before), isForce = "false" }))
     assert.equal(0, r.code, r.remark)
-    assert.equal('{"offsetTable":{' .. mq_key(0) .. ":0," .. mq_key(1) .. ":0," .. mq_key(2) ..
-      ":0," .. mq_key(3) .. ":0}}", r.body)
+    -- in java.util.HashMap order of the MessageQueue keys
+    assert.equal('{"offsetTable":{' .. mq_key(2) .. ":0," .. mq_key(1) .. ":0," .. mq_key(3) ..
+      ":0," .. mq_key(0) .. ":0}}", r.body)
     -- paused until the offsets are written: a pull answered meanwhile is consumed, but no new
     -- pull goes out (the retry queue's next message waits for the resume)
     helpers.wait_until(function() return cons.read(log):find("broker asked to reset", 1, true) end,
