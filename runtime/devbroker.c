@@ -206,50 +206,67 @@ void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const 
 
 static void rec_free(db_rec_t *r);
 
+/* What a record keeps of req: a reference on a small frame, else a copy of its header. */
+static rmq_rbuf_t *rec_frame(const rmq_cmd_t *req)
+{
+    rmq_rbuf_t *f = req->frame, *h;
+    if (f && f->len <= DB_REC_FRAME_MAX) return rmq__rbuf_keep(f);
+    if (f && f->len >= 8) {
+        size_t hl = rmq__rd32(f->data + 4) & 0xffffffu;
+        if (8 + hl <= f->len && (h = rmq__rbuf_new(8 + hl))) {
+            memcpy(h->data, f->data, 8 + hl);
+            rmq__wr32(h->data, (uint32_t)(4 + hl));
+            return h;
+        }
+    }
+    /* Not a decoded command (or an odd frame): encode its header. */
+    rmq_cmd_t tmp = *req;
+    rmq_buf_t b;
+    rmq__buf_init(&b);
+    tmp.body = NULL;
+    tmp.body_len = 0;
+    h = NULL;
+    if (rmq__cmd_encode_header(&tmp, &b) == 0 && (h = rmq__rbuf_new(b.len)))
+        memcpy(h->data, b.data, b.len);
+    rmq__buf_free(&b);
+    return h;
+}
+
 static void record(db_node_t *node, const rmq_cmd_t *req)
 {
     rmq_devbroker_t *db = node->db;
     if (!db->recording) return;
-    /* One allocation: the record, its ext array, then the strings (NUL-terminated). */
-    size_t n = (size_t)(req->n_ext > 0 ? req->n_ext : 0), need = 0;
-    for (size_t i = 0; i < n; i++)
-        need += strlen(req->ext[i].key) + 1 +
-                (req->ext[i].val ? strlen(req->ext[i].val) : 0) + 1;
-    db_rec_t *r = rmq__xmalloc(sizeof(*r) + n * sizeof(rmq_kv_t) + need);
+    rmq_rbuf_t *frame = rec_frame(req), *old = NULL;
+    db_rec_t *r = NULL;
+    uv_mutex_lock(&db->mu);
+    if (req->code >= 0 && req->code < DB_CODES) db->counts[node->idx + 1][req->code]++;
+    if (db->n_recs >= DB_MAX_RECS) { /* reuse the oldest */
+        r = db->recs;
+        db->recs = r->next;
+        if (!db->recs) db->recs_tail = NULL;
+        db->n_recs--;
+        old = r->frame;
+    }
+    if (!r) r = rmq__xmalloc(sizeof(*r));
     r->next = NULL;
     r->target = node->idx;
     r->code = req->code;
-    r->n_ext = (int)n;
-    r->ext = n ? (rmq_kv_t *)(r + 1) : NULL;
-    char *sp = (char *)(r + 1) + n * sizeof(rmq_kv_t);
-    for (size_t i = 0; i < n; i++) {
-        const char *v = req->ext[i].val ? req->ext[i].val : "";
-        size_t kl = strlen(req->ext[i].key) + 1, vl = strlen(v) + 1;
-        r->ext[i].key = memcpy(sp, req->ext[i].key, kl);
-        r->ext[i].val = memcpy(sp + kl, v, vl);
-        sp += kl + vl;
-    }
-    db_rec_t *drop = NULL;
-    uv_mutex_lock(&db->mu);
-    if (req->code >= 0 && req->code < DB_CODES) db->counts[node->idx + 1][req->code]++;
+    r->frame = frame;
     if (db->recs_tail)
         db->recs_tail->next = r;
     else
         db->recs = r;
     db->recs_tail = r;
-    if (++db->n_recs > DB_MAX_RECS) {
-        drop = db->recs;
-        db->recs = drop->next;
-        db->n_recs--;
-    }
+    db->n_recs++;
     uv_cond_broadcast(&db->cond);
     uv_mutex_unlock(&db->mu);
-    if (drop) rec_free(drop);
+    rmq__rbuf_release(old);
 }
 
 static void rec_free(db_rec_t *r)
 {
-    free(r); /* ext and strings live in the same allocation (see record) */
+    rmq__rbuf_release(r->frame);
+    free(r);
 }
 
 typedef struct db_deferred {
@@ -986,11 +1003,15 @@ RMQ_EXPORT int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int re
     for (db_rec_t *r = db->recs; r && idx >= 0; r = r->next) {
         if (!rec_match(r, target, req_code)) continue;
         if (i++ != idx) continue;
-        for (int k = 0; k < r->n_ext; k++) {
-            if (strcmp(r->ext[k].key, key) == 0) {
-                ret = (int)strlen(r->ext[k].val);
-                if (size) snprintf(buf, size, "%s", r->ext[k].val);
+        rmq_cmd_t c;
+        char err[128];
+        if (r->frame && rmq__cmd_decode(r->frame, &c, err, sizeof err) == 0) {
+            const char *v = rmq__cmd_ext(&c, key);
+            if (v) {
+                ret = (int)strlen(v);
+                if (size) snprintf(buf, size, "%s", v);
             }
+            rmq__cmd_free(&c);
         }
         break;
     }

@@ -205,13 +205,15 @@ typedef struct db_remote {
     db_map_t topics;  /* name -> db_topic_t (queue counts only) */
 } db_remote_t;
 
-/* A recorded request. */
+/* A recorded request: its frame (or, for a big one, a copy of its header alone), decoded only
+ * when rmq_devbroker_request_ext asks. */
 typedef struct db_rec {
     struct db_rec *next;
     int target, code;
-    rmq_kv_t *ext;
-    int n_ext;
+    rmq_rbuf_t *frame;
 } db_rec_t;
+
+#define DB_REC_FRAME_MAX 4096 /* bigger request frames: only the header is kept */
 
 #define DB_MAX_RECS 10000 /* requests kept for rmq_devbroker_request_ext */
 #define DB_CODES 1024     /* request codes counted */
