@@ -165,6 +165,14 @@ struct rmq_producer {
 };
 
 static void pump(rmq_producer_t *p);
+
+/* snprintf(dst, size, "%s", src) without printf: cut to size - 1 bytes, NUL-terminated. */
+static void copy_str(char *dst, size_t size, const char *src)
+{
+    size_t n = strnlen(src, size - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
 static void fetch_route(rmq_producer_t *p, topic_t *tp, int is_default);
 static void fetch_route_try(rmq_producer_t *p, topic_t *tp, int is_default, int tries);
 
@@ -615,7 +623,7 @@ static void attempt(rmq_producer_t *p, req_t *r)
             return;
         }
         r->attempts++;
-        snprintf(r->last_broker, sizeof(r->last_broker), "%s", q->broker_name);
+        copy_str(r->last_broker, sizeof(r->last_broker), q->broker_name);
         r->queue_id = q->queue_id;
         rmq_cmd_t c;
         int rc = build_send(p, r, q, &c);
@@ -698,7 +706,7 @@ stored:;
     rmq__cmd_ext_i64(resp, "queueOffset", &qoff);
     r->queue_id = qid;
     r->queue_offset = qoff;
-    snprintf(r->offset_msg_id, sizeof(r->offset_msg_id), "%s", mid ? mid : "");
+    copy_str(r->offset_msg_id, sizeof(r->offset_msg_id), mid ? mid : "");
     complete(p, r, 0);
     pump(p);
 }
