@@ -69,7 +69,7 @@ void rmq_log_set_level(int level)
     rmq__log_level = level;
 }
 
-int rmq_log_set_debug(const char *categories, char *errstr, size_t errstr_size)
+int rmq__log_debug_parse(const char *categories, char *errstr, size_t errstr_size)
 {
     static const struct {
         const char *name;
@@ -99,9 +99,16 @@ int rmq_log_set_debug(const char *categories, char *errstr, size_t errstr_size)
         p += n;
         while (*p == ',' || *p == ' ') p++;
     }
-    rmq__log_debug = mask;
-    if (mask && rmq__log_level < RMQ_LOG_DEBUG) rmq__log_level = RMQ_LOG_DEBUG;
     return (int)mask;
+}
+
+int rmq_log_set_debug(const char *categories, char *errstr, size_t errstr_size)
+{
+    int mask = rmq__log_debug_parse(categories, errstr, errstr_size);
+    if (mask < 0) return -1;
+    rmq__log_debug = (unsigned)mask;
+    if (mask && rmq__log_level < RMQ_LOG_DEBUG) rmq__log_level = RMQ_LOG_DEBUG;
+    return mask;
 }
 
 void rmq__log(int level, const char *subsys, const char *fmt, ...)

@@ -85,6 +85,8 @@ extern unsigned rmq__log_debug;
 RMQ_EXPORT void rmq_log_set_level(int level);
 /* Parse "remoting,pull" or "all"; returns the mask, or -1 naming the bad word in errstr. */
 RMQ_EXPORT int rmq_log_set_debug(const char *categories, char *errstr, size_t errstr_size);
+/* The same parse without touching the live settings (any thread): the mask, or -1. */
+int rmq__log_debug_parse(const char *categories, char *errstr, size_t errstr_size);
 void rmq__log(int level, const char *subsys, const char *fmt, ...) RMQ_PRINTF(3, 4);
 
 #define rmq_log_error(sub, ...) rmq__log(RMQ_LOG_ERROR, sub, __VA_ARGS__)

@@ -143,31 +143,10 @@ static int v_config_queues(rmq_conf_t *c, const char *v, char *errstr, size_t n)
     return 0;
 }
 
-/* The categories rmq_log_set_debug (common.c) knows; checked here without touching the live
- * log settings, which other threads may be reading. Keep in step with common.c. */
+/* Checked without touching the live log settings, which other threads may be reading. */
 static int v_log_debug(rmq_conf_t *c, const char *v, char *errstr, size_t n)
 {
-    static const char *const cats[] = {"remoting", "namesrv", "rebalance", "pull", "consume",
-                                       "offset",   "lua",     "broker",    "all"};
-    const char *p = v ? v : "";
-    while (*p) {
-        size_t w = strcspn(p, ", "), i;
-        if (w) {
-            for (i = 0; i < RMQ_ARRAY_SIZE(cats); i++)
-                if (strlen(cats[i]) == w && !memcmp(cats[i], p, w)) break;
-            if (i == RMQ_ARRAY_SIZE(cats)) {
-                rmq__seterr(errstr, n,
-                            "log_debug: unknown category \"%.*s\" (known: remoting, namesrv, "
-                            "rebalance, pull, consume, offset, lua, broker, all)",
-                            (int)w, p);
-                return -1;
-            }
-        }
-        p += w;
-        while (*p == ',' || *p == ' ')
-            p++;
-    }
-    return 0;
+    return rmq__log_debug_parse(v, errstr, n) < 0 ? -1 : 0;
 }
 
 static int v_nonempty(rmq_conf_t *c, const char *v, char *errstr, size_t n)

@@ -26,6 +26,14 @@ static void test_conf_lifecycle(void)
     CHECK(c->n_alloc_config_mqs == 2 && !strcmp(c->alloc_config_mqs[1].broker_name, "b@x"));
     CHECK(rmq__conf_set(c, "allocate_config_queues", "T:b:x", err, sizeof(err)) == RMQ_ERR_CONFIG);
     CHECK(c->n_alloc_config_mqs == 2); /* a rejected value changes nothing */
+    /* log_debug is checked by the parser of rmq_log_set_debug, without applying it. */
+    CHECK(rmq__conf_set(c, "log_debug", "remoting, pull", err, sizeof(err)) == RMQ_OK);
+    CHECK(rmq__log_debug == 0);
+    CHECK(rmq__conf_set(c, "log_debug", "pull,bogus", err, sizeof(err)) == RMQ_ERR_CONFIG);
+    CHECK(strstr(err, "unknown category \"bogus\"") != NULL);
+    CHECK(rmq__log_debug_parse("remoting,pull", err, sizeof(err)) ==
+          (int)(RMQ_DBG_REMOTING | RMQ_DBG_PULL));
+    CHECK(rmq__log_debug_parse("", err, sizeof(err)) == 0);
     CHECK(rmq__conf_set(c, "secret_key", "s3cret", err, sizeof(err)) == RMQ_OK);
     CHECK(rmq__conf_set(c, "namespace", NULL, err, sizeof(err)) == RMQ_OK);
     CHECK(rmq__conf_set(c, "pull_batch_size", NULL, err, sizeof(err)) == RMQ_ERR_CONFIG);
