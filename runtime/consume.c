@@ -78,10 +78,12 @@ void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int
         rmq__orderly_dispatch(q);
         return;
     }
+    rmq__pool_hold(c->pool); /* one hand-over for every batch of this response */
     for (int i = 0; i < k; i += bs) {
         int cnt = k - i < bs ? k - i : bs;
         rmq__cbatch_submit(c, rmq__cbatch_new(q, msgs + i, cnt), -1);
     }
+    rmq__pool_flush(c->pool);
 }
 
 /* Resolve messages: out of the process queue, offset moved (unless dropped), released. */

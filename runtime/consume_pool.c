@@ -74,7 +74,8 @@ typedef struct cthread {
     int interrupted;    /* a hook was set for cur (under p->mu) */
     const char *interrupt_why;
     int abandoned;      /* stop gave up on it: it must not post its batch */
-    int woken;          /* signalled for a shared batch and not yet awake (under p->mu) */
+    int woken;          /* signalled for a shared batch and not yet awake (under p->mu;
+                         * counted in p->waking) */
 } cthread_t;
 
 struct rmq_pool {
@@ -86,6 +87,10 @@ struct rmq_pool {
     uv_cond_t start_cond; /* thread states changing during start; the reaper's wake-up */
     bq_t shared;
     bq_t done;
+    bq_t done_spare; /* loop thread: swapped with done to drain it under one lock */
+    bq_t held;       /* loop thread: submitted between hold and flush */
+    int holding;     /* loop thread */
+    int waking;      /* threads signalled for a shared batch, not yet awake (under mu) */
     int pending;    /* submitted, not yet returned through done() (loop thread) */
     int running;    /* under mu */
     int64_t errors; /* under mu */
@@ -150,6 +155,43 @@ static void flush_queued(rmq_pool_t *p)
     while ((b = bq_pop(&p->shared))) not_run(p, b);
     for (int i = 0; i < p->n; i++)
         while ((b = bq_pop(&p->t[i].q))) not_run(p, b);
+}
+
+/*
+ * Under p->mu: an idle thread to signal for shared work, marked as on its way, or NULL when one
+ * is already on its way (it wakes the next one if work is still queued when it takes its batch)
+ * or none is idle. One thread waking at a time keeps a burst of fast batches on the threads
+ * already running instead of waking (and context-switching) every thread for one batch each;
+ * slow batches still spread over every thread, one wake-up latency apart.
+ */
+static cthread_t *pick_idle(rmq_pool_t *p)
+{
+    if (p->waking > 0) return NULL;
+    for (int i = 0; i < p->n; i++) {
+        cthread_t *t = &p->t[i];
+        if (t->state == CT_IDLE && !t->woken) {
+            t->woken = 1;
+            p->waking++;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+/* The pool's mutex guards a few pointer moves at a time: an adaptive mutex spins briefly
+ * before sleeping, which saves a futex wait/wake pair per contended hand-over. */
+static void init_mutex(uv_mutex_t *mu)
+{
+#if defined(PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP)
+    pthread_mutexattr_t a;
+    if (pthread_mutexattr_init(&a) == 0) {
+        int ok = pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP) == 0 &&
+                 pthread_mutex_init(mu, &a) == 0;
+        pthread_mutexattr_destroy(&a);
+        if (ok) return;
+    }
+#endif
+    uv_mutex_init(mu);
 }
 
 /* ---- running a batch (consume thread) ----------------------------------------------------- */
@@ -334,7 +376,8 @@ static void thread_main(void *arg)
     uv_cond_broadcast(&p->start_cond);
     for (;;) {
         rmq_batch_t *b = bq_pop(&t->q);
-        if (!b && !p->quit) b = bq_pop(&p->shared);
+        int shared = 0;
+        if (!b && !p->quit) shared = (b = bq_pop(&p->shared)) != NULL;
         if (b && p->stopping && rmq__mono_ms() >= p->stop_deadline) {
             not_run(p, b); /* stop's wait is over: queued batches are not run */
             continue;
@@ -349,7 +392,11 @@ static void thread_main(void *arg)
             }
             p->running++;
             set_state(t, CT_BUSY);
+            /* More shared work queued and nobody on the way: wake one more thread (it chains
+             * on in turn). This thread is BUSY now, so it cannot pick itself. */
+            cthread_t *next = shared && p->shared.n > 0 ? pick_idle(p) : NULL;
             uv_mutex_unlock(&p->mu);
+            if (next) uv_cond_signal(&next->cond);
 
             run_batch(t, b);
 
@@ -369,7 +416,10 @@ static void thread_main(void *arg)
         }
         if (p->quit) break;
         uv_cond_wait(&t->cond, &p->mu);
-        t->woken = 0;
+        if (t->woken) {
+            t->woken = 0;
+            p->waking--;
+        }
     }
     int abandoned = t->abandoned;
     if (!abandoned) set_state(t, CT_STOPPED);
@@ -390,6 +440,8 @@ static void free_pool(rmq_pool_t *p)
     free(p->t);
     free(p->shared.a);
     free(p->done.a);
+    free(p->done_spare.a);
+    free(p->held.a);
     uv_cond_destroy(&p->start_cond);
     uv_mutex_destroy(&p->mu);
     free(p->script_path);
@@ -414,11 +466,15 @@ static void on_async(uv_async_t *a)
 {
     rmq_pool_t *p = a->data;
     for (;;) {
+        /* Take every finished batch under one lock (the consume threads keep posting into the
+         * other queue meanwhile), then run the callbacks without it. */
         uv_mutex_lock(&p->mu);
-        rmq_batch_t *b = bq_pop(&p->done);
+        bq_t got = p->done;
+        p->done = p->done_spare;
         int reaped = p->reaped;
         uv_mutex_unlock(&p->mu);
-        if (!b) {
+        if (got.n == 0) {
+            p->done_spare = got;
             if (reaped && !p->closing) {
                 p->closing = 1;
                 uv_thread_join(&p->reaper);
@@ -427,8 +483,13 @@ static void on_async(uv_async_t *a)
             }
             return;
         }
-        p->pending--;
-        p->o.done(p->o.ud, b);
+        rmq_batch_t *b;
+        while ((b = bq_pop(&got))) {
+            p->pending--;
+            p->o.done(p->o.ud, b);
+        }
+        got.head = 0;
+        p->done_spare = got;
     }
 }
 
@@ -466,7 +527,7 @@ int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
     if (p->o.consume_timeout_ms <= 0) p->o.consume_timeout_ms = 15 * 60000;
     p->n = opts->nthreads;
     p->t = rmq__xcalloc((size_t)p->n, sizeof(cthread_t));
-    uv_mutex_init(&p->mu);
+    init_mutex(&p->mu);
     uv_cond_init(&p->start_cond);
     int started = 0;
     for (int i = 0; i < p->n; i++) {
@@ -519,30 +580,49 @@ int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
     return 0;
 }
 
-/* Under p->mu: wake one idle thread for a shared batch. */
-static void wake_one(rmq_pool_t *p)
+void rmq__pool_hold(rmq_pool_t *p)
 {
-    for (int i = 0; i < p->n; i++) {
-        cthread_t *t = &p->t[i];
-        if (t->state == CT_IDLE && !t->woken) {
-            t->woken = 1;
-            uv_cond_signal(&t->cond);
-            return;
-        }
+    p->holding = 1;
+}
+
+void rmq__pool_flush(rmq_pool_t *p)
+{
+    p->holding = 0;
+    if (p->held.n == 0) return;
+    cthread_t *t = NULL;
+    rmq_batch_t *b;
+    uv_mutex_lock(&p->mu);
+    if (p->stopping) {
+        while ((b = bq_pop(&p->held))) not_run(p, b);
+    } else {
+        while ((b = bq_pop(&p->held))) bq_push(&p->shared, b);
+        t = pick_idle(p);
     }
+    uv_mutex_unlock(&p->mu);
+    p->held.head = 0;
+    if (t) uv_cond_signal(&t->cond);
 }
 
 void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b)
 {
+    cthread_t *t = NULL;
     p->pending++;
+    if (p->holding) {
+        bq_push(&p->held, b);
+        return;
+    }
     uv_mutex_lock(&p->mu);
     if (p->stopping) {
         not_run(p, b);
     } else {
         bq_push(&p->shared, b);
-        wake_one(p);
+        t = pick_idle(p);
     }
     uv_mutex_unlock(&p->mu);
+    /* Signalled after the unlock, so the woken thread does not block on the mutex at once.
+     * t is idle, i.e. inside uv_cond_wait: if it wakes before this signal for another reason
+     * it finds the batch anyway, and the late signal is a spurious wake-up. */
+    if (t) uv_cond_signal(&t->cond);
 }
 
 void rmq__pool_submit_to(rmq_pool_t *p, int thread_index, rmq_batch_t *b)

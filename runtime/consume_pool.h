@@ -57,6 +57,13 @@ int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
                     size_t errstr_size);
 /* Queue a batch for any idle thread (concurrent consumption). */
 void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b);
+/*
+ * Between rmq__pool_hold() and rmq__pool_flush(), rmq__pool_submit() only collects batches;
+ * flush queues them all under one lock and wakes one idle thread (which wakes the next while
+ * work is left), instead of a wake-up per batch. For the batches cut from one pull response.
+ */
+void rmq__pool_hold(rmq_pool_t *p);
+void rmq__pool_flush(rmq_pool_t *p);
 /* Queue a batch for one given thread (orderly consumption: a queue sticks to a thread). */
 void rmq__pool_submit_to(rmq_pool_t *p, int thread_index, rmq_batch_t *b);
 /* Batches queued or running. Any thread. */

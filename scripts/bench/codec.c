@@ -78,7 +78,8 @@ static void bench_decode(rmq_rbuf_t *frame)
                 exit(1);
             }
             per = set->n;
-            for (int i = 0; i < set->n; i++) rmq__msg_release(&set->msgs[i]);
+            for (int i = 0; i < set->n; i++)
+                rmq__msg_release(&set->msgs[i]);
             rmq__msgset_release(set);
             rmq__cmd_free(&c);
         }
@@ -154,15 +155,20 @@ static void submit_burst(pool_run_t *r)
     r->bursts_left--;
 }
 
-static void on_closed(void *ud) { (void)ud; }
+static void on_closed(void *ud)
+{
+    (void)ud;
+}
 
 static void on_done(void *ud, rmq_batch_t *b)
 {
     pool_run_t *r = ud;
     rmq__pool_batch_release(b);
     if (--r->outstanding > 0) return;
-    if (r->bursts_left > 0) submit_burst(r);
-    else rmq__pool_stop(r->pool, 1000, on_closed, r);
+    if (r->bursts_left > 0)
+        submit_burst(r);
+    else
+        rmq__pool_stop(r->pool, 1000, on_closed, r);
 }
 
 static void bench_pool(const char *script, int nthreads, int batch, long messages)
@@ -185,8 +191,12 @@ static void bench_pool(const char *script, int nthreads, int batch, long message
         msgs[i].queue_offset = i;
         r.ptrs[i] = &msgs[i];
     }
-    rmq_pool_opts_t o = {.script_path = script, .nthreads = nthreads, .loop = &r.loop,
-                         .done = on_done, .ud = &r, .consumer_group = "bench"};
+    rmq_pool_opts_t o = {.script_path = script,
+                         .nthreads = nthreads,
+                         .loop = &r.loop,
+                         .done = on_done,
+                         .ud = &r,
+                         .consumer_group = "bench"};
     char err[1024];
     if (rmq__pool_start(&o, &r.pool, err, sizeof(err))) {
         fprintf(stderr, "pool: %s\n", err);
@@ -217,6 +227,7 @@ int main(int argc, char **argv)
     int threads[] = {1, 2, 20};
     int batches[] = {1, 32};
     for (int t = 0; t < 3; t++)
-        for (int b = 0; b < 2; b++) bench_pool(script, threads[t], batches[b], n);
+        for (int b = 0; b < 2; b++)
+            bench_pool(script, threads[t], batches[b], n);
     return 0;
 }
