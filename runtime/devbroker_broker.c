@@ -946,9 +946,16 @@ void rmq__db_broker_scan(db_broker_t *b, int64_t now_mono)
      * PULL_RETRY_IMMEDIATELY / NO_MATCHED_MESSAGE with nextBeginOffset past them). */
     if (now_mono - b->hold_check_ms >= HOLD_CHECK_MS) {
         b->hold_check_ms = now_mono;
-        for (db_park_t *p = b->parks, *next; p; p = next) {
-            next = p->bnext;
-            if (rmq__db_qmax(p->q) > p->offset) park_wake(b, p);
+        /* From the head again after each wake: answering may close a connection, and its
+         * other parked pulls go with it. */
+        db_park_t *p = b->parks;
+        while (p) {
+            if (rmq__db_qmax(p->q) > p->offset) {
+                park_wake(b, p);
+                p = b->parks;
+            } else {
+                p = p->bnext;
+            }
         }
     }
     expired_t ex = {.now = now_mono, .expire_ms = b->node.db->channel_expire_ms};
