@@ -717,8 +717,10 @@ static int json_put_str(rmq_buf_t *b, const char *str, size_t n)
     static const char hex[] = "0123456789ABCDEF";
     const unsigned char *s = (const unsigned char *)str;
     size_t i, run = 0;
-    if (rmq__buf_reserve(b, n + 2)) return RMQ_ERR_NOMEM;
-    b->data[b->len++] = '"';
+    /* Room for the worst case (every byte a 6-character escape), then write in place. */
+    if (n > (SIZE_MAX - 2) / 6 || rmq__buf_reserve(b, 6 * n + 2)) return RMQ_ERR_NOMEM;
+    char *o = b->data + b->len;
+    *o++ = '"';
     for (i = 0; i < n; i++) {
         unsigned c = s[i], cp = 0;
         size_t skip = 0;
@@ -758,22 +760,34 @@ static int json_put_str(rmq_buf_t *b, const char *str, size_t n)
         }
         if (!esc && !skip) continue;
         /* Flush the plain run before this character. */
-        if (rmq__buf_append(b, str + run, i - run)) return RMQ_ERR_NOMEM;
+        memcpy(o, str + run, i - run);
+        o += i - run;
+        *o++ = '\\';
         if (esc) {
-            char e[2] = {'\\', esc};
-            if (rmq__buf_append(b, e, 2)) return RMQ_ERR_NOMEM;
+            *o++ = esc;
             run = i + 1;
         } else {
-            char e[6] = {
-                '\\',        'u', hex[(cp >> 12) & 15], hex[(cp >> 8) & 15], hex[(cp >> 4) & 15],
-                hex[cp & 15]};
-            if (rmq__buf_append(b, e, 6)) return RMQ_ERR_NOMEM;
+            *o++ = 'u';
+            *o++ = hex[(cp >> 12) & 15];
+            *o++ = hex[(cp >> 8) & 15];
+            *o++ = hex[(cp >> 4) & 15];
+            *o++ = hex[cp & 15];
             i += skip - 1;
             run = i + 1;
         }
     }
-    if (rmq__buf_append(b, str + run, n - run)) return RMQ_ERR_NOMEM;
-    return rmq__buf_append(b, "\"", 1);
+    memcpy(o, str + run, n - run);
+    o += n - run;
+    *o++ = '"';
+    b->len = (size_t)(o - b->data);
+    return 0;
+}
+
+static int put_ch(rmq_buf_t *b, char ch)
+{
+    if (b->len == b->cap && rmq__buf_reserve(b, 1)) return RMQ_ERR_NOMEM;
+    b->data[b->len++] = ch;
+    return 0;
 }
 
 /* Append the literal lit, then v in decimal. */
@@ -801,8 +815,8 @@ static int encode_json(const rmq_cmd_t *c, rmq_buf_t *b)
         if (rmq__buf_append(b, ",\"extFields\":{", 14)) goto out;
         for (i = 0; i < n; i++) {
             const rmq_kv_t *kv = &c->ext[order[i]];
-            if (i && rmq__buf_append(b, ",", 1)) goto out;
-            if (json_put_str(b, kv->key, strlen(kv->key)) || rmq__buf_append(b, ":", 1) ||
+            if (i && put_ch(b, ',')) goto out;
+            if (json_put_str(b, kv->key, strlen(kv->key)) || put_ch(b, ':') ||
                 json_put_str(b, kv->val, strlen(kv->val)))
                 goto out;
         }
