@@ -594,6 +594,16 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     rmq__fj_free(d);
 }
 
+/* Bin of a MessageQueue key in a java.util.HashMap of capacity cap (MessageQueue.hashCode,
+ * spread h ^ (h >>> 16)). */
+static uint32_t mq_bin(const rmq_mq_t *mq, uint32_t cap)
+{
+    uint32_t h = 31u + (uint32_t)rmq_java_hash(mq->broker_name, strlen(mq->broker_name));
+    h = 31u * h + (uint32_t)mq->queue_id;
+    h = 31u * h + (uint32_t)rmq_java_hash(mq->topic, strlen(mq->topic));
+    return (h ^ (h >> 16)) & (cap - 1);
+}
+
 static void h_consumer_status(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 {
     rmq_consumer_t *c = ud;
@@ -604,12 +614,39 @@ static void h_consumer_status(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     rmq__fj_set_root(d, root);
     rmq__fj_obj_set(d, root, "consumerTable", rmq__fj_new_obj(d));
     rmq_fj_t *t = rmq__fj_new_obj(d);
+    /* cloneOffsetTable fills a new HashMap: its iteration order is by bin (the capacity doubles
+     * from 16 while the entries exceed 3/4 of it), then insertion order. */
+    int n = 0;
+    for (rmq_qent_t *q = c->queues; q; q = q->next)
+        n++;
+    rmq_qent_t **sel = rmq__xmalloc(sizeof(*sel) * ((size_t)n + 1));
+    uint32_t *bin = rmq__xmalloc(sizeof(*bin) * ((size_t)n + 1));
+    n = 0;
     for (rmq_qent_t *q = c->queues; q; q = q->next) {
         if (topic && *topic && strcmp(topic, q->mq.topic)) continue;
         if (q->offset < 0) continue;
-        rmq__fj_obj_add(t, rmq__fj_new_mq(d, q->mq.topic, q->mq.broker_name, q->mq.queue_id),
-                        rmq__fj_new_i64(d, q->offset));
+        sel[n++] = q;
     }
+    uint32_t cap = 16;
+    while ((uint64_t)n * 4 > (uint64_t)cap * 3)
+        cap *= 2;
+    for (int i = 0; i < n; i++) {
+        rmq_qent_t *v = sel[i];
+        uint32_t b = mq_bin(&v->mq, cap);
+        int j = i;
+        for (; j > 0 && bin[j - 1] > b; j--) {
+            sel[j] = sel[j - 1];
+            bin[j] = bin[j - 1];
+        }
+        sel[j] = v;
+        bin[j] = b;
+    }
+    for (int i = 0; i < n; i++)
+        rmq__fj_obj_add(t, rmq__fj_new_mq(d, sel[i]->mq.topic, sel[i]->mq.broker_name,
+                                          sel[i]->mq.queue_id),
+                        rmq__fj_new_i64(d, sel[i]->offset));
+    free(sel);
+    free(bin);
     rmq__fj_obj_set(d, root, "messageQueueTable", t);
     rmq_buf_t body;
     rmq__buf_init(&body);
