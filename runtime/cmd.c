@@ -109,7 +109,7 @@ static int grow_ext(rmq_cmd_t *c)
     int ncap;
     rmq_kv_t *n;
     if (c->n_ext < c->cap_ext) return 0;
-    ncap = c->cap_ext ? c->cap_ext * 2 : 8;
+    ncap = c->cap_ext ? c->cap_ext * 2 : 16; /* SEND_MESSAGE_V2 headers carry 13 */
     n = realloc(c->ext, (size_t)ncap * sizeof(*n));
     if (!n) return RMQ_ERR_NOMEM;
     c->ext = n;
