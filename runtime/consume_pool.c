@@ -22,6 +22,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* ---- a FIFO of batch pointers (growable ring) ------------------------------------------ */
 
@@ -252,6 +253,28 @@ void rmq__pool_batch_release(rmq_batch_t *b)
     b->nsends = 0;
 }
 
+/* The message handler of run_batch's lua_pcall (rmq__lua_pcall's, kept at stack index 1 of
+ * every consume state by load_state so that no closure is made per batch). */
+static int batch_traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* The running batch's start for the consume_timeout watchdog (minutes): the coarse clock has
+ * CLOCK_MONOTONIC's epoch (rmq__mono_ms), lags it by a few ms and costs a fraction of a read. */
+static int64_t coarse_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void run_batch(cthread_t *t, rmq_batch_t *b)
 {
     lua_State *L = t->L;
@@ -263,10 +286,13 @@ static void run_batch(cthread_t *t, rmq_batch_t *b)
     b->sends = NULL;
     *t->slot = b;
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref_dispatch);
-    int rc = rmq__lua_pcall(L, 0, 2, err, sizeof(err));
+    int rc = lua_pcall(L, 0, 2, 1); /* index 1: batch_traceback */
     *t->slot = NULL;
     int failed = 0;
     if (rc) {
+        const char *m = lua_tostring(L, -1);
+        snprintf(err, sizeof(err), "%s", m ? m : "(error without a message)");
+        lua_pop(L, 1);
         /* The dispatcher itself failed (an interrupt outside the handler's xpcall, memory). */
         b->status = b->orderly ? RMQ_CONSUME_SUSPEND : RMQ_CONSUME_RECONSUME_LATER;
         b->ack_count = 0;
@@ -343,6 +369,7 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
         return RMQ_ERR_LUA;
     }
     lua_settop(L, 0);
+    lua_pushcfunction(L, batch_traceback); /* stays at index 1 for run_batch */
     return 0;
 }
 
@@ -384,7 +411,7 @@ static void thread_main(void *arg)
         }
         if (b) {
             t->cur = b;
-            t->cur_start = rmq__mono_ms();
+            t->cur_start = coarse_ms();
             if (t->interrupted) {
                 /* The last batch was interrupted: its hook may not have fired yet. */
                 lua_sethook(t->L, NULL, 0, 0);
