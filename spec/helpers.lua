@@ -14,9 +14,18 @@ M.fixtures = M.root .. "/spec/fixtures"
 M.scale = tonumber(os.getenv("RMQ_TEST_TIMEOUT_SCALE") or "1") or 1
 
 local lib
--- The runtime library, loaded once with its symbols global (so ffi.C sees them too).
+-- The runtime library, loaded once with its symbols global (so ffi.C sees them too), and pinned:
+-- LuaJIT unloads an ffi.load()ed library when the state closes at exit, and a thread of the
+-- library (a development broker or consumer a spec left running, or a worker still winding down)
+-- would then run on unmapped code. RTLD_NODELETE keeps it mapped until the process ends.
 function M.lib()
-  if not lib then lib = ffi.load(M.lib_path, true) end
+  if not lib then
+    lib = ffi.load(M.lib_path, true)
+    ffi.cdef [[ void *dlopen(const char *file, int mode); ]]
+    local RTLD_NOW, RTLD_GLOBAL, RTLD_NODELETE = 0x2, 0x100, 0x1000
+    assert(ffi.C.dlopen(M.lib_path, RTLD_NOW + RTLD_GLOBAL + RTLD_NODELETE) ~= nil,
+      "cannot pin " .. M.lib_path)
+  end
   return lib
 end
 

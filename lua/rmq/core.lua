@@ -31,6 +31,10 @@ else
       .. "(run inside rmqlua, or set RMQLUA_LIB to librmqlua.so)", 0)
   end
   C = ffi.load(path, true)
+  -- Pin it: LuaJIT unloads ffi.load()ed libraries when the state closes, and a runtime thread
+  -- still winding down would then run on unmapped code.
+  ffi.cdef [[ void *dlopen(const char *file, int mode); ]]
+  ffi.C.dlopen(path, 0x1102) -- RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE
 end
 M.C = C
 
