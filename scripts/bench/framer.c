@@ -1,10 +1,11 @@
 /*
- * bench_framer.c -- throughput of the framer (and framer + decode) on a captured 40 KB PULL
+ * framer.c -- throughput of the framer (and framer + decode) on a captured 40 KB PULL
  * response, fed the way the connection feeds it: rmq__framer_alloc, a 64 KiB "read" (memcpy,
  * standing in for the kernel's copy), rmq__framer_commit.
  *
- *   gcc -O2 -std=c11 -D_GNU_SOURCE -Iruntime scripts/bench_framer.c runtime/cmd.c \
- *       runtime/common.c runtime/codes.c -o /tmp/bench_framer && /tmp/bench_framer
+ *   scripts/build && cc -O2 -std=c11 -D_GNU_SOURCE -Iruntime scripts/bench/framer.c \
+ *       build/librmqlua_static.a $(pkg-config --libs luajit libuv jansson) -lz -lcrypto -lm \
+ *       -lpthread -ldl -o /tmp/bench_framer && /tmp/bench_framer
  *
  * Run from the repo root. Optional argument: another frame file.
  */

@@ -1,5 +1,5 @@
 /*
- * bench_pool.c -- per-message cost through the consume pool: submit on a libuv loop, hand-off
+ * pool.c -- per-message cost through the consume pool: submit on a libuv loop, hand-off
  * to a consume thread, one lua_pcall of the dispatcher, a no-op handler, done() back on the
  * loop. Built and run by scripts/bench_lua (not a test). Usage: bench_pool SCRIPT
  */
