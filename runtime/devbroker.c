@@ -204,6 +204,22 @@ void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const 
     rmq__cmd_free(&resp);
 }
 
+void rmq__db_reply_body(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark,
+                        const rmq_buf_t *body)
+{
+    if (req->flag & RMQ_FLAG_ONEWAY) return;
+    rmq_cmd_t resp;
+    rmq__cmd_init_response(&resp, req, code, remark);
+    if (body) {
+        resp.body = body->data;
+        resp.body_len = body->len;
+    }
+    rmq__db_reply(conn, &resp);
+    resp.body = NULL; /* borrowed */
+    resp.body_len = 0;
+    rmq__cmd_free(&resp);
+}
+
 static void rec_free(db_rec_t *r);
 
 /* What a record keeps of req: a reference on a small frame, else a copy of its header. */

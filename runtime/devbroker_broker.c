@@ -1147,22 +1147,6 @@ static void h_consumer_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__buf_free(&body);
 }
 
-static void reply_body(rmq_conn_t *conn, rmq_cmd_t *req, int code, const char *remark,
-                       rmq_buf_t *body)
-{
-    if (req->flag & RMQ_FLAG_ONEWAY) return;
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, code, remark);
-    if (body) {
-        resp.body = body->data;
-        resp.body_len = body->len;
-    }
-    rmq__db_reply(conn, &resp);
-    resp.body = NULL;
-    resp.body_len = 0;
-    rmq__cmd_free(&resp);
-}
-
 static void write_sub_json(rmq_buf_t *o, const rmq_sub_t *s)
 {
     rmq__buf_appendf(o, "{\"classFilterMode\":false,\"codeSet\":[");
@@ -1224,7 +1208,7 @@ static void h_connection_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
                      g->consume_from_where, g->consume_type, g->message_model);
     rmq__dbmap_each(&g->subs, write_sub_entry, &o);
     rmq__buf_append(&o, "}}", 2);
-    reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
     rmq__buf_free(&o);
 }
 
@@ -1296,7 +1280,7 @@ static void h_consume_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__buf_append(&o, "}}", 2);
     for (int k = 0; k < to.n; k++)
         free(to.topics[k]);
-    reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
     rmq__buf_free(&o);
 }
 
@@ -1559,7 +1543,7 @@ static void h_invoke_reset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (code == RMQ_RESP_SUCCESS) {
         body.len = 0;
         reset_body(&body, b->name, topic, offs, n, 0);
-        reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &body);
+        rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &body);
     } else {
         rmq__db_reply_code(conn, req, code, msg);
     }
@@ -1605,7 +1589,7 @@ static void status_finish(status_op_t *op)
     fake.opaque = op->opaque;
     fake.serialize = op->serialize;
     if (rmq__conn_state(op->admin) == RMQ_CONN_OPEN)
-        reply_body(op->admin, &fake, RMQ_RESP_SUCCESS, NULL, &o);
+        rmq__db_reply_body(op->admin, &fake, RMQ_RESP_SUCCESS, NULL, &o);
     rmq__buf_free(&o);
     for (int i = 0; i < op->n; i++) {
         free(op->ids[i]);
@@ -1733,7 +1717,7 @@ static void h_view_by_id(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         return;
     }
     rmq_buf_t o = {m->data, m->size, m->size};
-    reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
 }
 
 /* ---- CONSUMER_SEND_MSG_BACK ------------------------------------------------------------------ */
@@ -1936,7 +1920,7 @@ static void h_lock(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req, int unlock
     }
     rmq__buf_append(&o, "]}", 2);
     rmq__fj_free(doc);
-    reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, unlock ? NULL : &o);
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, unlock ? NULL : &o);
     rmq__buf_free(&o);
 }
 

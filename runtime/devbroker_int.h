@@ -331,6 +331,9 @@ void rmq__db_set_handler(db_node_t *node, int code, db_handler_fn fn);
 /* Reply helpers (errors are logged only: the peer may be gone). */
 void rmq__db_reply(rmq_conn_t *conn, rmq_cmd_t *resp);
 void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark);
+/* Reply with a body the caller still owns (not sent for oneway requests). */
+void rmq__db_reply_body(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark,
+                        const rmq_buf_t *body);
 void rmq__db_log_debug(const char *fmt, ...) RMQ_PRINTF(1, 2);
 
 #define DB_LOG "devbroker"

@@ -165,16 +165,7 @@ static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__buf_init(&o);
     rmq__route_write(&r, standard, &o);
     free(a);
-    if (!(req->flag & RMQ_FLAG_ONEWAY)) {
-        rmq_cmd_t resp;
-        rmq__cmd_init_response(&resp, req, RMQ_RESP_SUCCESS, NULL);
-        resp.body = o.data;
-        resp.body_len = o.len;
-        rmq__db_reply(conn, &resp);
-        resp.body = NULL;
-        resp.body_len = 0;
-        rmq__cmd_free(&resp);
-    }
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
     rmq__buf_free(&o);
 }
 
@@ -246,16 +237,7 @@ static void h_cluster_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         rmq__buf_free(&names);
     }
     rmq__buf_append(&o, "}}", 2);
-    if (!(req->flag & RMQ_FLAG_ONEWAY)) {
-        rmq_cmd_t resp;
-        rmq__cmd_init_response(&resp, req, RMQ_RESP_SUCCESS, NULL);
-        resp.body = o.data;
-        resp.body_len = o.len;
-        rmq__db_reply(conn, &resp);
-        resp.body = NULL;
-        resp.body_len = 0;
-        rmq__cmd_free(&resp);
-    }
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
     rmq__buf_free(&o);
 }
 
