@@ -995,17 +995,24 @@ static char *dup_or(const char *s, const char *def)
     return rmq__xstrdup(s ? s : def);
 }
 
+/* Parse a request's JSON body; on failure answer SYSTEM_ERROR "bad <what>: <why>" and return
+ * NULL. The caller frees the document. */
+static rmq_fjdoc_t *parse_body(rmq_conn_t *conn, rmq_cmd_t *req, const char *what)
+{
+    char err[256], msg[300];
+    rmq_fjdoc_t *doc = rmq__fj_parse(req->body ? req->body : "", req->body_len, err, sizeof(err));
+    if (!doc) {
+        snprintf(msg, sizeof(msg), "bad %s: %s", what, err);
+        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+    }
+    return doc;
+}
+
 static void h_heartbeat(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = broker_of(node);
-    char err[256];
-    rmq_fjdoc_t *doc = rmq__fj_parse(req->body ? req->body : "", req->body_len, err, sizeof(err));
-    if (!doc) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "bad HeartbeatData: %s", err);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
-        return;
-    }
+    rmq_fjdoc_t *doc = parse_body(conn, req, "HeartbeatData");
+    if (!doc) return;
     rmq_fj_t *root = rmq__fj_root(doc);
     const char *client_id = rmq__fj_get_str(root, "clientID");
     db_client_t *c = client_of(b, conn, client_id ? client_id : "", req);
@@ -1862,14 +1869,9 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 static void h_lock(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req, int unlock)
 {
     db_broker_t *b = broker_of(node);
-    char err[256], key[600];
-    rmq_fjdoc_t *doc = rmq__fj_parse(req->body ? req->body : "", req->body_len, err, sizeof(err));
-    if (!doc) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "bad lock body: %s", err);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
-        return;
-    }
+    char key[600];
+    rmq_fjdoc_t *doc = parse_body(conn, req, "lock body");
+    if (!doc) return;
     rmq_fj_t *root = rmq__fj_root(doc);
     const char *group = rmq__fj_get_str(root, "consumerGroup");
     const char *client = rmq__fj_get_str(root, "clientId");
