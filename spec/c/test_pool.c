@@ -11,9 +11,8 @@
 #include <unistd.h>
 
 #include "test_util.h"
+#include "test_pool_loop.h"
 
-static double scale = 1;
-static uv_loop_t loop;
 
 /* ---- fixtures ------------------------------------------------------------------------- */
 
@@ -56,32 +55,12 @@ static void mkbatch(tb_t *t, const char *body, int n)
 }
 
 static rmq_batch_t *done_list[MAXB];
-static int ndone;
-static int closed;
 
 static void on_done(void *ud, rmq_batch_t *b)
 {
     (void)ud;
     if (ndone < MAXB) done_list[ndone] = b;
     ndone++;
-}
-
-static void on_closed(void *ud)
-{
-    (void)ud;
-    closed = 1;
-}
-
-/* Run the loop until ndone >= n (or closed when n < 0); 0 on time-out. */
-static int run_until(int n, double secs)
-{
-    int64_t deadline = rmq__mono_ms() + (int64_t)(secs * 1000 * scale);
-    while (n >= 0 ? ndone < n : !closed) {
-        if (rmq__mono_ms() > deadline) return 0;
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
-    return 1;
 }
 
 static rmq_pool_t *start(const char *path, int nthreads, int64_t timeout_ms, char *err,

@@ -13,15 +13,14 @@
 #include <unistd.h>
 
 #include "test_util.h"
+#include "test_pool_loop.h"
 
-static double scale = 1;
-static uv_loop_t loop;
 
 #define NB 256
 static rmq_batch_t batches[NB];
 static rmq_msg_t msgs[NB];
 static rmq_msg_t *ptrs[NB];
-static int ndone, closed, done_count[NB], threads_seen[32];
+static int done_count[NB], threads_seen[32];
 
 static void on_done(void *ud, rmq_batch_t *b)
 {
@@ -32,23 +31,6 @@ static void on_done(void *ud, rmq_batch_t *b)
         threads_seen[b->thread_index]++;
     rmq__pool_batch_release(b);
     ndone++;
-}
-
-static void on_closed(void *ud)
-{
-    (void)ud;
-    closed = 1;
-}
-
-static int run_until(int n, double secs)
-{
-    int64_t deadline = rmq__mono_ms() + (int64_t)(secs * 1000 * scale);
-    while (n >= 0 ? ndone < n : !closed) {
-        if (rmq__mono_ms() > deadline) return 0;
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
-    return 1;
 }
 
 static void reset(int n)
