@@ -18,7 +18,8 @@ return {
   consume = function(msgs, ctx)
     for i = 1, #msgs do
       local m = msgs[i]
-      print(string.format("[thread %d/%d] %s %s#%d@%d tags=%s keys=%s body=%s",
+      -- One write per line: print() writes its pieces separately, and 20 threads share stdout.
+      io.write(string.format("[thread %d/%d] %s %s#%d@%d tags=%s keys=%s body=%s\n",
         ctx.thread_index, ctx.thread_count, m.msg_id, m.topic, m.queue_id,
         tonumber(m.queue_offset), tostring(m.tags), tostring(m.keys), m.body))
     end
