@@ -92,4 +92,94 @@ function M.run(cmd)
   return rc, out
 end
 
+-- ---- cleanup ------------------------------------------------------------------------------------
+-- busted 2.x keeps only the LAST finally() registered in an `it` block, so a spec never calls
+-- finally() itself: helpers.defer(fn) collects cleanups and registers one runner that calls them
+-- all, newest first, even when one of them fails (the first failure is re-raised afterwards).
+-- Outside an `it` (in lazy_setup, say) the caller runs helpers.run_deferred() from lazy_teardown.
+local deferred = {}
+
+function M.run_deferred()
+  local list = deferred
+  deferred = {}
+  local first_err
+  for i = #list, 1, -1 do
+    local ok, err = pcall(list[i])
+    if not ok and not first_err then first_err = err end
+  end
+  if first_err then error(first_err, 0) end
+end
+
+function M.defer(fn)
+  deferred[#deferred + 1] = fn
+  if finally then finally(M.run_deferred) end
+  return fn
+end
+
+local function shq(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+M.shq = shq
+
+-- Temp files and folders live under $TMPDIR, which scripts/busted makes fresh for each spec file
+-- and checks is empty afterwards. os.tmpname() follows it too (LuaJIT's ignores TMPDIR).
+local tmp_base = os.getenv("TMPDIR") or "/tmp"
+local tmp_seq = 0
+function os.tmpname()
+  local p = io.popen("mktemp " .. shq(tmp_base .. "/lua_XXXXXX"))
+  local path = p:read("*l")
+  p:close()
+  assert(path and path ~= "", "mktemp failed in " .. tmp_base)
+  return path
+end
+
+-- A fresh temp folder, removed when the test ends (helpers.defer).
+function M.tmpdir(name)
+  tmp_seq = tmp_seq + 1
+  local p = io.popen("mktemp -d " .. shq(string.format("%s/%s-%d-XXXXXX", tmp_base,
+    (name or "spec"):gsub("[^%w_.-]", "_"), tmp_seq)))
+  local d = p:read("*l")
+  p:close()
+  assert(d and d ~= "", "mktemp -d failed in " .. tmp_base)
+  M.defer(function() os.execute("rm -rf " .. shq(d)) end)
+  return d
+end
+
+-- Is the process alive (and not a zombie)?
+function M.alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat", "r")
+  if not f then return false end
+  local st = f:read("*l") or ""
+  f:close()
+  return not st:match("^%d+ %b() [ZX]")
+end
+
+-- Start a shell command in the background; returns its pid. The process is killed (SIGKILL) and
+-- waited for when the test ends unless it already exited. opts.log: stdout+stderr go there (else
+-- /dev/null); opts.rc: its exit code is written to that file when it exits.
+function M.spawn(cmd, opts)
+  opts = opts or {}
+  local log = opts.log and shq(opts.log) or "/dev/null"
+  local line
+  if opts.rc then
+    os.remove(opts.rc)
+    line = string.format("(%s > %s 2>&1 < /dev/null & echo $!; wait $!; echo $? > %s) &",
+      cmd, log, shq(opts.rc))
+  else
+    line = string.format("(exec %s > %s 2>&1 < /dev/null) & echo $!", cmd, log)
+  end
+  local p = io.popen(line)
+  local pid = tonumber(p:read("*l"))
+  p:close()
+  assert(pid, "could not start: " .. cmd)
+  M.defer(function() M.kill(pid, "KILL") end)
+  return pid
+end
+
+-- Send sig (default TERM) and wait until the process is gone (timeout seconds, scaled).
+function M.kill(pid, sig, timeout)
+  if not M.alive(pid) then return end
+  os.execute(string.format("kill -%s %d 2>/dev/null", sig or "TERM", pid))
+  M.wait_until(function() return not M.alive(pid) end, timeout or 30,
+    "process " .. pid .. " to exit")
+end
+
 return M
