@@ -110,10 +110,27 @@ function M.run_deferred()
   if first_err then error(first_err, 0) end
 end
 
+-- busted gives finally() to the environment of the spec functions, not to modules: find it in
+-- the environment of the nearest caller that has one.
+local function busted_finally()
+  for level = 1, 40 do
+    local ok, env = pcall(getfenv, level)
+    if not ok then return nil end
+    if env ~= _G and type(env) == "table" then
+      local f = env.finally
+      if f then return f end
+    end
+  end
+end
+
+-- Returns true when fn will run at the end of the current `it`; false outside one (describe,
+-- lazy_setup, before_each), where nothing is registered and the caller cleans up itself.
 function M.defer(fn)
+  local fin = busted_finally()
+  if not fin then return false end
   deferred[#deferred + 1] = fn
-  if finally then finally(M.run_deferred) end
-  return fn
+  fin(M.run_deferred)
+  return true
 end
 
 local function shq(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
@@ -131,15 +148,29 @@ function os.tmpname()
   return path
 end
 
--- A fresh temp folder, removed when the test ends (helpers.defer).
+-- A fresh temp folder. Made inside an `it`, it is removed when the test ends (helpers.defer);
+-- made in a describe / lazy_setup, it is a folder of the whole file (helpers.file_tmpdir).
 function M.tmpdir(name)
   tmp_seq = tmp_seq + 1
-  local p = io.popen("mktemp -d " .. shq(string.format("%s/%s-%d-XXXXXX", tmp_base,
-    (name or "spec"):gsub("[^%w_.-]", "_"), tmp_seq)))
+  name = (name or "spec"):gsub("[^%w_.-]", "_")
+  if not busted_finally() then return M.file_tmpdir(name) end
+  local p = io.popen("mktemp -d " .. shq(string.format("%s/%s-%d-XXXXXX", tmp_base, name,
+    tmp_seq)))
   local d = p:read("*l")
   p:close()
   assert(d and d ~= "", "mktemp -d failed in " .. tmp_base)
   M.defer(function() os.execute("rm -rf " .. shq(d)) end)
+  return d
+end
+
+-- A temp folder for a whole spec file (shared by its tests), under $TMPDIR/file-*: scripts/busted
+-- removes it with $TMPDIR when the file's run ends, and does not count it as left behind.
+function M.file_tmpdir(name)
+  local p = io.popen("mktemp -d " .. shq(string.format("%s/file-%s-XXXXXX", tmp_base,
+    (name or "spec"):gsub("[^%w_.-]", "_"))))
+  local d = p:read("*l")
+  p:close()
+  assert(d and d ~= "", "mktemp -d failed in " .. tmp_base)
   return d
 end
 
@@ -170,8 +201,19 @@ function M.spawn(cmd, opts)
   local pid = tonumber(p:read("*l"))
   p:close()
   assert(pid, "could not start: " .. cmd)
-  M.defer(function() M.kill(pid, "KILL") end)
+  if not M.defer(function() M.kill(pid, "KILL") end) then
+    M.kill(pid, "KILL")
+    error("helpers.spawn outside an `it`: nothing would stop " .. cmd, 2)
+  end
   return pid
+end
+
+-- `rmqlua broker ARGS` in the background (helpers.spawn, inside an `it`): returns the pid and
+-- the file its output goes to (in a temp folder of the test).
+function M.spawn_broker(args)
+  local out = M.tmpdir("broker") .. "/broker.log"
+  assert(io.open(out, "w")):close() -- readable at once, before the shell opens it
+  return M.spawn(M.bin .. " broker " .. args, { log = out }), out
 end
 
 -- Send sig (default TERM) and wait until the process is gone (timeout seconds, scaled).

@@ -58,7 +58,7 @@ describe("devbroker: admin relays", function()
     local a = conn()
     local c1 = consumer("cid-1", "g_rst", "Trst")
     local c2 = consumer("cid-2", "g_rst", "Trst")
-    finally(function() a:close(); c1:close(); c2:close() end)
+    helpers.defer(function() a:close(); c1:close(); c2:close() end)
 
     -- no committed offsets yet
     local r = reset(a, "g_rst", "Trst", 0, false)
@@ -115,7 +115,7 @@ describe("devbroker: admin relays", function()
 
   it("answers CONSUMER_NOT_ONLINE when the group has no client", function()
     local a = conn()
-    finally(function() a:close() end)
+    helpers.defer(function() a:close() end)
     commit(a, "g_gone", "Trst", 0, 1)
     commit(a, "g_gone", "Trst", 1, 1)
     local r = reset(a, "g_gone", "Trst", 0, false)
@@ -128,7 +128,7 @@ describe("devbroker: admin relays", function()
     local a = conn()
     local c1 = consumer("cid-s1", "g_sta", "Tsta")
     local c2 = consumer("cid-s2", "g_sta", "Tsta")
-    finally(function() a:close(); c1:close(); c2:close() end)
+    helpers.defer(function() a:close(); c1:close(); c2:close() end)
     local op = a:send_request(INVOKE_STATUS, {topic = "Tsta", group = "g_sta"})
     local answered = {}
     for i, c in ipairs({c1, c2}) do
@@ -169,7 +169,7 @@ describe("devbroker: admin relays", function()
 
   it("re-runs a parked pull when only filtered messages arrived (hold service check)", function()
     local c = conn()
-    finally(function() c:close() end)
+    helpers.defer(function() c:close() end)
     -- the suspend time is far longer than the wait below: only the periodic check can answer
     local op = c:send_request(PULL, wire.pull_ext("g_hold", "Thold", 0, 0,
       {sys_flag = 6, subscription = "TagA", suspend = 600000}))

@@ -2,17 +2,9 @@
 local helpers = require "helpers"
 local wire = require "02-integration.01-devbroker.wire"
 
-local function spawn(args)
-  local out = os.tmpname()
-  local p = io.popen(("exec %s broker %s > %s 2>&1 & echo $!"):format(helpers.bin, args, out))
-  local pid = tonumber(p:read("*l"))
-  p:close()
-  return pid, out
-end
+local spawn = helpers.spawn_broker
 
-local function alive(pid)
-  return os.execute("kill -0 " .. pid .. " 2>/dev/null") == 0
-end
+local alive = helpers.alive
 
 describe("rmqlua broker", function()
   it("says in --help that it is for development and tests", function()
@@ -40,10 +32,6 @@ describe("rmqlua broker", function()
 
   it("prints the ready line, serves routes and stops cleanly on SIGTERM", function()
     local pid, out = spawn("--listen 127.0.0.1:0 --brokers 2 --topic CliT:3 --log-level warn")
-    finally(function()
-      if alive(pid) then os.execute("kill -KILL " .. pid) end
-      os.remove(out)
-    end)
     local ns
     helpers.wait_until(function()
       ns = helpers.read_file(out):match("rmqlua broker: name server at (127%.0%.0%.1:%d+)")
@@ -63,7 +51,7 @@ describe("rmqlua broker", function()
 
   it("fails with exit code 1 when the port is taken", function()
     local db, ns, lib = wire.start("")
-    finally(function() lib.rmq_devbroker_stop(db) end)
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
     local rc, out = helpers.run(helpers.bin .. " broker --listen " .. ns)
     assert.equal(1, rc)
     assert.truthy(out:find("rmqlua broker:", 1, true))

@@ -20,23 +20,17 @@ local function names(rt)
 end
 
 -- Start a broker process; returns pid, output file.
-local function spawn(args)
-  local out = os.tmpname()
-  local p = io.popen(("exec %s broker %s > %s 2>&1 & echo $!"):format(helpers.bin, args, out))
-  local pid = tonumber(p:read("*l"))
-  p:close()
-  return pid, out
-end
+local spawn = helpers.spawn_broker
 
 describe("devbroker cluster", function()
   lazy_setup(function() wire.quiet() end)
 
   it("serves two in-process brokers behind one name server", function()
     local db, ns, lib = wire.start("--brokers 2 --topic C2:4")
-    finally(function() lib.rmq_devbroker_stop(db) end)
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
     assert.equal(2, lib.rmq_devbroker_broker_count(db))
     local c = assert(wire.connect(ns))
-    finally(function() c:close() end)
+    helpers.defer(function() c:close() end)
     local rt = assert(route(c, "C2"))
     assert.equal("broker-a,broker-b", names(rt))
     assert.equal(2, #rt.queueDatas)
@@ -68,17 +62,13 @@ describe("devbroker cluster", function()
 
   it("adds a broker process to the cluster with --name-server", function()
     local db, ns, lib = wire.start("--topic Shared:2")
-    finally(function() lib.rmq_devbroker_stop(db) end)
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
     local pid, out = spawn("--name-server " .. ns .. " --broker-name other --topic Shared:2 --topic Mine:3")
-    finally(function()
-      os.execute("kill -TERM " .. pid .. " 2>/dev/null")
-      os.remove(out)
-    end)
     helpers.wait_until(function()
       return helpers.read_file(out):find("name server at " .. ns, 1, true)
     end, 10, "second broker ready")
     local c = assert(wire.connect(ns))
-    finally(function() c:close() end)
+    helpers.defer(function() c:close() end)
     local rt
     helpers.wait_until(function()
       rt = route(c, "Shared")

@@ -407,11 +407,11 @@ describe("devbroker replay of real 4.9.4 captures", function()
 
   it("accepts the captured REGISTER_BROKER and routes to the registered broker", function()
     local db, ns, lib = wire.start("")
-    finally(function() lib.rmq_devbroker_stop(db) end)
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
     local dir = helpers.fixtures .. "/wire/04_consumer_status/"
     local index = cjson.decode(helpers.read_file(dir .. "index.json"))
     local c = assert(wire.connect(ns))
-    finally(function() c:close() end)
+    helpers.defer(function() c:close() end)
     for _, f in ipairs(index.frames) do
       if f.request_code == 103 and f.kind == "request" then
         local req = wire.decode(helpers.read_file(dir .. f.file))

@@ -5,18 +5,10 @@ local wire = require "02-integration.01-devbroker.wire"
 
 local SEND_V2, PULL, QUERY_OFF, UPDATE_OFF = 310, 11, 14, 15
 
-local function tmpdir()
-  local p = io.popen("mktemp -d")
-  local d = p:read("*l")
-  p:close()
-  return d
-end
+local function tmpdir() return helpers.tmpdir("store") end
 
 local function spawn(args)
-  local out = os.tmpname()
-  local p = io.popen(("exec %s broker %s > %s 2>&1 & echo $!"):format(helpers.bin, args, out))
-  local pid = tonumber(p:read("*l"))
-  p:close()
+  local pid, out = helpers.spawn_broker(args)
   local ns
   helpers.wait_until(function()
     ns = helpers.read_file(out):match("name server at (127%.0%.0%.1:%d+)")
@@ -37,7 +29,6 @@ describe("devbroker --store", function()
 
   it("recovers messages, topics and offsets after a clean stop", function()
     local dir = tmpdir()
-    finally(function() os.execute("rm -rf " .. dir) end)
     local db, _, lib = wire.start("--store " .. dir .. " --topic S1:2")
     local c = assert(wire.connect(wire.broker_addr(db, 0)))
     for i = 1, 10 do
@@ -51,9 +42,9 @@ describe("devbroker --store", function()
     lib.rmq_devbroker_stop(db)
 
     db, _, lib = wire.start("--store " .. dir)
-    finally(function() lib.rmq_devbroker_stop(db) end)
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
     c = assert(wire.connect(wire.broker_addr(db, 0)))
-    finally(function() c:close() end)
+    helpers.defer(function() c:close() end)
     assert.equal(5, tonumber(lib.rmq_devbroker_max_offset(db, 0, "S1", 1)))
     local after = pull_all(c, "S1", 1)
     assert.equal(#before, #after)
@@ -76,7 +67,6 @@ describe("devbroker --store", function()
 
   it("loses nothing answered after kill -9 and cuts a torn write", function()
     local dir = tmpdir()
-    finally(function() os.execute("rm -rf " .. dir) end)
     local pid, out, _, baddr = spawn("--listen 127.0.0.1:0 --store " .. dir .. " --topic K:1")
     local c = assert(wire.connect(baddr))
     for i = 1, 25 do
@@ -90,20 +80,15 @@ describe("devbroker --store", function()
       return s and s:find("^20 ")
     end, 10, "offsets saved")
     c:close()
-    os.execute("kill -KILL " .. pid)
-    os.remove(out)
+    helpers.kill(pid, "KILL")
     -- a torn last message
     local f = assert(io.open(dir .. "/broker-a/commitlog", "ab"))
     f:write("\0\0\1\0\218\163\32\167partial")
     f:close()
 
-    local pid2, out2, _, baddr2 = spawn("--listen 127.0.0.1:0 --store " .. dir)
-    finally(function()
-      os.execute("kill -TERM " .. pid2)
-      os.remove(out2)
-    end)
+    local _, _, _, baddr2 = spawn("--listen 127.0.0.1:0 --store " .. dir)
     c = assert(wire.connect(baddr2))
-    finally(function() c:close() end)
+    helpers.defer(function() c:close() end)
     local ms = pull_all(c, "K", 0)
     assert.equal(25, #ms)
     assert.equal("k1", ms[1].body)

@@ -13,8 +13,7 @@ local SEND_V2, ROUTE = 310, 105
 
 local lib = helpers.lib()
 local bin = helpers.bin
-local tmpdir = helpers.root .. "/spec/.tmp"
-os.execute("mkdir -p " .. tmpdir)
+local tmpdir = helpers.file_tmpdir("send")
 
 local function start_broker(args)
   local err = ffi.new("char[256]")
@@ -306,7 +305,7 @@ describe("rmqlua send (development broker)", function()
 
   it("fails a send that gets no answer within --timeout", function()
     lib.rmq_devbroker_set_latency(db, ALL, SEND_V2, 3000)
-    finally(function() lib.rmq_devbroker_set_latency(db, ALL, SEND_V2, 0) end)
+    helpers.defer(function() lib.rmq_devbroker_set_latency(db, ALL, SEND_V2, 0) end)
     local rc, out = send(ns, "--topic RetryT --timeout 300", "slow\n")
     assert.equal(1, rc, out)
     assert.matches("sent 0, failed 1", out, 1, true)
@@ -338,7 +337,7 @@ describe("rmqlua send (failing name server)", function()
 
   it("fails when the name server does not know the topic nor TBW102", function()
     local db, ns = start_broker("")
-    finally(function() lib.rmq_devbroker_stop(db) end)
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
     lib.rmq_devbroker_push_error(db, NAMESRV, ROUTE, 17 --[[TOPIC_NOT_EXIST]], 2)
     local rc, out = helpers.run(bin .. " send --namesrv " .. ns .. " --topic Missing --count 1 < /dev/null")
     assert.equal(1, rc, out)

@@ -22,7 +22,7 @@ describe("consumer: broadcasting", function()
           .. 'local_offset_store_dir = %q,', i, dir .. "/offsets") })
     end
     local outs, pids, logs = {}, {}, {}
-    finally(function()
+    helpers.defer(function()
       for _, pid in pairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
     end)
     for i = 1, 2 do

@@ -11,16 +11,9 @@ local lib = helpers.lib()
 M.lib = lib
 M.ALL, M.NAMESRV = -2, -1
 
-local tmp_root = helpers.root .. "/spec/.tmp"
-os.execute("mkdir -p " .. tmp_root)
-local seq = 0
-
--- A fresh temp directory for one test.
+-- A fresh temp directory for one test (removed when the test ends).
 function M.tmpdir(name)
-  seq = seq + 1
-  local d = string.format("%s/consumer-%s-%d-%d", tmp_root, name, os.time(), seq)
-  os.execute("rm -rf '" .. d .. "' && mkdir -p '" .. d .. "'")
-  return d
+  return helpers.tmpdir("consumer-" .. name)
 end
 
 function M.start_broker(args)
@@ -85,6 +78,7 @@ function M.spawn(script, log, args)
   local pid = tonumber(p:read("*l"))
   p:close()
   assert(pid, "could not start rmqlua run")
+  helpers.defer(function() helpers.kill(pid, "KILL") end)
   return pid
 end
 

@@ -34,7 +34,7 @@ describe("consumer: kill -9 and restart", function()
     local s1 = cons.script(dir, { name = "c1", group = "g_crash", ns = ns, topic = "CrashTopic",
       out = out1, extra = extra, body = "for _ = 1, 2000 do end" })
     local pid = cons.spawn(s1, dir .. "/run1.log")
-    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out1) >= N / 4 end, 60,
       "part of the messages consumed")
     cons.stop(pid, "KILL")
@@ -88,7 +88,7 @@ describe("consumer: broker restart mid-run", function()
       body = "for _ = 1, 5000 do end" })
     local log = dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    finally(function()
+    helpers.defer(function()
       lib.rmq_devbroker_set_down(db, 0, 0)
       if cons.alive(pid) then cons.stop(pid, "KILL") end
     end)

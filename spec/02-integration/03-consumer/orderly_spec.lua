@@ -32,7 +32,7 @@ describe("consumer: orderly", function()
       ]] })
     local log = dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, QUEUES)) end, 120,
       "every queue committed (log " .. log .. ")")
     -- Every queue is locked by this consumer.
@@ -83,7 +83,7 @@ describe("consumer: orderly", function()
     lib.rmq_devbroker_create_topic(db, 0, topic, QUEUES)
     cons.produce(db, topic, 2000, "p")
     local outs, pids, logs = {}, {}, {}
-    finally(function()
+    helpers.defer(function()
       for _, pid in pairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
     end)
     local function start(i)

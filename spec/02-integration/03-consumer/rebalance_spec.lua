@@ -17,7 +17,7 @@ describe("consumer: rebalance among three consumers", function()
   it("splits the queues and consumes everything", function()
     cons.produce(db, TOPIC, N, "w")
     local outs, pids = {}, {}
-    finally(function()
+    helpers.defer(function()
       for _, pid in ipairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
     end)
     local function start(i)

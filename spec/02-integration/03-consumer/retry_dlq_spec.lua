@@ -28,7 +28,7 @@ describe("consumer: failed messages", function()
       ]] })
     local log = dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     local dlq = "%DLQ%" .. GROUP
     helpers.wait_until(function()
       return lib.rmq_devbroker_max_offset(db, 0, dlq, 0) >= 3
@@ -81,10 +81,10 @@ describe("consumer: failed messages", function()
       ]] })
     -- The next CONSUMER_SEND_MSG_BACK (36) is refused with SYSTEM_ERROR (1).
     assert.equal(0, lib.rmq_devbroker_push_error(db, 0, 36, 1, 1))
-    finally(function() lib.rmq_devbroker_clear_errors(db) end)
+    helpers.defer(function() lib.rmq_devbroker_clear_errors(db) end)
     local log = dir .. "/fb.log"
     local pid = cons.spawn(s, log)
-    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, "fb1", 3) >= 0)
     local recs
     helpers.wait_until(function()
@@ -113,13 +113,13 @@ describe("consumer: failed messages", function()
       ]] })
     local log = dir .. "/lr.log"
     local pid = cons.spawn(s, log)
-    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return lib.rmq_devbroker_group_size(db, 0, group) == 1 end, 30,
       "consumer registered")
     -- Refuse the send-back and every attempt of the producer's re-send (1 + 2 retries).
     assert.equal(0, lib.rmq_devbroker_push_error(db, 0, 36, 1, 1))
     assert.equal(0, lib.rmq_devbroker_push_error(db, 0, 310, 1, 3))
-    finally(function() lib.rmq_devbroker_clear_errors(db) end)
+    helpers.defer(function() lib.rmq_devbroker_clear_errors(db) end)
     assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, "lr1", 3) >= 0)
     local recs
     helpers.wait_until(function()

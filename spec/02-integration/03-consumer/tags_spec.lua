@@ -36,7 +36,7 @@ describe("consumer: tag subscription", function()
       tags = "TagA || TagB" })
     local log = dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    finally(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
+    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     local n = 0
     for _ in pairs(want) do n = n + 1 end
     helpers.wait_until(function() return cons.count_lines(out) >= n end, 60, "tagged messages")

@@ -22,7 +22,7 @@ describe("consumer: two brokers", function()
       end
     end
     local outs, pids = {}, {}
-    finally(function()
+    helpers.defer(function()
       for _, pid in pairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
     end)
     for i = 1, 2 do

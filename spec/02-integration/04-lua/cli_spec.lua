@@ -2,9 +2,7 @@
 -- configuration) and messages naming file:line, all before any connection.
 local helpers = require "helpers"
 
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
-os.execute("mkdir -p " .. tmpdir)
+local tmpdir = helpers.file_tmpdir("lua-cli")
 
 local function write(name, text)
   local path = tmpdir .. "/" .. name

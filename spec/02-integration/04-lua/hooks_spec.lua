@@ -2,6 +2,7 @@
 -- state, per-thread isolation of globals, a handler error logged with the message id while the
 -- runtime keeps going (the message comes back), consume_orderly with SUSPEND, and a handler
 -- reading a view after its batch.
+local helpers = require "helpers"
 local R = require "02-integration.04-lua.runner"
 
 describe("hooks under rmqlua run", function()
@@ -35,7 +36,7 @@ return {
 }
 ]])
     local h = R.run(script)
-    finally(function() h.stop() end)
+    helpers.defer(function() h.stop() end)
     for t = 1, 3 do h.wait_for("init thread=" .. t .. " of 3 inits=1 top=1") end
     require("helpers").wait_until(function() return h.count("consumed m%d+ by") >= 40 end, 30,
       "40 messages consumed")
@@ -65,7 +66,7 @@ return {
 }
 ]])
     local h = R.run(script)
-    finally(function() h.stop() end)
+    helpers.defer(function() h.stop() end)
     h.wait_for("attempt 0 ")
     local id = h.out():match("attempt 0 (%w+)")
     h.wait_for("handler exploded")
@@ -98,7 +99,7 @@ return {
 }
 ]])
     local h = R.run(script)
-    finally(function() h.stop() end)
+    helpers.defer(function() h.stop() end)
     h.wait_for("ordered o2")
     assert.are.equal(0, h.stop())
     local out = h.out()
@@ -123,7 +124,7 @@ return {
 }
 ]])
     local h = R.run(script)
-    finally(function() h.stop() end)
+    helpers.defer(function() h.stop() end)
     h.wait_for("not one of mq_all", "the allocate error")
     h.wait_for("got still consumed", "consumption through the averagely fallback")
     assert.are.equal(0, h.stop())
@@ -149,10 +150,10 @@ return {
 }
 ]]
     local a = R.run(R.write("rev_a.lua", text))
-    finally(function() a.stop() end)
+    helpers.defer(function() a.stop() end)
     for q = 0, 3 do a.wait_for("assigned " .. q) end
     local b = R.run(R.write("rev_b.lua", text))
-    finally(function() b.stop() end)
+    helpers.defer(function() b.stop() end)
     -- Averagely over two clients: each ends with two queues, so A gives two away.
     require("helpers").wait_until(function() return a.count("revoked %d") == 2 end, 60,
       "two queues revoked from the first consumer")

@@ -9,9 +9,7 @@ local M = { ALL = -2 }
 local lib = helpers.lib()
 M.lib = lib
 
-M.tmpdir = os.tmpname()
-os.remove(M.tmpdir)
-os.execute("mkdir -p " .. M.tmpdir)
+M.tmpdir = helpers.file_tmpdir("lua-runner")
 
 function M.write(name, text)
   local path = M.tmpdir .. "/" .. name
@@ -59,6 +57,17 @@ function M.run(script, extra)
     .. "echo $? > %s) &", pidf, helpers.bin, M.addr, extra or "", script, out, rcf)
   os.execute(cmd)
   local h = {}
+  -- Whatever happens in the test, the process does not outlive it.
+  helpers.defer(function()
+    if h.rc then return end
+    local pid = helpers.wait_until(function()
+      local f = io.open(pidf)
+      local p = f and f:read("*n")
+      if f then f:close() end
+      return p
+    end, 10, "pid of " .. name)
+    helpers.kill(pid, "KILL")
+  end)
   function h.out()
     local f = io.open(out, "rb")
     if not f then return "" end

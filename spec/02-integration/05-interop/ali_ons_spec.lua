@@ -12,8 +12,7 @@ require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
 local lib = helpers.lib()
 local root = helpers.root
 local node_dir = root .. "/spec/node"
-local tmpdir = root .. "/spec/.tmp"
-os.execute("mkdir -p " .. tmpdir)
+local tmpdir = helpers.file_tmpdir("ali-ons")
 
 local function shq(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
@@ -230,7 +229,7 @@ return {
     local pid = tonumber(p:read("*l"))
     p:close()
     assert(pid, "could not start rmqlua run")
-    finally(function() os.execute("kill -9 " .. pid .. " 2>/dev/null") end)
+    helpers.defer(function() os.execute("kill -9 " .. pid .. " 2>/dev/null") end)
 
     local function records()
       local t = {}
