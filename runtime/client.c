@@ -1239,7 +1239,7 @@ void rmq__consumer_destroy(rmq_consumer_t *c)
     uv_mutex_destroy(&c->stats_mu);
     rmq__conf_destroy(c->conf);
     free(c->script_path);
-    free(c->offset_path);
+    rmq__local_offsets_free(c);
     free(c->group);
     free(c->retry_topic);
     free(c);

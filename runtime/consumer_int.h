@@ -147,7 +147,7 @@ struct rmq_consumer {
 
     rmq_csub_t *subs;
     int n_subs;
-    char *offset_path;      /* BROADCASTING: the local offsets.json (LocalFileOffsetStore) */
+    struct rmq_local_offsets *local; /* BROADCASTING: offsets.json (offset_local.c) */
     struct rmq_route **routes; /* index-aligned with subs: last route of each topic, or NULL */
     int paused;             /* RESET_CONSUMER_CLIENT_OFFSETs in progress: no rebalance, no pull */
 
@@ -255,6 +255,16 @@ void rmq__offset_persist_all(rmq_consumer_t *c);
 /* Start: BROADCASTING locates (and checks) the local offset file; CLUSTERING does nothing.
  * Returns 0 or RMQ_ERR_BAD_JSON / RMQ_ERR_NOMEM with errstr (the consumer does not start). */
 int rmq__offset_load(rmq_consumer_t *c, char *errstr, size_t errstr_size);
+/* offset_local.c: the BROADCASTING store (LocalFileOffsetStore). load: at start, before the
+ * loop runs (0, or RMQ_ERR_BAD_JSON / RMQ_ERR_NOMEM with errstr); read: the file's offset of mq
+ * or -1; set: put an offset in the table (written by the next persist_all); persist_all: write
+ * the table with the owned queues' offsets, off the loop thread; free: after the loop ended. */
+typedef struct rmq_local_offsets rmq_local_offsets_t;
+int rmq__local_offsets_load(rmq_consumer_t *c, char *errstr, size_t errstr_size);
+int64_t rmq__local_offsets_read(rmq_consumer_t *c, const rmq_mq_t *mq);
+void rmq__local_offsets_set(rmq_consumer_t *c, const rmq_mq_t *mq, int64_t off);
+void rmq__local_offsets_persist_all(rmq_consumer_t *c);
+void rmq__local_offsets_free(rmq_consumer_t *c);
 /* READ_FROM_STORE: cb(ud, offset) with offset >= 0, -1 (no offset) or -2 (error). */
 typedef void (*rmq_offset_cb)(void *ud, int64_t offset);
 int rmq__offset_query(rmq_consumer_t *c, const rmq_mq_t *mq, rmq_offset_cb cb, void *ud);

@@ -11,8 +11,9 @@
  * resize are not emulated; readers never depend on the order).
  *
  * Ownership: entry arrays returned by the readers are owned by the caller
- * (rmq__offset_file_free). Threads: no shared state; file I/O is blocking, so the engine calls
- * these from the loop thread only at start (load) and from the periodic persist (small files).
+ * (rmq__offset_file_free). Threads: no shared state; file I/O is blocking, so the engine loads
+ * at start before its loop runs and writes from a libuv worker (offset_local.c), never on the
+ * loop thread.
  */
 #ifndef RMQ_OFFSET_FILE_H
 #define RMQ_OFFSET_FILE_H

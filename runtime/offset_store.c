@@ -4,9 +4,9 @@
  * QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET (oneway), GET_MAX_OFFSET and
  * SEARCH_OFFSET_BY_TIMESTAMP.
  *
- * BROADCASTING uses the LocalFileOffsetStore instead (6.16, offset_file.h): the file is checked
- * at start, re-read when a queue is assigned (READ_FROM_STORE), and rewritten with the owned
- * queues' offsets every persist interval and at shutdown; persist(mq) does nothing.
+ * BROADCASTING uses the LocalFileOffsetStore instead (6.16, offset_local.c): the file is read at
+ * start into a table that READ_FROM_STORE consults, and rewritten (off the loop thread) every
+ * persist interval and at shutdown once a queue is owned.
  *
  * The in-memory offset of a queue lives in its rmq_qent_t (offset, -1 = none): a queue leaves
  * memory exactly when it leaves the table (persisted first), which is Java's persist + remove.
@@ -60,37 +60,19 @@ static int broadcasting(const rmq_consumer_t *c)
 
 void rmq__offset_persist(rmq_consumer_t *c, rmq_qent_t *q)
 {
-    if (broadcasting(c)) return; /* LocalFileOffsetStore.persist(mq) is empty */
+    if (broadcasting(c)) {
+        /* LocalFileOffsetStore keeps the offset in its memory table (written by the next
+         * persistAll), so a queue leaving the table does not lose what it consumed since. */
+        rmq__local_offsets_set(c, &q->mq, q->offset);
+        return;
+    }
     if (q->offset >= 0) send_update(c, &q->mq, q->offset);
-}
-
-static void local_persist_all(rmq_consumer_t *c)
-{
-    int n = 0;
-    for (rmq_qent_t *q = c->queues; q; q = q->next) n += q->offset >= 0;
-    rmq_offset_entry_t *e = rmq__xcalloc((size_t)n + 1, sizeof(*e));
-    int k = 0;
-    for (rmq_qent_t *q = c->queues; q; q = q->next)
-        if (q->offset >= 0) {
-            e[k].mq = q->mq; /* borrowed */
-            e[k++].offset = q->offset;
-        }
-    rmq_buf_t b;
-    rmq__buf_init(&b);
-    char err[512];
-    if (rmq__offset_file_encode(e, k, &b) == 0 &&
-        rmq__offset_file_write(c->offset_path, b.data, b.len, err, sizeof(err)) != 0)
-        rmq_log_error("offset", "cannot persist offsets: %s", err);
-    else
-        rmq_dbg(RMQ_DBG_OFFSET, "offset", "persisted %d offset(s) to %s", k, c->offset_path);
-    rmq__buf_free(&b);
-    free(e);
 }
 
 void rmq__offset_persist_all(rmq_consumer_t *c)
 {
     if (broadcasting(c)) {
-        if (c->offset_path) local_persist_all(c);
+        rmq__local_offsets_persist_all(c);
         return;
     }
     for (rmq_qent_t *q = c->queues; q; q = q->next) rmq__offset_persist(c, q);
@@ -99,40 +81,7 @@ void rmq__offset_persist_all(rmq_consumer_t *c)
 int rmq__offset_load(rmq_consumer_t *c, char *errstr, size_t errstr_size)
 {
     if (!broadcasting(c)) return 0;
-    rmq_buf_t b;
-    rmq__buf_init(&b);
-    int rc = rmq__offset_file_path(c->conf->local_offset_store_dir, c->client_id, c->group, &b);
-    if (rc) {
-        rmq__buf_free(&b);
-        return rc;
-    }
-    rmq__buf_append(&b, "", 1);
-    c->offset_path = b.data;
-    rmq_offset_entry_t *e = NULL;
-    int n = 0;
-    rc = rmq__offset_file_load(c->offset_path, &e, &n, errstr, errstr_size);
-    if (rc == 0) {
-        rmq_log_info("offset", "local offset store %s: %d offset(s)", c->offset_path, n);
-        rmq__offset_file_free(e, n);
-    }
-    return rc;
-}
-
-/* READ_FROM_STORE on the local file: the offset, or -1 (absent or unreadable). */
-static int64_t local_read(rmq_consumer_t *c, const rmq_mq_t *mq)
-{
-    rmq_offset_entry_t *e = NULL;
-    int n = 0;
-    char err[256];
-    int64_t off = -1;
-    if (rmq__offset_file_load(c->offset_path, &e, &n, err, sizeof(err)) != 0) {
-        rmq_log_error("offset", "%s", err);
-        return -1;
-    }
-    for (int i = 0; i < n; i++)
-        if (!rmq__mq_cmp(&e[i].mq, mq)) off = e[i].offset;
-    rmq__offset_file_free(e, n);
-    return off;
+    return rmq__local_offsets_load(c, errstr, errstr_size);
 }
 
 /* ---- queries ---------------------------------------------------------------------------------- */
@@ -187,7 +136,7 @@ static int offset_req(rmq_consumer_t *c, rmq_cmd_t *cmd, const rmq_mq_t *mq, int
 int rmq__offset_query(rmq_consumer_t *c, const rmq_mq_t *mq, rmq_offset_cb cb, void *ud)
 {
     if (broadcasting(c)) {
-        cb(ud, c->offset_path ? local_read(c, mq) : -1);
+        cb(ud, rmq__local_offsets_read(c, mq));
         return 0;
     }
     rmq_cmd_t cmd;
