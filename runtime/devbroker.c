@@ -30,6 +30,9 @@ static const char usage_text[] =
     "options:\n"
     "  --listen HOST:PORT        name server address (default 127.0.0.1:9876)\n"
     "  --brokers N               brokers in this process (default 1, max 16)\n"
+    "  --slaves N                slaves per broker (default 0, max 3): same broker name, broker\n"
+    "                            ids 1..N, messages replicated, offsets and reads served, writes\n"
+    "                            refused (memory only: not with --store or --name-server)\n"
     "  --broker-listen A[,B...]  broker addresses HOST:PORT (default 127.0.0.1:0 each)\n"
     "  --broker-name PREFIX      broker names PREFIX-a, PREFIX-b, ... (default broker)\n"
     "  --cluster NAME            cluster name (default DefaultCluster)\n"
@@ -123,6 +126,13 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
                 goto bad;
             }
             o->brokers = (int)n;
+        } else if (!strcmp(a, "--slaves")) {
+            if (parse_i64(v, &n, 0) || n < 0 || n > RMQ_DEVBROKER_MAX_SLAVES) {
+                rmq__seterr(errstr, errstr_size, "--slaves must be 0..%d, not '%s'",
+                            RMQ_DEVBROKER_MAX_SLAVES, v);
+                goto bad;
+            }
+            o->slaves = (int)n;
         } else if (!strcmp(a, "--default-queues")) {
             if (parse_i64(v, &n, 0) || n < 1 || n > 1024) {
                 rmq__seterr(errstr, errstr_size, "--default-queues must be 1..1024, not '%s'", v);
@@ -462,6 +472,17 @@ static int node_init(rmq_devbroker_t *db, db_node_t *node, int idx, const char *
     return 0;
 }
 
+int rmq__db_node_init(rmq_devbroker_t *db, db_node_t *node, int idx, const char *addr,
+                      char *errstr, size_t errstr_size)
+{
+    return node_init(db, node, idx, addr, errstr, errstr_size);
+}
+
+int rmq__db_node_up(db_node_t *node, char *errstr, size_t errstr_size)
+{
+    return node_up(node, errstr, errstr_size);
+}
+
 /* ---- loop thread: ops ------------------------------------------------------------------------ */
 
 static void op_finish(rmq_devbroker_t *db, db_op_t *op)
@@ -520,6 +541,7 @@ static void on_scan(uv_timer_t *t)
         rmq__db_file_flush(db->brokers[i]);
     }
     if (db->has_ns) rmq__db_ns_scan(db, now);
+    rmq__db_slaves_sync(db, now);
     if (db->remote_ns) {
         /* Every 30 s (registerNameServerPeriod), and soon after a topic table changed. */
         int changed = 0;
@@ -609,6 +631,19 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
     db->lock_expire_ms = o->lock_expire_ms > 0 ? o->lock_expire_ms : RMQ_DEVBROKER_LOCK_EXPIRE_MS;
     int n = o->brokers > 0 ? o->brokers : 1;
     if (n > RMQ_DEVBROKER_MAX_BROKERS) n = RMQ_DEVBROKER_MAX_BROKERS;
+    if (o->slaves && (o->store_dir || o->name_server || n * (1 + o->slaves) > RMQ_DEVBROKER_MAX_BROKERS)) {
+        if (o->store_dir || o->name_server)
+            rmq__seterr(errstr, errstr_size, "--slaves works in memory with the local name "
+                        "server only (not with --store or --name-server)");
+        else
+            rmq__seterr(errstr, errstr_size, "--brokers %d with --slaves %d makes more than %d "
+                        "brokers", n, o->slaves, RMQ_DEVBROKER_MAX_BROKERS);
+        uv_mutex_destroy(&db->mu);
+        uv_cond_destroy(&db->cond);
+        free(db->cluster);
+        free(db);
+        return RMQ_ERR_CONFIG;
+    }
     int rc = uv_loop_init(&db->loop);
     if (rc) {
         rmq__seterr(errstr, errstr_size, "uv_loop_init: %s", uv_strerror(rc));
@@ -689,6 +724,10 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
             name[len] = 0;
             rmq__db_topic_create(b, name, q, q, 6);
         }
+    }
+    if (o->slaves) {
+        rc = rmq__db_slaves_start(db, o->slaves, errstr, errstr_size);
+        if (rc) goto fail;
     }
     uv_timer_start(&db->scan_timer, on_scan, 1000, 1000);
     if (db->remote_ns) rmq__db_register_all(db);
@@ -779,6 +818,14 @@ RMQ_EXPORT const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx)
 RMQ_EXPORT const char *rmq_devbroker_broker_name(rmq_devbroker_t *db, int idx)
 {
     return idx >= 0 && idx < db->n_brokers ? db->brokers[idx]->name : NULL;
+}
+
+RMQ_EXPORT int rmq_devbroker_slave(rmq_devbroker_t *db, int idx, int k)
+{
+    if (idx < 0 || idx >= db->n_brokers || db->brokers[idx]->master) return -1;
+    for (int i = 0; i < db->n_brokers; i++)
+        if (db->brokers[i]->master == db->brokers[idx] && db->brokers[i]->id == k) return i;
+    return -1;
 }
 
 static db_node_t *node_of(rmq_devbroker_t *db, int target)

@@ -11,12 +11,14 @@
  * with long polling and tag filtering, consumer offsets, heartbeats and consumer groups,
  * CONSUMER_SEND_MSG_BACK with the retry/DLQ rules and delay levels, queue locks, and relays
  * admin calls to consumers. PROTOCOL.md sections 2, 3, 4, 5.3, 6.5, 6.11, 9. Not served:
- * transactions, SQL92 filters, slaves (REQUEST_CODE_NOT_SUPPORTED or the
- * broker's "not supported" error, as a broker without those features answers).
+ * transactions, SQL92 filters (REQUEST_CODE_NOT_SUPPORTED or the broker's "not supported" error,
+ * as a broker without those features answers). With --slaves N each broker has N slaves
+ * (devbroker_slave.c): same name, broker ids 1..N, its messages replicated, reads and offsets
+ * served, writes refused.
  *
  * Files: devbroker.c (options, thread, request gate, controls), devbroker_ns.c (name server),
  * devbroker_broker.c (broker requests), devbroker_store.c (topics, queues, messages),
- * devbroker_file.c (--store), devbroker_int.h (shared internals).
+ * devbroker_file.c (--store), devbroker_slave.c (--slaves), devbroker_int.h (shared internals).
  *
  * Running: rmq__devbroker_start() starts its own thread and libuv loop; everything the
  * broker owns (sockets, store, groups) lives on that thread. The control functions below are
@@ -41,7 +43,8 @@ typedef struct rmq_devbroker rmq_devbroker_t;
 #define RMQ_DEVBROKER_CLUSTER "DefaultCluster"
 #define RMQ_DEVBROKER_CHANNEL_EXPIRE_MS 120000 /* consumer channel idle expiry */
 #define RMQ_DEVBROKER_LOCK_EXPIRE_MS 60000     /* rebalance.lockMaxLiveTime */
-#define RMQ_DEVBROKER_MAX_BROKERS 16
+#define RMQ_DEVBROKER_MAX_BROKERS 16 /* masters and slaves together */
+#define RMQ_DEVBROKER_MAX_SLAVES 3   /* per master */
 
 /* Targets of the control functions: a broker index 0..N-1, or the name server. */
 #define RMQ_DEVBROKER_NAMESRV (-1)
@@ -65,6 +68,7 @@ typedef struct rmq_devbroker_opts {
     int64_t channel_expire_ms; /* 0 = RMQ_DEVBROKER_CHANNEL_EXPIRE_MS */
     int64_t lock_expire_ms;    /* 0 = RMQ_DEVBROKER_LOCK_EXPIRE_MS */
     const char *store_dir;     /* NULL = memory only; else append-only files (devbroker_file.c) */
+    int slaves;                /* slaves per broker, broker ids 1..slaves (devbroker_slave.c) */
     /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */
     int log_level;
     const char *log_debug; /* debug categories ("remoting,broker") or NULL */
@@ -104,6 +108,9 @@ RMQ_EXPORT int rmq_devbroker_broker_count(rmq_devbroker_t *db);
 /* Address and name of broker idx, or NULL. */
 RMQ_EXPORT const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx);
 RMQ_EXPORT const char *rmq_devbroker_broker_name(rmq_devbroker_t *db, int idx);
+/* Index (for every call taking a broker index) of slave k (1..--slaves) of broker idx, or -1.
+ * Slaves come after the N brokers: rmq_devbroker_broker_count() counts them too. */
+RMQ_EXPORT int rmq_devbroker_slave(rmq_devbroker_t *db, int idx, int k);
 
 /*
  * Make the next `count` requests with this code at target (broker index, NAMESRV or ALL) fail:

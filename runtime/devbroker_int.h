@@ -193,6 +193,9 @@ typedef struct db_broker {
     /* --store: append-only commit log and the saved tables (devbroker_file.c) */
     char *dir;
     int log_fd; /* -1 without --store */
+    struct db_broker *master; /* a slave's master (devbroker_slave.c); NULL for a master */
+    int64_t id;               /* broker id: 0 master, 1.. slave */
+    int64_t last_sync_ms;     /* a slave: last offsets sync from its master (monotonic) */
     int offsets_dirty, topics_dirty;
 } db_broker_t;
 
@@ -319,11 +322,30 @@ void rmq__db_file_append(db_broker_t *b, const db_msg_t *m);
 void rmq__db_file_flush(db_broker_t *b); /* save dirty topic and offset tables */
 void rmq__db_file_close(db_broker_t *b);
 
+/* devbroker_slave.c: --slaves */
+/* Start `per_master` slaves for every broker (after the brokers and their topics exist). */
+int rmq__db_slaves_start(struct rmq_devbroker *db, int per_master, char *errstr,
+                         size_t errstr_size);
+/* A master created or changed topic t / stored a message: do the same on its slaves. */
+void rmq__db_slaves_topic(db_broker_t *b, const db_topic_t *t);
+void rmq__db_slaves_store(db_broker_t *b, const db_topic_t *t, const db_msg_in_t *in);
+/* Every 10 s, each slave whose master is up takes the master's consumer offsets. */
+void rmq__db_slaves_sync(struct rmq_devbroker *db, int64_t now_mono);
+/* The addresses of master b and its slaves that are up, in broker id order; returns the count
+ * (at most RMQ_DEVBROKER_MAX_SLAVES + 1). */
+int rmq__db_group_addrs(struct rmq_devbroker *db, db_broker_t *b, int64_t *ids,
+                        const char **addrs);
+
 /* devbroker_ns.c */
 void rmq__db_ns_install(struct rmq_devbroker *db);
 void rmq__db_ns_conn_closed(struct rmq_devbroker *db, rmq_conn_t *conn);
 void rmq__db_ns_scan(struct rmq_devbroker *db, int64_t now_mono);
 void rmq__db_ns_free(struct rmq_devbroker *db);
+
+/* devbroker.c: a node's address and listener (for devbroker_slave.c). */
+int rmq__db_node_init(struct rmq_devbroker *db, db_node_t *node, int idx, const char *addr,
+                      char *errstr, size_t errstr_size);
+int rmq__db_node_up(db_node_t *node, char *errstr, size_t errstr_size);
 
 /* devbroker.c: the common request gate (record, faults, latency). */
 typedef void (*db_handler_fn)(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req);

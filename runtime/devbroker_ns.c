@@ -3,7 +3,8 @@
  * (both JSON forms), GET_BROKER_CLUSTER_INFO, REGISTER_BROKER / UNREGISTER_BROKER from brokers
  * of other processes (expired after 120 s without registration or when their connection
  * closes). Routes of in-process brokers are read live from their topic tables; a broker that
- * is down is left out, as the real name server drops a broker whose channel closed.
+ * is down is left out, as the real name server drops a broker whose channel closed (with
+ * --slaves, a broker name is listed with the addresses of its master and slaves that are up).
  *
  * PROTOCOL.md 2.3.1, 3.2 (RouteInfoManager, DefaultRequestProcessor).
  * Ownership: the remote broker records (db_remote_t) belong to the rmq_devbroker_t.
@@ -86,14 +87,19 @@ void rmq__db_ns_scan(rmq_devbroker_t *db, int64_t now_mono)
 /* ---- GET_ROUTEINFO_BY_TOPIC ------------------------------------------------------------------ */
 
 typedef struct {
+    rmq_broker_addr_t a[RMQ_DEVBROKER_MAX_SLAVES + 1]; /* master and slaves, id order */
+} addr_row_t;
+
+typedef struct {
     rmq_queue_data_t qds[RMQ_DEVBROKER_MAX_BROKERS + 64];
     rmq_broker_data_t bds[RMQ_DEVBROKER_MAX_BROKERS + 64];
-    rmq_broker_addr_t addrs[RMQ_DEVBROKER_MAX_BROKERS + 64];
+    addr_row_t addrs[RMQ_DEVBROKER_MAX_BROKERS + 64];
     int n;
 } route_acc_t;
 
-static void acc_add(route_acc_t *a, const char *cluster, const char *name, const char *addr,
-                    const db_topic_t *t)
+/* One broker name: its queue data and n addresses (ids[k], addrs[k]). */
+static void acc_add(route_acc_t *a, const char *cluster, const char *name, int n,
+                    const int64_t *ids, const char *const *addrs, const db_topic_t *t)
 {
     if (a->n >= (int)RMQ_ARRAY_SIZE(a->qds)) return;
     int i = a->n++;
@@ -102,12 +108,14 @@ static void acc_add(route_acc_t *a, const char *cluster, const char *name, const
     a->qds[i].write_queue_nums = t->write_q;
     a->qds[i].perm = t->perm;
     a->qds[i].topic_sys_flag = t->sys_flag;
-    a->addrs[i].id = 0;
-    a->addrs[i].addr = (char *)addr;
+    for (int k = 0; k < n; k++) {
+        a->addrs[i].a[k].id = ids[k];
+        a->addrs[i].a[k].addr = (char *)addrs[k];
+    }
     a->bds[i].cluster = (char *)cluster;
     a->bds[i].broker_name = (char *)name;
-    a->bds[i].addrs = &a->addrs[i];
-    a->bds[i].n_addrs = 1;
+    a->bds[i].addrs = a->addrs[i].a;
+    a->bds[i].n_addrs = n;
 }
 
 static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
@@ -123,13 +131,18 @@ static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     route_acc_t *a = rmq__xcalloc(1, sizeof(*a));
     for (int i = 0; i < db->n_brokers; i++) {
         db_broker_t *b = db->brokers[i];
-        if (b->down) continue;
+        if (b->master) continue; /* listed with its master */
+        int64_t ids[RMQ_DEVBROKER_MAX_SLAVES + 1];
+        const char *addrs[RMQ_DEVBROKER_MAX_SLAVES + 1];
+        int n = rmq__db_group_addrs(db, b, ids, addrs);
         db_topic_t *t = rmq__db_topic_get(b, topic);
-        if (t) acc_add(a, db->cluster, b->name, b->node.addr, t);
+        if (t && n) acc_add(a, db->cluster, b->name, n, ids, addrs, t);
     }
     for (db_remote_t *r = db->remotes; r; r = r->next) {
         db_topic_t *t = rmq__dbmap_get(&r->topics, topic);
-        if (t) acc_add(a, r->cluster, r->name, r->addr, t);
+        int64_t id0 = 0;
+        const char *addr = r->addr;
+        if (t) acc_add(a, r->cluster, r->name, 1, &id0, &addr, t);
     }
     if (a->n == 0) {
         char msg[400];
@@ -148,7 +161,7 @@ static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
             rmq_queue_data_t tq = a->qds[j];
             a->qds[j] = a->qds[j - 1];
             a->qds[j - 1] = tq;
-            rmq_broker_addr_t ta = a->addrs[j];
+            addr_row_t ta = a->addrs[j];
             a->addrs[j] = a->addrs[j - 1];
             a->addrs[j - 1] = ta;
             rmq_broker_data_t tb = a->bds[j];
@@ -157,7 +170,7 @@ static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         }
     }
     for (int i = 0; i < a->n; i++)
-        a->bds[i].addrs = &a->addrs[i];
+        a->bds[i].addrs = a->addrs[i].a;
     rmq_route_t r = {.qds = a->qds, .n_qds = a->n, .bds = a->bds, .n_bds = a->n};
     int standard =
         req->version >= RMQ_VERSION_V4_9_4 || rmq__cmd_ext_bool(req, "acceptStandardJsonOnly");
@@ -172,12 +185,15 @@ static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 /* ---- GET_BROKER_CLUSTER_INFO (fastjson default: Long map keys bare) ------------------------ */
 
 static void cluster_entry(rmq_buf_t *o, int *first, const char *cluster, const char *name,
-                          const char *addr)
+                          int n, const int64_t *ids, const char *const *addrs)
 {
     rmq__buf_appendf(o, "%s", *first ? "" : ",");
     rmq__fj_write_str(o, name, strlen(name), 0);
-    rmq__buf_appendf(o, ":{\"brokerAddrs\":{0:");
-    rmq__fj_write_str(o, addr, strlen(addr), 0);
+    rmq__buf_appendf(o, ":{\"brokerAddrs\":{");
+    for (int k = 0; k < n; k++) {
+        rmq__buf_appendf(o, "%s%lld:", k ? "," : "", (long long)ids[k]);
+        rmq__fj_write_str(o, addrs[k], strlen(addrs[k]), 0);
+    }
     rmq__buf_appendf(o, "},\"brokerName\":");
     rmq__fj_write_str(o, name, strlen(name), 0);
     rmq__buf_appendf(o, ",\"cluster\":");
@@ -193,11 +209,17 @@ static void h_cluster_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__buf_init(&o);
     int first = 1;
     rmq__buf_appendf(&o, "{\"brokerAddrTable\":{");
-    for (int i = 0; i < db->n_brokers; i++)
-        if (!db->brokers[i]->down)
-            cluster_entry(&o, &first, db->cluster, db->brokers[i]->name, db->brokers[i]->node.addr);
-    for (db_remote_t *r = db->remotes; r; r = r->next)
-        cluster_entry(&o, &first, r->cluster, r->name, r->addr);
+    for (int i = 0; i < db->n_brokers; i++) {
+        int64_t ids[RMQ_DEVBROKER_MAX_SLAVES + 1];
+        const char *addrs[RMQ_DEVBROKER_MAX_SLAVES + 1];
+        int n = db->brokers[i]->master ? 0 : rmq__db_group_addrs(db, db->brokers[i], ids, addrs);
+        if (n) cluster_entry(&o, &first, db->cluster, db->brokers[i]->name, n, ids, addrs);
+    }
+    for (db_remote_t *r = db->remotes; r; r = r->next) {
+        int64_t id0 = 0;
+        const char *addr = r->addr;
+        cluster_entry(&o, &first, r->cluster, r->name, 1, &id0, &addr);
+    }
     rmq__buf_appendf(&o, "},\"clusterAddrTable\":{");
     /* Clusters: ours first, then those of remote brokers. */
     const char *clusters[64];
@@ -216,7 +238,11 @@ static void h_cluster_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         int n = 0;
         if (k == 0) {
             for (int i = 0; i < db->n_brokers; i++) {
-                if (db->brokers[i]->down) continue;
+                int64_t ids[RMQ_DEVBROKER_MAX_SLAVES + 1];
+                const char *addrs[RMQ_DEVBROKER_MAX_SLAVES + 1];
+                if (db->brokers[i]->master ||
+                    !rmq__db_group_addrs(db, db->brokers[i], ids, addrs))
+                    continue;
                 if (n++) rmq__buf_append(&names, ",", 1);
                 rmq__fj_write_str(&names, db->brokers[i]->name, strlen(db->brokers[i]->name), 0);
             }

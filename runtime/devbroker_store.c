@@ -158,6 +158,7 @@ db_topic_t *rmq__db_topic_create(db_broker_t *b, const char *name, int read_q, i
     topic_ensure(t, read_q > write_q ? read_q : write_q);
     b->data_version++;
     b->topics_dirty = 1;
+    if (!b->master) rmq__db_slaves_topic(b, t);
     return t;
 }
 
@@ -371,6 +372,7 @@ db_msg_t *rmq__db_store(db_broker_t *b, db_topic_t *t, const db_msg_in_t *in, ch
     if (b->log_fd >= 0) rmq__db_file_append(b, m);
     rmq__db_attach(b, m);
     rmq__db_wake_parked(b, q, m);
+    if (!b->master) rmq__db_slaves_store(b, t, in);
     return m;
 }
 

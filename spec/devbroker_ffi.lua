@@ -14,6 +14,7 @@ const char *rmq_devbroker_addr(rmq_devbroker_t *db);
 int rmq_devbroker_broker_count(rmq_devbroker_t *db);
 const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx);
 const char *rmq_devbroker_broker_name(rmq_devbroker_t *db, int idx);
+int rmq_devbroker_slave(rmq_devbroker_t *db, int idx, int k);
 int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code, int count);
 void rmq_devbroker_clear_errors(rmq_devbroker_t *db);
 int rmq_devbroker_set_down(rmq_devbroker_t *db, int broker, int down);
