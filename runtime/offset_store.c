@@ -17,6 +17,7 @@
 #include "consumer_int.h"
 
 #include "offset_file.h"
+#include "route.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,12 +33,32 @@ void rmq__offset_update(rmq_qent_t *q, int64_t off, int increase_only)
     }
 }
 
+/*
+ * Where offsets go, as RemoteBrokerOffsetStore.updateConsumeOffsetToBroker and
+ * fetchConsumeOffsetFromBroker choose it: MQClientInstance.findBrokerAddressInAdmin(brokerName),
+ * i.e. the master while the route lists it, else a slave (route.h). When the broker has no
+ * address at all, Java updates the topic's route from the name server and looks again; that call
+ * would block here, so the routes are asked for now and the next persist finds the address.
+ */
+static const char *admin_addr(rmq_consumer_t *c, const rmq_mq_t *mq, int *slave)
+{
+    for (int i = 0; i < c->n_subs; i++) {
+        const char *a = c->routes[i] ? rmq__route_admin_addr(c->routes[i], mq->broker_name, slave)
+                                     : NULL;
+        if (a) return a;
+    }
+    if (c->state == RMQ_CLIENT_RUNNING) rmq__c_refresh_routes(c);
+    return NULL;
+}
+
 static int send_update(rmq_consumer_t *c, const rmq_mq_t *mq, int64_t off)
 {
-    const char *addr = rmq__c_master_addr(c, mq->broker_name);
+    int slave = 0;
+    const char *addr = admin_addr(c, mq, &slave);
     if (!addr) {
-        rmq_log_warn("offset", "no master address for broker %s: offset %" PRId64
-                     " of %s#%d not persisted", mq->broker_name, off, mq->topic, mq->queue_id);
+        rmq_log_warn("offset", "The broker[%s] not exist: offset %" PRId64 " of %s#%d not "
+                     "persisted (routes asked for again)", mq->broker_name, off, mq->topic,
+                     mq->queue_id);
         return RMQ_ERR_NOT_FOUND;
     }
     rmq_cmd_t cmd;
@@ -48,8 +69,9 @@ static int send_update(rmq_consumer_t *c, const rmq_mq_t *mq, int64_t off)
     rmq__cmd_set_ext_i64(&cmd, "commitOffset", off);
     int rc = rmq__remoting_oneway(c->rt, addr, &cmd);
     rmq__cmd_free(&cmd);
-    rmq_dbg(RMQ_DBG_OFFSET, "offset", "persist %s@%s#%d = %" PRId64 " -> %s (%s)", mq->topic,
-            mq->broker_name, mq->queue_id, off, addr, rc ? rmq_err_name(rc) : "sent");
+    rmq_dbg(RMQ_DBG_OFFSET, "offset", "persist %s@%s#%d = %" PRId64 " -> %s%s (%s)", mq->topic,
+            mq->broker_name, mq->queue_id, off, addr, slave ? " (slave)" : "",
+            rc ? rmq_err_name(rc) : "sent");
     return rc;
 }
 
@@ -119,8 +141,14 @@ static void on_offset_resp(void *ud, int err, rmq_cmd_t *resp, const char *errms
 static int offset_req(rmq_consumer_t *c, rmq_cmd_t *cmd, const rmq_mq_t *mq, int64_t timeout,
                       rmq_offset_cb cb, void *ud)
 {
-    const char *addr = rmq__c_master_addr(c, mq->broker_name);
-    if (!addr) addr = rmq__c_sub_addr(c, mq->broker_name, 0, &(int){0});
+    /* QUERY_CONSUMER_OFFSET: findBrokerAddressInAdmin (master, else a slave);
+     * GET_MAX_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP: MQAdminImpl.maxOffset / searchOffset use
+     * findBrokerAddressInPublish, the master only ("The broker[...] not exist" without it). */
+    const char *addr = cmd->code == RMQ_REQ_QUERY_CONSUMER_OFFSET
+                           ? admin_addr(c, mq, &(int){0})
+                           : rmq__c_master_addr(c, mq->broker_name);
+    if (!addr && cmd->code != RMQ_REQ_QUERY_CONSUMER_OFFSET && c->state == RMQ_CLIENT_RUNNING)
+        rmq__c_refresh_routes(c);
     if (!addr) {
         rmq__cmd_free(cmd);
         return RMQ_ERR_NOT_FOUND;

@@ -371,6 +371,33 @@ const rmq_broker_data_t *rmq__route_broker(const rmq_route_t *r, const char *bro
     return NULL;
 }
 
+/* HashMap bucket of a Long key for a table of cap (a power of two). */
+static uint32_t long_bucket(int64_t id, uint32_t cap)
+{
+    uint32_t h = (uint32_t)((uint64_t)id ^ ((uint64_t)id >> 32)); /* Long.hashCode */
+    return (h ^ (h >> 16)) & (cap - 1);                             /* HashMap.hash */
+}
+
+const char *rmq__route_admin_addr(const rmq_route_t *r, const char *broker_name, int *slave)
+{
+    const rmq_broker_data_t *bd = rmq__route_broker(r, broker_name);
+    const rmq_broker_addr_t *best = NULL;
+    uint32_t cap = 16, bb = 0;
+    *slave = 0;
+    if (!bd) return NULL;
+    while ((uint64_t)bd->n_addrs * 4 > (uint64_t)cap * 3)
+        cap <<= 1;
+    for (int j = 0; j < bd->n_addrs; j++) { /* addrs are in id order */
+        const rmq_broker_addr_t *a = &bd->addrs[j];
+        if (!a->addr) continue;
+        uint32_t b = long_bucket(a->id, cap);
+        if (!best || b < bb) best = a, bb = b;
+    }
+    if (!best) return NULL;
+    *slave = best->id != RMQ_MASTER_ID;
+    return best->addr;
+}
+
 const char *rmq__route_master_addr(const rmq_route_t *r, const char *broker_name)
 {
     const rmq_broker_data_t *bd = rmq__route_broker(r, broker_name);

@@ -75,6 +75,13 @@ int rmq__route_equal(const rmq_route_t *a, const rmq_route_t *b);
 const rmq_broker_data_t *rmq__route_broker(const rmq_route_t *r, const char *broker_name);
 /* Address of broker id 0 of broker_name, or NULL. */
 const char *rmq__route_master_addr(const rmq_route_t *r, const char *broker_name);
+/*
+ * MQClientInstance.findBrokerAddressInAdmin: the first address of broker_name in the iteration
+ * order of Java's HashMap<Long, String> brokerAddrs (buckets of Long.hashCode spread over a table
+ * of 16 grown at 3/4 load, ascending; ids in one bucket by id, where Java keeps insertion order):
+ * the master while the route has it, else a slave. *slave set; NULL when there is no address.
+ */
+const char *rmq__route_admin_addr(const rmq_route_t *r, const char *broker_name, int *slave);
 /* The master if present, else the address with the lowest id (Java picks a random slave), or
  * NULL. */
 const char *rmq__route_any_addr(const rmq_route_t *r, const char *broker_name);
