@@ -17,11 +17,13 @@
  */
 #include "remoting.h"
 #include "codes.h"
+#include "dial.h"
 
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SUB(t) ((t)->name)
 
@@ -145,8 +147,7 @@ struct rmq_conn {
     size_t npending;
     peer_t *peer; /* client side: its address entry (NULL once detached) */
     uv_connect_t connect_req;
-    uv_getaddrinfo_t gai;
-    int resolving; /* gai in flight (counted in t->handles) */
+    struct rmq_dial *dial; /* host name being resolved and dialled (counted in t->handles) */
     int host_name; /* host is a name: resolved (asynchronously) before each connect */
     int port;
     char host[256];
@@ -803,7 +804,7 @@ static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
             free(p);
         }
     }
-    if (c->resolving) uv_cancel((uv_req_t *)&c->gai); /* on_resolved still runs */
+    if (c->dial) rmq__dial_cancel(c->dial); /* on_dialed still runs */
     if (c->handle_inited) {
         if (was == RMQ_CONN_OPEN) uv_read_stop((uv_stream_t *)&c->tcp);
         uv_close((uv_handle_t *)&c->tcp, on_handle_close);
@@ -1091,42 +1092,37 @@ static int tcp_connect(rmq_conn_t *c)
     return rc;
 }
 
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+/* The host name's dial ended: adopt its connected socket, or close with its report. */
+static void on_dialed(void *ud, int status, uv_os_sock_t fd, const char *report)
 {
-    rmq_conn_t *c = req->data;
-    rmq_remoting_t *t = c->t; /* alive: the lookup counts as one of its handles */
-    char msg[400];
-    c->resolving = 0;
-    if (c->state == RMQ_CONN_CONNECTING) {
-        const struct addrinfo *ai = res;
-        for (const struct addrinfo *a = res; a; a = a->ai_next) {
-            if (a->ai_family == AF_INET) { /* Java prefers IPv4 addresses */
-                ai = a;
-                break;
-            }
-        }
-        int rc = status;
-        if (rc == 0 && (!ai || ai->ai_addrlen > sizeof c->sa)) rc = UV_EAI_NONAME;
-        if (rc == 0) {
-            memcpy(&c->sa, ai->ai_addr, ai->ai_addrlen);
-            if (c->sa.ss_family == AF_INET6)
-                ((struct sockaddr_in6 *)&c->sa)->sin6_port = htons((uint16_t)c->port);
-            else
-                ((struct sockaddr_in *)&c->sa)->sin_port = htons((uint16_t)c->port);
-            rc = tcp_connect(c);
-            if (rc < 0)
-                snprintf(msg, sizeof msg, "connect to %s failed: %s", c->addr, uv_strerror(rc));
-        } else {
-            snprintf(msg, sizeof msg, "cannot resolve \"%s\" for %s: %s", c->host, c->addr,
-                     uv_strerror(rc));
-        }
+    rmq_conn_t *c = ud;
+    rmq_remoting_t *t = c->t; /* alive: the dial counts as one of its handles */
+    char why[200], msg[1024];
+    c->dial = NULL;
+    if (c->state == RMQ_CONN_CONNECTING && status == 0) {
+        int rc = uv_tcp_open(&c->tcp, fd);
         if (rc < 0) {
-            rmq_log_warn(SUB(t), "%s", msg);
-            c->connect_failed = 1;
-            conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
+            close(fd);
+            snprintf(why, sizeof why, "%s", uv_strerror(rc));
+            status = RMQ_ERR_TRANSPORT;
+            report = why;
+        } else {
+            if (c->peer) {
+                c->peer->fails = 0;
+                c->peer->retry_at = 0;
+            }
+            t->st.connects++;
+            conn_opened(c);
         }
+    } else if (status == 0) {
+        close(fd); /* closed meanwhile */
     }
-    if (res) uv_freeaddrinfo(res);
+    if (c->state == RMQ_CONN_CONNECTING && status != 0) {
+        snprintf(msg, sizeof msg, "connect to %s failed: %s", c->addr, report);
+        rmq_log_warn(SUB(t), "%s", msg);
+        c->connect_failed = 1;
+        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
+    }
     rmq__conn_release(c);
     handle_closed(t);
 }
@@ -1143,19 +1139,18 @@ static int conn_start(rmq_conn_t *c, char *err, size_t errsz)
     set_state(c, RMQ_CONN_CONNECTING);
     c->deadline = now_ms(t) + t->opts.connect_timeout_ms;
     if (c->host_name) {
-        struct addrinfo hints;
-        memset(&hints, 0, sizeof hints);
-        hints.ai_family = AF_UNSPEC;
-        hints.ai_socktype = SOCK_STREAM;
-        c->gai.data = c;
-        rc = uv_getaddrinfo(t->loop, &c->gai, on_resolved, c->host, NULL, &hints);
+        /* Every address of the name in turn, each with the connect timeout (dial.h); this
+         * deadline only backs the dial up. */
+        c->deadline += t->opts.connect_timeout_ms * RMQ_DIAL_MAX_ADDRS;
+        char why[300];
+        rc = rmq__dial_start(t->loop, c->host, c->port, t->opts.connect_timeout_ms, on_dialed, c,
+                             &c->dial, why, sizeof why);
         if (rc == 0) {
             rmq__conn_keep(c);
-            c->resolving = 1;
             t->handles++;
         } else {
-            rmq__seterr(err, errsz, "cannot resolve \"%s\" for %s: %s", c->host, c->addr,
-                        uv_strerror(rc));
+            rmq__seterr(err, errsz, "connect to %s failed: %s", c->addr, why);
+            rc = -1;
         }
     } else {
         rc = tcp_connect(c);
