@@ -389,7 +389,8 @@ static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         ack = b->ack_count;
         break;
     case RMQ_CONSUME_DLQ:
-        ack = b->ack_count < n ? b->ack_count : 0;
+        /* The messages after ctx.ack_index go to the DLQ: none when all are acknowledged. */
+        ack = b->ack_count;
         delay = -1;
         break;
     default: /* RECONSUME_LATER, SUSPEND or anything unknown */
