@@ -8,11 +8,14 @@
  *
  * Ownership: the pool owns its threads, their states, the queues and the async/timer handles.
  * Batches are the engine's: queued pointers are borrowed until done() returns them.
- * Threads: rmq__pool_start/submit/submit_to/stop and every callback run on the loop thread;
- * thread_main runs on each consume thread and touches only its own state plus the queues under
- * p->mu. The watchdog (loop thread) may set a Lua hook on a running state to interrupt it: that
- * is the one cross-thread call into a state (lua_sethook is safe from another thread or a signal
- * handler: it only stores the hook and its mask, like luajit's own SIGINT handler).
+ * Threads: rmq__pool_start/submit/submit_to/stop and every callback run on the loop thread
+ * (opts.begin excepted: it runs on the consume thread); thread_main runs on each consume thread
+ * and touches only its own state plus the queues under p->mu. No other thread ever calls into a
+ * consume thread's Lua state: to interrupt a handler, the watchdog or the stopping reaper sets
+ * the thread's interrupt flag (an atomic), and the count hook the consume thread installed on its
+ * own state raises the error when it sees it. (lua_sethook from another thread would rewrite the
+ * state's dispatch table and abort its trace recorder while that thread runs: a data race with
+ * LuaJIT's JIT state.)
  */
 #include "consume_pool.h"
 
@@ -72,7 +75,9 @@ typedef struct cthread {
     rmq_batch_t **slot; /* the dispatcher's slot (a cdata inside L) */
     rmq_batch_t *cur;   /* running batch, under p->mu */
     int64_t cur_start;  /* monotonic ms */
-    int interrupted;    /* a hook was set for cur (under p->mu) */
+    int interrupted;    /* an interrupt was requested for cur (under p->mu) */
+    int irq;            /* the request itself: set by another thread, read and cleared by this
+                         * thread's count hook (atomic) */
     const char *interrupt_why;
     int abandoned;      /* stop gave up on it: it must not post its batch */
     int woken;          /* signalled for a shared batch and not yet awake (under p->mu;
@@ -114,10 +119,24 @@ static void set_state(cthread_t *t, ct_state_t s)
     t->state = s;
 }
 
-static void interrupt_hook(lua_State *L, lua_Debug *ar)
+/*
+ * The count hook every consume state carries from its start (installed by its own thread): every
+ * RMQ_POOL_HOOK_COUNT interpreted bytecodes it checks the thread's interrupt flag, and raises
+ * the interrupt error once when it is set. Compiled traces do not count (their loops run at full
+ * speed, and cannot be interrupted); in the interpreter the hook dispatch costs a counter
+ * decrement per bytecode. A large count keeps the hook from firing (and aborting the trace
+ * recorder, as every hook call does) while the JIT records a trace.
+ */
+#define RMQ_POOL_HOOK_COUNT 100000
+
+static _Thread_local cthread_t *self_thread; /* the consume thread running this code */
+
+static void check_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
-    lua_sethook(L, NULL, 0, 0);
+    cthread_t *t = self_thread;
+    if (!t || !__atomic_load_n(&t->irq, __ATOMIC_ACQUIRE)) return;
+    __atomic_store_n(&t->irq, 0, __ATOMIC_RELAXED); /* once: error handlers run Lua too */
     luaL_error(L, "interrupted: %s", "the handler ran past consume_timeout or the pool stopped");
 }
 
@@ -127,7 +146,7 @@ static void interrupt(cthread_t *t, const char *why)
     if (!t->cur || t->interrupted) return;
     t->interrupted = 1;
     t->interrupt_why = why;
-    lua_sethook(t->L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+    __atomic_store_n(&t->irq, 1, __ATOMIC_RELEASE);
 }
 
 /* Under p->mu: a batch goes back to the loop thread. */
@@ -284,6 +303,11 @@ static void run_batch(cthread_t *t, rmq_batch_t *b)
     b->handler_error = 0;
     b->nsends = 0;
     b->sends = NULL;
+    if (p->o.begin && p->o.begin(p->o.ud, b, t->cur_start)) {
+        b->status = RMQ_CONSUME_SKIPPED;
+        b->ack_count = 0;
+        return;
+    }
     *t->slot = b;
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref_dispatch);
     int rc = lua_pcall(L, 0, 2, 1); /* index 1: batch_traceback */
@@ -370,13 +394,14 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
     }
     lua_settop(L, 0);
     lua_pushcfunction(L, batch_traceback); /* stays at index 1 for run_batch */
+    lua_sethook(L, check_hook, LUA_MASKCOUNT, RMQ_POOL_HOOK_COUNT); /* this thread, its state */
     return 0;
 }
 
 static void run_shutdown(cthread_t *t)
 {
     char err[2048];
-    lua_sethook(t->L, NULL, 0, 0);
+    __atomic_store_n(&t->irq, 0, __ATOMIC_RELAXED); /* a stop request for the last batch */
     lua_rawgeti(t->L, LUA_REGISTRYINDEX, t->ref_shutdown);
     if (rmq__lua_pcall(t->L, 0, 0, err, sizeof(err)))
         rmq_log_error("lua", "thread %d: shutdown hook failed: %s", t->index + 1, err);
@@ -387,6 +412,7 @@ static void thread_main(void *arg)
     cthread_t *t = arg;
     rmq_pool_t *p = t->p;
     char err[1024];
+    self_thread = t;
     int rc = load_state(t, err, sizeof(err));
 
     uv_mutex_lock(&p->mu);
@@ -413,8 +439,8 @@ static void thread_main(void *arg)
             t->cur = b;
             t->cur_start = coarse_ms();
             if (t->interrupted) {
-                /* The last batch was interrupted: its hook may not have fired yet. */
-                lua_sethook(t->L, NULL, 0, 0);
+                /* The last batch was interrupted: its hook may not have seen the flag. */
+                __atomic_store_n(&t->irq, 0, __ATOMIC_RELAXED);
                 t->interrupted = 0;
             }
             p->running++;

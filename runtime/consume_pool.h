@@ -24,9 +24,20 @@ typedef struct rmq_pool rmq_pool_t;
 
 /* batch->status of a batch the pool never ran (shutdown). */
 #define RMQ_CONSUME_NOT_RUN (-1)
+/* batch->status of a batch whose handler was not called because opts.begin refused it. */
+#define RMQ_CONSUME_SKIPPED (-2)
 
 /* Called on the loop thread for every batch that was submitted, exactly once. */
 typedef void (*rmq_pool_done_cb)(void *ud, rmq_batch_t *batch);
+/*
+ * Called on the consume thread that took a batch, right before its handler runs, with the
+ * handler's start time (CLOCK_MONOTONIC ms, within a few ms). Returns 0 to run the handler, or
+ * nonzero to skip it: the batch then comes back with status RMQ_CONSUME_SKIPPED. It runs on a
+ * consume thread, concurrently with the loop thread: it may read only what is safe to read from
+ * any thread (atomics) and write only the batch's own engine data (atomically where the loop
+ * thread reads it before done()).
+ */
+typedef int (*rmq_pool_begin_cb)(void *ud, rmq_batch_t *batch, int64_t start_ms);
 
 typedef struct rmq_pool_opts {
     const char *script_path; /* the consumer script */
@@ -39,6 +50,7 @@ typedef struct rmq_pool_opts {
      * handler_error = 1 and RECONSUME_LATER, or SUSPEND when orderly). 0 = the Java default
      * consumeTimeout, 15 minutes. See rmq__pool_start() for what cannot be interrupted. */
     int64_t consume_timeout_ms;
+    rmq_pool_begin_cb begin; /* optional; its ud is ud */
 } rmq_pool_opts_t;
 
 /*
@@ -49,9 +61,11 @@ typedef struct rmq_pool_opts {
  * thread_index, handler_error, and sends/nsends (messages the handler queued with rmq.send();
  * the engine sends them, and treats the batch as RECONSUME_LATER / SUSPEND if one fails).
  * A handler error is logged by the pool with the batch's message ids (subsystem "lua").
- * consume_timeout: a watchdog interrupts a handler through a Lua hook; a handler stuck in a
- * JIT-compiled loop or in a blocking C call cannot be interrupted (LuaJIT does not run hooks in
- * compiled traces): it is logged once per batch and keeps its thread.
+ * consume_timeout: a watchdog (loop thread) asks a handler running longer than that to stop by
+ * setting a flag; the consume thread's own Lua count hook sees it and raises an error in the
+ * handler. A handler stuck in a JIT-compiled loop or in a blocking C call cannot be interrupted
+ * (LuaJIT does not run hooks in compiled traces): it is logged once per batch and keeps its
+ * thread.
  */
 int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
                     size_t errstr_size);
@@ -64,7 +78,7 @@ void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b);
  */
 void rmq__pool_hold(rmq_pool_t *p);
 void rmq__pool_flush(rmq_pool_t *p);
-/* Queue a batch for one given thread (orderly consumption: a queue sticks to a thread). */
+/* Queue a batch for one given thread. */
 void rmq__pool_submit_to(rmq_pool_t *p, int thread_index, rmq_batch_t *b);
 /* Batches queued or running. Any thread. */
 int rmq__pool_pending(const rmq_pool_t *p);
