@@ -1059,6 +1059,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     pl.ud = c;
     pl.consumer_group = cf->consumer_group;
     pl.consume_timeout_ms = cf->consume_timeout * 60000;
+    pl.begin = rmq__consume_begin;
     if (rmq__pool_start(&pl, &c->pool, err, sizeof(err))) {
         rmq_log_error("client", "cannot start the consume threads: %s", err);
         c->pool = NULL;

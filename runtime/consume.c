@@ -12,7 +12,8 @@
  * flight, a batch on the retry-later list, or (after the pool returned it NOT_RUN at shutdown,
  * or a send-back was abandoned) its queue's process queue, which releases what it still holds
  * when the queue is freed. A batch / send-back holds one reference on its queue.
- * Threads: loop thread only; the pool's done callback runs here too.
+ * Threads: loop thread only; the pool's done callback runs here too. rmq__consume_begin runs on
+ * a consume thread: it reads the queue's state, atomically.
  */
 #include "consumer_int.h"
 
@@ -274,6 +275,18 @@ static void send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, int delay_
 
 /* ---- consume timeout (ProcessQueue.cleanExpiredMsg, PROTOCOL.md 6.13) ------------------------ */
 
+int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms)
+{
+    (void)ud;
+    (void)start_ms;
+    rmq_cbatch_t *cb = b->internal;
+    /* ConsumeRequest.run: "if (this.processQueue.isDropped()) return" -- the batch of a queue
+     * that was revoked (or dropped for OFFSET_ILLEGAL / pull expiry) while it waited for a
+     * thread does not reach the handler; its new owner consumes those messages. */
+    if (cb->q && __atomic_load_n(&cb->q->pq.state, __ATOMIC_ACQUIRE) == RMQ_PQ_DROPPED) return 1;
+    return 0;
+}
+
 typedef struct expire_sb {
     rmq_consumer_t *c;
     rmq_qent_t *q;  /* one reference */
@@ -507,6 +520,20 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         rmq__pool_batch_release(b);
         if (b->orderly) cb->q->consuming = 0;
         rmq__cbatch_free(cb);
+        return;
+    }
+    if (b->status == RMQ_CONSUME_SKIPPED) {
+        /* Its queue was dropped before the handler ran (rmq__consume_begin): released without
+         * a result -- no offset moves, nothing is sent back. */
+        rmq_dbg(RMQ_DBG_CONSUME, "consume", "%s: %d message(s) of a dropped queue not consumed",
+                cb->q->name, b->n);
+        rmq__pool_batch_release(b);
+        if (b->orderly) {
+            rmq__orderly_result(c, cb); /* a dropped queue: no commit, the deferred unlock */
+        } else {
+            resolve(cb->q, cb->msgs, b->n);
+            rmq__cbatch_free(cb);
+        }
         return;
     }
     double rt = (double)((int64_t)uv_now(&c->loop) - cb->submit_ms);

@@ -218,6 +218,9 @@ void rmq__pull_later(rmq_qent_t *q, int64_t delay_ms);
  * references (duplicates are released). */
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n);
 void rmq__consume_done(void *ud, rmq_batch_t *b);
+/* The pool's begin callback (consume_pool.h), on a consume thread: skips a batch of a dropped
+ * queue. */
+int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms);
 void rmq__consume_retry_timer(uv_timer_t *t);
 /* cleanExpiredMsg: every consume_timeout minutes (timer data = consumer). */
 void rmq__consume_expire_timer(uv_timer_t *t);

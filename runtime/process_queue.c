@@ -20,7 +20,7 @@ void rmq__pq_set_state(rmq_pq_t *pq, rmq_pq_state_t s)
     if (pq->state == s) return;
     rmq_dbg(RMQ_DBG_REBALANCE, "pq", "%s: %s -> %s", pq->name ? pq->name : "?",
             rmq__pq_state_name(pq->state), rmq__pq_state_name(s));
-    pq->state = s;
+    __atomic_store_n(&pq->state, s, __ATOMIC_RELEASE); /* consume threads read it (atomically) */
 }
 
 void rmq__pq_init(rmq_pq_t *pq, const char *name)

@@ -8,7 +8,8 @@
  *
  * Ownership: the process queue borrows the rmq_msg_t views it holds; whoever inserted a message
  * keeps it alive until it is removed (the engine releases it after rmq__pq_remove()).
- * Threads: loop thread only (consume threads never see a process queue).
+ * Threads: loop thread only, except `state`, which the loop thread writes atomically (through
+ * rmq__pq_set_state) and a consume thread may read with an atomic load.
  */
 #ifndef RMQ_PROCESS_QUEUE_H
 #define RMQ_PROCESS_QUEUE_H

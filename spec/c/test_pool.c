@@ -435,6 +435,57 @@ static void test_timeout(void)
     free(path);
 }
 
+/* opts.begin runs on the consume thread before each handler, with its start time; nonzero skips
+ * the handler (the batch comes back RMQ_CONSUME_SKIPPED). */
+static int64_t begin_start_ms;
+static int begin_calls;
+
+static int begin_cb(void *ud, rmq_batch_t *b, int64_t start_ms)
+{
+    (void)ud;
+    __atomic_add_fetch(&begin_calls, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&begin_start_ms, start_ms, __ATOMIC_RELAXED);
+    return b->msgs[0]->body_len == 4 && !memcmp(b->msgs[0]->body, "skip", 4);
+}
+
+static void test_begin(void)
+{
+    char err[1024];
+    char *path = write_script("begin",
+                              "return { consumer_group = 'g', subscribe = { T = '*' },\n"
+                              "  consume = function(msgs)\n"
+                              "    if msgs[1].body == 'skip' then error('ran a skipped batch') end\n"
+                              "  end }\n");
+    rmq_pool_opts_t o = {.script_path = path,
+                         .nthreads = 1,
+                         .loop = &loop,
+                         .done = on_done,
+                         .consumer_group = "test_group",
+                         .begin = begin_cb};
+    rmq_pool_t *p = NULL;
+    ndone = 0;
+    closed = 0;
+    CHECK(rmq__pool_start(&o, &p, err, sizeof(err)) == 0);
+    if (!p) {
+        fprintf(stderr, "start: %s\n", err);
+        return;
+    }
+    tb_t t;
+    int64_t before = rmq__mono_ms();
+    rmq_batch_t *b = run_one(p, &t, "skip", 1);
+    CHECK(b->status == RMQ_CONSUME_SKIPPED && b->handler_error == 0 && b->ack_count == 0);
+    CHECK(rmq__pool_errors(p) == 0);
+    int64_t st = __atomic_load_n(&begin_start_ms, __ATOMIC_RELAXED);
+    CHECKF(st > before - 100 && st <= rmq__mono_ms(), "start %lld, before %lld", (long long)st,
+           (long long)before);
+    b = run_one(p, &t, "ok", 1);
+    CHECK(b->status == RMQ_CONSUME_SUCCESS && b->handler_error == 0);
+    CHECK(begin_calls == 2);
+    stop(p, 0);
+    unlink(path);
+    free(path);
+}
+
 static void test_start_failures(void)
 {
     char err[1024];
@@ -474,6 +525,7 @@ int main(void)
     test_stop_not_run();
     test_parallel();
     test_timeout();
+    test_begin();
     test_start_failures();
     uv_run(&loop, UV_RUN_NOWAIT);
     uv_loop_close(&loop);
