@@ -1058,7 +1058,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     pl.done = rmq__consume_done;
     pl.ud = c;
     pl.consumer_group = cf->consumer_group;
-    pl.consume_timeout_ms = cf->consume_timeout * 60000;
+    pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(cf);
     pl.begin = rmq__consume_begin;
     if (rmq__pool_start(&pl, &c->pool, err, sizeof(err))) {
         rmq_log_error("client", "cannot start the consume threads: %s", err);
@@ -1082,9 +1082,11 @@ int rmq__consumer_run(rmq_consumer_t *c)
     uv_timer_start(&c->t_stats, on_stats_timer, 1000, 1000);
     if (c->orderly && cf->message_model == RMQ_MODEL_CLUSTERING)
         uv_timer_start(&c->t_lock, rmq__orderly_lock_all_timer, 1000, RMQ_LOCK_INTERVAL_MS);
-    if (!c->orderly && cf->consume_timeout > 0)
-        uv_timer_start(&c->t_expire, rmq__consume_expire_timer,
-                       (uint64_t)(cf->consume_timeout * 60000), (uint64_t)(cf->consume_timeout * 60000));
+    if (!c->orderly) {
+        /* cleanExpiredMsg runs every consume timeout (ConsumeMessageConcurrentlyService.start). */
+        uint64_t iv = (uint64_t)rmq__conf_consume_timeout_ms(cf);
+        uv_timer_start(&c->t_expire, rmq__consume_expire_timer, iv, iv);
+    }
     rmq__rb_timer_start(c);
     rmq__c_refresh_routes(c);
     if (c->stop_requested) shutdown_begin(c);

@@ -257,7 +257,11 @@ static const rmq_conf_prop_t props[] = {
      "Orderly: pause before a failed batch is retried, ms."},
     {"consume_timeout", "consumeTimeout", RMQ_CONF_INT64, OFF(consume_timeout), "15", 1,
      INT64_MAX / 60000, ">= 1", NULL, NULL, 0,
-     "Concurrently: a message cached longer than this (minutes) is sent back."},
+     "Minutes. A handler running longer is interrupted; concurrently, a message whose handler "
+     "started longer ago is sent back (batches waiting for a thread never expire)."},
+    {"consume_timeout_millis", NULL, RMQ_CONF_INT64, OFF(consume_timeout_millis), "0", 0,
+     INT64_MAX, "0 (use consume_timeout) or >= 1", NULL, NULL, 0,
+     "The consume timeout in ms, replacing consume_timeout's minutes when set (> 0)."},
     {"await_termination_millis_when_shutdown", "awaitTerminationMillisWhenShutdown", RMQ_CONF_INT64,
      OFF(await_termination_millis_when_shutdown), "0", 0, INT64_MAX, NULL, NULL, NULL, 0,
      "Shutdown: wait this long for running handlers, ms (0 = do not wait)."},

@@ -117,6 +117,7 @@ typedef struct rmq_conf {
     int max_reconsume_times;                        /* -1 (16 concurrently, INT_MAX orderly) */
     int64_t suspend_current_queue_time_millis;      /* 1000 */
     int64_t consume_timeout;                        /* 15 minutes */
+    int64_t consume_timeout_millis;                 /* 0 = consume_timeout (rmqlua's own) */
     int64_t await_termination_millis_when_shutdown; /* 0 */
     /* ClientConfig */
     char *namesrv_addr;                           /* default: env NAMESRV_ADDR, else NULL */
@@ -147,6 +148,12 @@ typedef struct rmq_conf {
     rmq_mq_t *alloc_config_mqs;
     int n_alloc_config_mqs;
 } rmq_conf_t;
+
+/* The consume timeout in ms: consume_timeout_millis when set, else consume_timeout minutes. */
+static inline int64_t rmq__conf_consume_timeout_ms(const rmq_conf_t *c)
+{
+    return c->consume_timeout_millis > 0 ? c->consume_timeout_millis : c->consume_timeout * 60000;
+}
 
 /* ---- the option table ------------------------------------------------------------------- */
 

@@ -13,7 +13,7 @@
  * or a send-back was abandoned) its queue's process queue, which releases what it still holds
  * when the queue is freed. A batch / send-back holds one reference on its queue.
  * Threads: loop thread only; the pool's done callback runs here too. rmq__consume_begin runs on
- * a consume thread: it reads the queue's state, atomically.
+ * a consume thread: it reads the queue's state and writes the batch's start time, atomically.
  */
 #include "consumer_int.h"
 
@@ -47,6 +47,8 @@ void rmq__cbatch_submit(rmq_consumer_t *c, rmq_cbatch_t *cb, int thread_index)
     /* The loop's cached clock: CLOCK_MONOTONIC ms like rmq__mono_ms, at most one loop
      * iteration old (consume_timeout is in minutes), without a clock read per batch. */
     cb->submit_ms = (int64_t)uv_now(&c->loop);
+    __atomic_store_n(&cb->start_ms, 0, __ATOMIC_RELAXED); /* a retried batch starts again */
+    cb->expired = 0;
     cb->iprev = NULL;
     cb->inext = c->inflight;
     if (c->inflight) c->inflight->iprev = cb;
@@ -278,25 +280,32 @@ static void send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, int delay_
 int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms)
 {
     (void)ud;
-    (void)start_ms;
     rmq_cbatch_t *cb = b->internal;
     /* ConsumeRequest.run: "if (this.processQueue.isDropped()) return" -- the batch of a queue
      * that was revoked (or dropped for OFFSET_ILLEGAL / pull expiry) while it waited for a
      * thread does not reach the handler; its new owner consumes those messages. */
     if (cb->q && __atomic_load_n(&cb->q->pq.state, __ATOMIC_ACQUIRE) == RMQ_PQ_DROPPED) return 1;
+    /* Java stamps CONSUME_START_TIME on the messages here: the consume timeout counts from it. */
+    __atomic_store_n(&cb->start_ms, start_ms > 0 ? start_ms : 1, __ATOMIC_RELAXED);
     return 0;
 }
 
-typedef struct expire_sb {
+typedef struct rmq_expire {
     rmq_consumer_t *c;
     rmq_qent_t *q;  /* one reference */
     rmq_msg_t *m;   /* kept alive by a reference on its set; still owned by its batch */
+    struct rmq_expire *next; /* c->expiring */
 } expire_sb_t;
 
 static void on_expire_sendback(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
 {
     expire_sb_t *x = ud;
     rmq_qent_t *q = x->q;
+    for (expire_sb_t **pp = &x->c->expiring; *pp; pp = &(*pp)->next)
+        if (*pp == x) {
+            *pp = x->next;
+            break;
+        }
     if (!err && resp->code == RMQ_RESP_SUCCESS) {
         x->c->n_retried++;
         /* Still held (its batch has not come back): resolve it now, the batch skips it. */
@@ -305,6 +314,7 @@ static void on_expire_sendback(void *ud, int err, rmq_cmd_t *resp, const char *e
             if (off >= 0 && q->pq.state != RMQ_PQ_DROPPED) rmq__offset_update(q, off, 1);
         }
     } else {
+        /* It stays in the process queue: the next round tries again. */
         rmq_log_warn("consume", "%s: send back of expired offset %" PRId64 " failed: %s",
                      q->name, x->m->queue_offset,
                      err ? errmsg : (resp->remark ? resp->remark : rmq_err_name(resp->code)));
@@ -314,51 +324,115 @@ static void on_expire_sendback(void *ud, int err, rmq_cmd_t *resp, const char *e
     free(x);
 }
 
+static int expiring(const rmq_consumer_t *c, const rmq_msg_t *m)
+{
+    for (const expire_sb_t *x = c->expiring; x; x = x->next)
+        if (x->m == m) return 1;
+    return 0;
+}
+
+/* sendMessageBack(msg, 3): CONSUMER_SEND_MSG_BACK with delay level 3. */
+static void expire_send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, const char *addr)
+{
+    char id[64];
+    msg_id_of(m, id);
+    rmq_cmd_t cmd;
+    rmq__cmd_init(&cmd, RMQ_REQ_CONSUMER_SEND_MSG_BACK, RMQ_SERIALIZE_JSON);
+    rmq__cmd_set_ext_i64(&cmd, "offset", m->commit_log_offset);
+    rmq__cmd_set_ext(&cmd, "group", c->group);
+    rmq__cmd_set_ext_i64(&cmd, "delayLevel", 3);
+    rmq__cmd_set_ext(&cmd, "originMsgId", id);
+    char *topic = rmq__xstrndup(m->topic, m->topic_len);
+    rmq__cmd_set_ext(&cmd, "originTopic", topic);
+    free(topic);
+    rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);
+    rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
+    expire_sb_t *x = rmq__xcalloc(1, sizeof(*x));
+    x->c = c;
+    x->q = rmq__qent_keep(q);
+    x->m = m;
+    rmq__msgset_keep((rmq_msgset_t *)m->owner);
+    if (rmq__remoting_request(c->rt, addr, &cmd, RMQ_SENDBACK_TIMEOUT_MS, on_expire_sendback,
+                              x) != 0) {
+        rmq__msgset_release((rmq_msgset_t *)m->owner);
+        rmq__qent_release(q);
+        free(x);
+    } else {
+        x->next = c->expiring;
+        c->expiring = x;
+    }
+    rmq__cmd_free(&cmd);
+}
+
+/* The expired batch (among list[0..n)) of q holding m, or NULL. */
+static rmq_cbatch_t *expired_owner(rmq_cbatch_t **list, int n, const rmq_qent_t *q,
+                                   const rmq_msg_t *m)
+{
+    for (int i = 0; i < n; i++) {
+        if (list[i]->q != q) continue;
+        for (int k = 0; k < list[i]->b.n; k++)
+            if (list[i]->msgs[k] == m) return list[i];
+    }
+    return NULL;
+}
+
+/*
+ * ProcessQueue.cleanExpiredMsg, every consume timeout, for each queue: look at the first cached
+ * message, at most min(16, cached) times; stop unless its handler started (CONSUME_START_TIME)
+ * more than the consume timeout ago; else send it back with delay level 3, and once the broker
+ * took it, drop it from the process queue if it is still there (its batch then skips it). A
+ * batch still waiting for a consume thread has not started: it never expires. The send-back is
+ * asynchronous here, so one round walks on from a message being sent back to the next cached
+ * one instead of waiting for its removal.
+ */
 void rmq__consume_expire_timer(uv_timer_t *t)
 {
     rmq_consumer_t *c = t->data;
     if (c->state != RMQ_CLIENT_RUNNING) return;
-    int64_t limit = c->conf->consume_timeout * 60000;
+    int64_t limit = rmq__conf_consume_timeout_ms(c->conf);
     int64_t now = rmq__mono_ms();
+    /* The batches whose handler started more than limit ago: at most one per consume thread
+     * (the others are waiting or have just finished). */
+    int n = 0, cap = 0;
+    rmq_cbatch_t **list = NULL;
     for (rmq_cbatch_t *cb = c->inflight; cb; cb = cb->inext) {
-        rmq_qent_t *q = cb->q;
-        if (cb->b.orderly || cb->expired || now - cb->submit_ms <= limit ||
-            q->pq.state == RMQ_PQ_DROPPED)
+        int64_t st = __atomic_load_n(&cb->start_ms, __ATOMIC_RELAXED);
+        if (cb->b.orderly || !st || now - st <= limit || cb->q->pq.state == RMQ_PQ_DROPPED)
             continue;
-        cb->expired = 1;
-        const char *addr = rmq__c_master_addr(c, q->mq.broker_name);
-        rmq_log_warn("consume", "%s: %d message(s) from offset %" PRId64 " consumed for more "
-                     "than %" PRId64 " min: sending them back", q->name, cb->b.n,
-                     cb->msgs[0]->queue_offset, c->conf->consume_timeout);
-        for (int i = 0; i < cb->b.n && addr; i++) {
-            rmq_msg_t *m = cb->msgs[i];
-            char id[64];
-            msg_id_of(m, id);
-            rmq_cmd_t cmd;
-            rmq__cmd_init(&cmd, RMQ_REQ_CONSUMER_SEND_MSG_BACK, RMQ_SERIALIZE_JSON);
-            rmq__cmd_set_ext_i64(&cmd, "offset", m->commit_log_offset);
-            rmq__cmd_set_ext(&cmd, "group", c->group);
-            rmq__cmd_set_ext_i64(&cmd, "delayLevel", 3);
-            rmq__cmd_set_ext(&cmd, "originMsgId", id);
-            char *topic = rmq__xstrndup(m->topic, m->topic_len);
-            rmq__cmd_set_ext(&cmd, "originTopic", topic);
-            free(topic);
-            rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);
-            rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
-            expire_sb_t *x = rmq__xcalloc(1, sizeof(*x));
-            x->c = c;
-            x->q = rmq__qent_keep(q);
-            x->m = m;
-            rmq__msgset_keep((rmq_msgset_t *)m->owner);
-            if (rmq__remoting_request(c->rt, addr, &cmd, RMQ_SENDBACK_TIMEOUT_MS,
-                                      on_expire_sendback, x) != 0) {
-                rmq__msgset_release((rmq_msgset_t *)m->owner);
-                rmq__qent_release(q);
-                free(x);
-            }
-            rmq__cmd_free(&cmd);
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            list = realloc(list, sizeof(*list) * (size_t)cap);
+            if (!list) abort();
         }
+        list[n++] = cb;
     }
+    for (int i = 0; i < n; i++) {
+        rmq_qent_t *q = list[i]->q;
+        int seen = 0;
+        for (int k = 0; k < i && !seen; k++) seen = list[k]->q == q;
+        if (seen) continue; /* this queue's round already ran */
+        const char *addr = rmq__c_master_addr(c, q->mq.broker_name);
+        if (!addr) continue;
+        int loop = q->pq.count < 16 ? q->pq.count : 16, sent = 0;
+        int64_t first_off = -1;
+        rmq_msg_t *m = rmq__pq_first(&q->pq);
+        for (int k = 0; k < loop && m; k++) {
+            rmq_cbatch_t *cb = expired_owner(list, n, q, m);
+            if (!cb) break;
+            if (!expiring(c, m)) {
+                if (first_off < 0) first_off = m->queue_offset;
+                cb->expired = 1;
+                expire_send_back(c, q, m, addr);
+                sent++;
+            }
+            m = rmq__pq_next(&q->pq, m->queue_offset);
+        }
+        if (sent)
+            rmq_log_warn("consume", "%s: %d message(s) from offset %" PRId64 " in a handler for "
+                         "more than %" PRId64 " ms (consume timeout): sending them back",
+                         q->name, sent, first_off, limit);
+    }
+    free(list);
 }
 
 /* ---- results ---------------------------------------------------------------------------------- */

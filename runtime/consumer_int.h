@@ -114,8 +114,11 @@ typedef struct rmq_cbatch {
     struct rmq_cbatch *next;/* retry-later list */
     int64_t due_ms;         /* retry-later: monotonic time to resubmit */
     int64_t submit_ms;
+    int64_t start_ms;       /* when its handler started (monotonic ms), 0 = not yet: written by
+                             * the consume thread (rmq__consume_begin), read by the loop thread,
+                             * both atomically */
     struct rmq_cbatch *iprev, *inext; /* batches in the pool (consume timeout scan) */
-    int expired;            /* its messages were sent back by the consume timeout */
+    int expired;            /* some of its messages were sent back by the consume timeout */
     struct rmq_direct *direct; /* CONSUME_MESSAGE_DIRECTLY: no queue; answered when done */
     int n_pending;          /* send-backs still in flight for this batch */
     int n_retry;            /* messages collected for the local retry */
@@ -159,6 +162,7 @@ struct rmq_consumer {
 
     rmq_cbatch_t *retry_list;
     rmq_cbatch_t *inflight; /* batches submitted to the pool, oldest last */
+    struct rmq_expire *expiring; /* consume-timeout send-backs in flight (consume.c) */
     int inflight_batches;
     int inflight_sendbacks;
 
@@ -219,10 +223,10 @@ void rmq__pull_later(rmq_qent_t *q, int64_t delay_ms);
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n);
 void rmq__consume_done(void *ud, rmq_batch_t *b);
 /* The pool's begin callback (consume_pool.h), on a consume thread: skips a batch of a dropped
- * queue. */
+ * queue, else publishes the handler's start time. */
 int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms);
 void rmq__consume_retry_timer(uv_timer_t *t);
-/* cleanExpiredMsg: every consume_timeout minutes (timer data = consumer). */
+/* cleanExpiredMsg: every consume timeout (timer data = consumer). */
 void rmq__consume_expire_timer(uv_timer_t *t);
 /* Release every locally retried batch (shutdown). */
 void rmq__consume_abandon_retries(rmq_consumer_t *c);

@@ -98,6 +98,16 @@ rmq_msg_t *rmq__pq_first(const rmq_pq_t *pq)
     return pq->count ? pq->slots[(uint64_t)pq->lo & (pq->cap - 1)] : NULL;
 }
 
+rmq_msg_t *rmq__pq_next(const rmq_pq_t *pq, int64_t off)
+{
+    if (pq->count == 0) return NULL;
+    for (int64_t o = off < pq->lo ? pq->lo : off + 1; o < pq->hi; o++) {
+        rmq_msg_t *m = pq->slots[(uint64_t)o & (pq->cap - 1)];
+        if (m) return m;
+    }
+    return NULL;
+}
+
 int64_t rmq__pq_max_span(const rmq_pq_t *pq)
 {
     return pq->count ? pq->hi - 1 - pq->lo : 0;

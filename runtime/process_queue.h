@@ -62,6 +62,8 @@ int64_t rmq__pq_remove(rmq_pq_t *pq, rmq_msg_t *const *msgs, int n);
 rmq_msg_t *rmq__pq_get(const rmq_pq_t *pq, int64_t off);
 /* The message with the smallest offset, or NULL. */
 rmq_msg_t *rmq__pq_first(const rmq_pq_t *pq);
+/* The message with the smallest offset above off, or NULL. */
+rmq_msg_t *rmq__pq_next(const rmq_pq_t *pq, int64_t off);
 /* lastKey - firstKey, 0 when empty. */
 int64_t rmq__pq_max_span(const rmq_pq_t *pq);
 /* Take every held message out (for a dropped queue); calls fn for each, in offset order. */

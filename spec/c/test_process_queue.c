@@ -154,9 +154,34 @@ static void test_random_model(void)
     rmq__pq_free(&pq);
 }
 
+/* rmq__pq_next: the held message with the smallest offset above a given one, across gaps. */
+static void test_next(void)
+{
+    rmq_pq_t pq;
+    rmq__pq_init(&pq, "T@b#0");
+    CHECK(rmq__pq_next(&pq, 0) == NULL);
+    int64_t offs[] = {10, 11, 15, 300};
+    rmq_msg_t *m[4];
+    for (int i = 0; i < 4; i++) {
+        m[i] = mk(offs[i], 1);
+        CHECK(rmq__pq_put(&pq, m[i]) == 1);
+    }
+    CHECK(rmq__pq_next(&pq, -1) == m[0]);
+    CHECK(rmq__pq_next(&pq, 10) == m[1]);
+    CHECK(rmq__pq_next(&pq, 11) == m[2]);
+    CHECK(rmq__pq_next(&pq, 12) == m[2]);
+    CHECK(rmq__pq_next(&pq, 15) == m[3]);
+    CHECK(rmq__pq_next(&pq, 300) == NULL);
+    rmq__pq_remove(&pq, &m[2], 1);
+    CHECK(rmq__pq_next(&pq, 11) == m[3]);
+    rmq__pq_free(&pq);
+    for (int i = 0; i < 4; i++) free(m[i]);
+}
+
 int main(void)
 {
     test_java_semantics();
+    test_next();
     test_gaps_and_growth();
     test_clear_and_state();
     test_random_model();
