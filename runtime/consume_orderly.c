@@ -216,13 +216,6 @@ static void on_dtimer(uv_timer_t *t)
     rmq__qent_release(q);
 }
 
-static int thread_of(const rmq_consumer_t *c, const rmq_qent_t *q)
-{
-    int n = c->conf->consume_thread_min > 0 ? c->conf->consume_thread_min : 1;
-    uint32_t h = (uint32_t)rmq_java_hash(q->name, strlen(q->name));
-    return (int)(h % (uint32_t)n);
-}
-
 void rmq__orderly_dispatch(rmq_qent_t *q)
 {
     rmq_consumer_t *c = q->c;
@@ -247,7 +240,10 @@ void rmq__orderly_dispatch(rmq_qent_t *q)
     if (take != stack) free(take);
     cb->b.orderly = 1;
     q->consuming = 1;
-    rmq__cbatch_submit(c, cb, thread_of(c, q));
+    /* Any idle consume thread takes it, as Java submits each queue's ConsumeRequest to the one
+     * shared pool; q->consuming keeps it to one batch per queue (Java's per-queue lock), and the
+     * next batch is taken only once this one's result was applied: order holds. */
+    rmq__cbatch_submit(c, cb, -1);
 }
 
 /* ---- results --------------------------------------------------------------------------------- */
