@@ -311,6 +311,7 @@ static void on_dlq_sent(void *ud, int err, const rmq_send_result_t *res, const c
     dlq_ctx_t *x = o->x;
     (void)res;
     rmq_msg_t *m = x->cb->msgs[o->idx];
+    x->c->inflight_sendbacks--;
     if (err) {
         rmq_log_warn("orderly", "%s: offset %" PRId64 " to the DLQ failed: %s; suspending",
                      x->cb->q->name, m->queue_offset, errmsg);
@@ -326,7 +327,11 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
 {
     rmq_batch_t *b = &cb->b;
     rmq_qent_t *q = cb->q;
-    if (q->pq.state == RMQ_PQ_DROPPED || c->state != RMQ_CLIENT_RUNNING) {
+    /* While the consumer drains (a graceful stop), results still apply: Java's
+     * processConsumeResult commits what finished within awaitTerminationMillisWhenShutdown, and
+     * persistAll then stores it. No new batch starts (rmq__orderly_dispatch needs RUNNING). */
+    if (q->pq.state == RMQ_PQ_DROPPED ||
+        (c->state != RMQ_CLIENT_RUNNING && c->state != RMQ_CLIENT_DRAINING)) {
         /* Result discarded: no commit; the messages stay where they are. */
         q->consuming = 0;
         if (q->pq.state == RMQ_PQ_DROPPED && q->unlock_pending) {
@@ -392,6 +397,7 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
             continue;
         }
         x->pending++;
+        c->inflight_sendbacks++; /* a graceful stop waits for it, as for send-backs */
     }
     if (--x->pending == 0) settle(x);
 }
