@@ -592,8 +592,10 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         /* Never ran (shutdown): neither acknowledged nor sent back; the process queue keeps the
          * messages so the offset cannot pass them. */
         rmq__pool_batch_release(b);
-        if (b->orderly) cb->q->consuming = 0;
-        rmq__cbatch_free(cb);
+        if (b->orderly)
+            rmq__orderly_result(c, cb); /* no commit; a dropped queue's deferred unlock */
+        else
+            rmq__cbatch_free(cb);
         return;
     }
     if (b->status == RMQ_CONSUME_SKIPPED) {

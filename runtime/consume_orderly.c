@@ -186,6 +186,46 @@ void rmq__orderly_unlock(rmq_consumer_t *c, const rmq_mq_t *mq)
             mq->queue_id);
 }
 
+/* ---- one message queue, several entries ------------------------------------------------------ */
+
+/*
+ * A queue revoked while its batch runs leaves the table at once, but its entry lives on until
+ * that batch returns; a rebalance may meanwhile give the queue back, as a new entry. Java keeps
+ * the one ProcessQueue (and its lock) instead, and serialises ConsumeRequests on a per-queue lock
+ * (messageQueueLock). So here: the old entry's deferred unlock is skipped while a live entry
+ * holds the queue, and the live entry runs no batch while the old one's is still in the pool.
+ */
+
+/* The entry of mq in the table that is not dropped, or NULL. */
+static rmq_qent_t *live_entry(rmq_consumer_t *c, const rmq_mq_t *mq)
+{
+    for (rmq_qent_t *o = c->queues; o; o = o->next)
+        if (o->pq.state != RMQ_PQ_DROPPED && !rmq__mq_cmp(&o->mq, mq)) return o;
+    return NULL;
+}
+
+/* A batch of an earlier (dropped) entry of q's message queue is queued or running. */
+static int older_batch_in_pool(rmq_consumer_t *c, const rmq_qent_t *q)
+{
+    for (rmq_cbatch_t *cb = c->inflight; cb; cb = cb->inext)
+        if (cb->b.orderly && cb->q != q && cb->q->pq.state == RMQ_PQ_DROPPED &&
+            !rmq__mq_cmp(&cb->q->mq, &q->mq))
+            return 1;
+    return 0;
+}
+
+/* A dropped entry's batch is over: give the broker lock back unless a live entry relies on it,
+ * and let that entry go on. */
+static void dropped_batch_over(rmq_consumer_t *c, rmq_qent_t *q)
+{
+    rmq_qent_t *live = live_entry(c, &q->mq);
+    if (q->unlock_pending && !live) rmq__orderly_unlock(c, &q->mq);
+    else if (q->unlock_pending)
+        rmq_dbg(RMQ_DBG_REBALANCE, "orderly", "%s: assigned again meanwhile, lock kept", q->name);
+    q->unlock_pending = 0;
+    if (live) rmq__orderly_dispatch(live);
+}
+
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
 static void on_dtimer(uv_timer_t *t);
@@ -222,6 +262,11 @@ void rmq__orderly_dispatch(rmq_qent_t *q)
     if (q->pq.state != RMQ_PQ_ACTIVE || q->consuming || q->dtimer_armed || q->pq.count == 0 ||
         c->state != RMQ_CLIENT_RUNNING || !c->pool)
         return;
+    if (q->after_revoke) {
+        /* Dispatched again when that batch returns (dropped_batch_over). */
+        if (older_batch_in_pool(c, q)) return;
+        q->after_revoke = 0;
+    }
     if (c->conf->message_model == RMQ_MODEL_CLUSTERING &&
         (!q->locked || rmq__mono_ms() - q->last_lock_ms > RMQ_LOCK_MAX_LIVE_MS)) {
         dispatch_later(q, 100, 1);
@@ -293,8 +338,7 @@ static void settle(dlq_ctx_t *x)
     }
     q->consuming = 0;
     if (q->pq.state == RMQ_PQ_DROPPED) {
-        if (q->unlock_pending) rmq__orderly_unlock(c, &q->mq);
-        q->unlock_pending = 0;
+        dropped_batch_over(c, q);
     } else if (k > 0) {
         dispatch_later(q, x->suspend_ms, 0);
     } else {
@@ -330,14 +374,11 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
     /* While the consumer drains (a graceful stop), results still apply: Java's
      * processConsumeResult commits what finished within awaitTerminationMillisWhenShutdown, and
      * persistAll then stores it. No new batch starts (rmq__orderly_dispatch needs RUNNING). */
-    if (q->pq.state == RMQ_PQ_DROPPED ||
+    if (b->status == RMQ_CONSUME_NOT_RUN || q->pq.state == RMQ_PQ_DROPPED ||
         (c->state != RMQ_CLIENT_RUNNING && c->state != RMQ_CLIENT_DRAINING)) {
         /* Result discarded: no commit; the messages stay where they are. */
         q->consuming = 0;
-        if (q->pq.state == RMQ_PQ_DROPPED && q->unlock_pending) {
-            rmq__orderly_unlock(c, &q->mq);
-            q->unlock_pending = 0;
-        }
+        if (q->pq.state == RMQ_PQ_DROPPED) dropped_batch_over(c, q);
         rmq__cbatch_free(cb);
         return;
     }

@@ -99,6 +99,8 @@ typedef struct rmq_qent {
     int64_t last_lock_ms;  /* monotonic time of the last successful lock */
     int consuming;         /* a batch of this queue is in the pool */
     int unlock_pending;    /* dropped while consuming: unlock when the batch returns */
+    int after_revoke;      /* orderly, new entry: first check that no batch of an earlier entry
+                            * of the same queue is still in the pool */
     int dtimer_armed;
     int dtimer_relock;     /* the dispatch timer locks the queue first */
     uv_timer_t dtimer;     /* dispatch later (suspend, lock retry) */
@@ -249,7 +251,8 @@ void rmq__orderly_lock_all_timer(uv_timer_t *t);
 void rmq__orderly_unlock(rmq_consumer_t *c, const rmq_mq_t *mq);
 /* Hand the next batch of q to its consume thread if none is running. */
 void rmq__orderly_dispatch(rmq_qent_t *q);
-/* The result of an orderly batch (after any rmq.send went out). */
+/* The result of an orderly batch (after any rmq.send went out), or its return unrun
+ * (RMQ_CONSUME_NOT_RUN, RMQ_CONSUME_SKIPPED). Frees cb. */
 void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
 
 /* client.c: the result of a CONSUME_MESSAGE_DIRECTLY batch (answers the broker, frees it). */

@@ -221,6 +221,7 @@ static void on_arrival_lock(rmq_qent_t *q, int ok)
 static void queue_arrives(rmq_consumer_t *c, const rmq_mq_t *mq)
 {
     rmq_qent_t *q = qent_new(c, mq);
+    q->after_revoke = c->orderly; /* the queue may come back while its old batch runs */
     /* Orderly: a queue is added only once its broker lock is held (updateProcessQueueTable). */
     if (c->orderly && c->conf->message_model == RMQ_MODEL_CLUSTERING)
         rmq__orderly_lock(q, on_arrival_lock);
