@@ -111,30 +111,7 @@ int rmq_log_set_debug(const char *categories, char *errstr, size_t errstr_size)
     return mask;
 }
 
-void rmq__log(int level, const char *subsys, const char *fmt, ...)
-{
-    static const char *names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
-    char line[2048];
-    struct timespec ts;
-    struct tm tm;
-    va_list ap;
-    int n;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    localtime_r(&ts.tv_sec, &tm);
-    n = snprintf(line, sizeof(line), "%04d-%02d-%02d %02d:%02d:%02d.%03ld %-5s [%s] ",
-                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                 ts.tv_nsec / 1000000, names[level < 0 ? 0 : level > 3 ? 3 : level], subsys);
-    va_start(ap, fmt);
-    if (n > 0 && (size_t)n < sizeof(line)) vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
-    va_end(ap);
-    /* One write per line keeps lines from different threads whole. */
-    n = (int)strlen(line);
-    if (n < (int)sizeof(line) - 1) line[n++] = '\n';
-    else line[sizeof(line) - 2] = '\n', n = (int)sizeof(line) - 1;
-    if (write(2, line, (size_t)n) < 0) { /* nothing sensible to do */
-    }
-}
+/* rmq__log itself is in log.c, with the output it goes to. */
 
 /* ---- buffers ---------------------------------------------------------------------------- */
 

@@ -2,7 +2,8 @@
  * common.h -- error codes, logging, growable and reference-counted buffers, byte order.
  *
  * Ownership: nothing here owns long-lived state except the log configuration, which is set once
- * at start-up (rmq__log_set_level) before any thread is started.
+ * at start-up (rmq__log_set_level) before any thread is started. Where log lines go (text or
+ * JSON, stderr or a file, the writer thread) is log.c's (log.h).
  * Threads: every function here may be called from any thread.
  */
 #ifndef RMQ_COMMON_H

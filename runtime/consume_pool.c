@@ -19,6 +19,7 @@
  */
 #include "consume_pool.h"
 
+#include "log.h"
 #include "lua_state.h"
 
 #include <lauxlib.h>
@@ -321,12 +322,13 @@ static void run_batch(cthread_t *t, rmq_batch_t *b)
         b->status = b->orderly ? RMQ_CONSUME_SUSPEND : RMQ_CONSUME_RECONSUME_LATER;
         b->ack_count = 0;
         b->handler_error = 1;
-        rmq_log_error("lua", "thread %d: dispatch failed for %d message(s): %s", t->index + 1,
-                      b->n, err);
+        char text[4200];
+        snprintf(text, sizeof(text), "dispatch failed for %d message(s): %s", b->n, err);
+        rmq__log_batch_error(t->index, b, text);
         failed = 1;
     } else {
         if (lua_isstring(L, -2)) {
-            rmq_log_error("lua", "thread %d: %s", t->index + 1, lua_tostring(L, -2));
+            rmq__log_batch_error(t->index, b, lua_tostring(L, -2));
             failed = 1;
         }
         if (lua_istable(L, -1)) collect_sends(L, lua_gettop(L), b);

@@ -7,6 +7,8 @@
  */
 #include "lua_state.h"
 
+#include "log.h"
+
 #include <lauxlib.h>
 #include <lualib.h>
 
@@ -23,19 +25,18 @@ const char *rmq__lua_dir(void)
     return (d && *d) ? d : RMQLUA_LUA_DIR;
 }
 
-/* rmq.host.log(level, text): level 0 error .. 3 debug (debug needs the "lua" category). */
+/* rmq.host.log(level, text): level 0 error .. 3 debug (debug needs the "lua" category). A
+ * consume state's lines carry its thread (1-based) as a key field; upvalue 1 is its index. */
 static int host_log(lua_State *L)
 {
     int lv = (int)luaL_checkinteger(L, 1);
     const char *s = luaL_checkstring(L, 2);
-    if (lv <= RMQ_LOG_ERROR)
-        rmq__log(RMQ_LOG_ERROR, "lua", "%s", s);
-    else if (lv == RMQ_LOG_WARN)
-        rmq_log_warn("lua", "%s", s);
-    else if (lv == RMQ_LOG_INFO)
-        rmq_log_info("lua", "%s", s);
-    else
-        rmq_dbg(RMQ_DBG_LUA, "lua", "%s", s);
+    int ti = (int)lua_tointeger(L, lua_upvalueindex(1));
+    rmq_log_field_t f = {"thread", NULL, ti + 1};
+    if (lv <= RMQ_LOG_ERROR) lv = RMQ_LOG_ERROR;
+    else if (lv >= RMQ_LOG_DEBUG) lv = RMQ_LOG_DEBUG;
+    if ((lv == RMQ_LOG_DEBUG && !(rmq__log_debug & RMQ_DBG_LUA)) || lv > rmq__log_level) return 0;
+    rmq__logf(lv, "lua", &f, ti >= 0, "%s", s);
     return 0;
 }
 
@@ -141,7 +142,9 @@ lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_
     lua_setfield(L, -2, "thread_count");
     lua_pushstring(L, RMQLUA_VERSION);
     lua_setfield(L, -2, "version");
-    lua_pushcfunction(L, host_log);
+    lua_pushinteger(L, strcmp(host->role ? host->role : "consume", "consume") ? -1
+                                                                              : host->thread_index);
+    lua_pushcclosure(L, host_log, 1);
     lua_setfield(L, -2, "log");
     lua_setfield(L, -2, "rmq.host");
     lua_pop(L, 2);
