@@ -7,6 +7,7 @@
 #include "conf.h"
 
 #include "codes.h"
+#include "log.h"
 #include "subscription.h"
 
 #include <ctype.h>
@@ -69,6 +70,9 @@ static const rmq_conf_enum_val_t e_listener[] = {{"CONCURRENTLY", RMQ_LISTENER_C
                                                  {"ORDERLY", RMQ_LISTENER_ORDERLY},
                                                  {"BOTH", RMQ_LISTENER_BOTH},
                                                  {NULL, 0}};
+
+static const rmq_conf_enum_val_t e_log_format[] = {
+    {"text", RMQ_LOG_TEXT}, {"json", RMQ_LOG_JSON}, {NULL, 0}};
 
 static const rmq_conf_enum_val_t e_lang[] = {
 #define LANG_ENUM_(n, v) {#n, v},
@@ -313,6 +317,14 @@ static const rmq_conf_prop_t props[] = {
     {"log_debug", NULL, RMQ_CONF_STRING, OFF(log_debug), NULL, NOLIM,
      "remoting,namesrv,rebalance,pull,consume,offset,lua,broker,all", NULL, v_log_debug, 0,
      "Debug log categories."},
+    {"log_format", NULL, RMQ_CONF_ENUM, OFF(log_format), "text", NOLIM, NULL, e_log_format, NULL,
+     0,
+     "Log lines as text, or as JSON objects one per line (time, level, category, message and "
+     "key fields such as msg_id, topic, queue, offset). `--log-format`."},
+    {"log_file", NULL, RMQ_CONF_STRING, OFF(log_file), NULL, NOLIM, "a file path", NULL, NULL,
+     F_PATH,
+     "Append log lines to this file instead of stderr; reopened on SIGUSR1 (logrotate). "
+     "`--log-file`."},
 };
 
 const rmq_conf_prop_t *rmq__conf_props(int *n)
@@ -815,13 +827,39 @@ static int fail(char *errstr, size_t n, const char *java_msg, const rmq_conf_t *
     return RMQ_ERR_CONFIG;
 }
 
+/* The values an INT/INT64 option allows, as the option reference shows them. */
+static void range_text(const rmq_conf_prop_t *p, char *out, size_t n)
+{
+    if (p->range)
+        snprintf(out, n, "%s", p->range);
+    else if (p->min == INT32_MIN && p->max == INT32_MAX)
+        snprintf(out, n, "any int32");
+    else if (p->min == INT64_MIN && p->max == INT64_MAX)
+        snprintf(out, n, "any int64");
+    else if ((p->max == INT32_MAX && p->type == RMQ_CONF_INT) || p->max == INT64_MAX)
+        snprintf(out, n, ">= %" PRId64, p->min);
+    else
+        snprintf(out, n, "%" PRId64 "..%" PRId64, p->min, p->max);
+}
+
+/* "option NAME = VALUE is out of range (allowed: RANGE)" */
+static void out_of_range(const rmq_conf_prop_t *p, int64_t v, char *out, size_t n)
+{
+    char allowed[256];
+    range_text(p, allowed, sizeof(allowed));
+    snprintf(out, n, "option %s = %" PRId64 " is out of range (allowed: %s)", p->name, v, allowed);
+}
+
+/* A range checkConfig enforces: our words first, then Java's message as it is. */
 static int check_range(const rmq_conf_t *c, const char *opt, const char *java, int64_t v,
                        int64_t lo, int64_t hi, char *errstr, size_t n)
 {
-    char msg[256];
+    char ours[512];
     if (v >= lo && v <= hi) return 0;
-    snprintf(msg, sizeof(msg), "%s Out of range [%" PRId64 ", %" PRId64 "]" FAQ_SEE, java, lo, hi);
-    fail(errstr, n, msg, c, opt);
+    out_of_range(rmq__conf_prop_find(opt), v, ours, sizeof(ours));
+    rmq__seterr(errstr, n,
+                "%s\nJava checkConfig: %s Out of range [%" PRId64 ", %" PRId64 "]" FAQ_SEE, ours,
+                java, lo, hi);
     return -1;
 }
 
@@ -920,9 +958,7 @@ int rmq__conf_check(const rmq_conf_t *c, char *errstr, size_t n)
         else
             continue;
         if (v < p->min || v > p->max) {
-            rmq__seterr(errstr, n,
-                        "option %s=%" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", p->name,
-                        v, p->min, p->max);
+            out_of_range(p, v, errstr, n);
             return RMQ_ERR_CONFIG;
         }
     }
@@ -994,16 +1030,8 @@ int rmq__conf_describe_markdown(rmq_buf_t *b)
             enum_allowed(p->enums, range, sizeof(range));
         else if (p->type == RMQ_CONF_BOOL)
             snprintf(range, sizeof(range), "true, false");
-        else if (p->type == RMQ_CONF_INT || p->type == RMQ_CONF_INT64) {
-            if (p->min == INT32_MIN && p->max == INT32_MAX)
-                snprintf(range, sizeof(range), "any int32");
-            else if (p->min == INT64_MIN && p->max == INT64_MAX)
-                snprintf(range, sizeof(range), "any int64");
-            else if ((p->max == INT32_MAX && p->type == RMQ_CONF_INT) || p->max == INT64_MAX)
-                snprintf(range, sizeof(range), ">= %" PRId64, p->min);
-            else
-                snprintf(range, sizeof(range), "%" PRId64 "..%" PRId64, p->min, p->max);
-        }
+        else if (p->type == RMQ_CONF_INT || p->type == RMQ_CONF_INT64)
+            range_text(p, range, sizeof(range));
         rc |= rmq__buf_appendf(b, "| `%s` | %s | ", p->name, type_name(p->type));
         if (p->defval && (p->flags & F_DYNAMIC))
             rc |= md_cell(b, p->defval);

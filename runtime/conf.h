@@ -8,7 +8,9 @@
  * number or an unknown enum value is an error naming the option, the value and what is allowed);
  * ranges are enforced by rmq__conf_check, which applies DefaultMQPushConsumerImpl.checkConfig's
  * rules in Java's order with Java's message text, then our own limits for the options Java does
- * not check.
+ * not check. A value out of range is reported in our words first, "option NAME = VALUE is out of
+ * range (allowed: RANGE)", followed for Java's checks by "Java checkConfig: " and Java's message
+ * as it is; Java's other messages end with "(option NAME=VALUE)".
  *
  * Ownership: an rmq_conf_t owns every string and array it points to; rmq__conf_dup makes a deep
  * copy. The client engine takes its own copy at start and never changes it afterwards.
@@ -140,6 +142,8 @@ typedef struct rmq_conf {
     char *local_offset_store_dir; /* "$HOME/.rocketmq_offsets" */
     int frame_max_length;         /* 16777216 */
     char *log_debug;              /* "remoting,rebalance,pull,lua" or "all"; NULL */
+    int log_format;               /* RMQ_LOG_TEXT / RMQ_LOG_JSON (log.h); `rmqlua run` applies */
+    char *log_file;               /* NULL = stderr; `rmqlua run` applies */
 
     /* subscriptions, in subscribe order */
     rmq_conf_sub_t *subs;
