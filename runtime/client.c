@@ -377,8 +377,11 @@ static void stats_build(rmq_consumer_t *c)
             if (q->broker_max > base) s.lag += q->broker_max - base;
         }
     }
+    /* Stopping releases every queue: keep the lag they had. */
+    if (!s.owned_queues && c->state >= RMQ_CLIENT_CLOSING) s.lag = c->snap.lag;
     s.inflight_batches = c->inflight_batches;
     s.started_ms = c->start_ms;
+    s.msgs_sent = c->n_sent;
     c->last_consumed = c->n_consumed;
     c->last_pulled = c->n_pulled;
     c->last_stats_ms = now;

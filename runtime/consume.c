@@ -533,6 +533,7 @@ static void on_hsend(void *ud, int err, const rmq_send_result_t *res, const char
     (void)res;
     h->s->result = err;
     if (err) rmq_log_warn("consume", "rmq.send failed: %s", errmsg);
+    else h->c->n_sent++;
     rmq_consumer_t *c = h->c;
     rmq_cbatch_t *cb = h->cb;
     free(h);

@@ -62,12 +62,14 @@ typedef struct rmq_consumer_stats {
     int64_t msgs_pulled;    /* messages received in PULL_MESSAGE responses */
     double consume_rate;    /* acknowledged messages per second over the last interval */
     double pull_rate;       /* pulled messages per second over the last interval */
-    int64_t lag;            /* sum over owned queues of broker max offset - committed offset */
+    int64_t lag;            /* sum over owned queues of broker max offset - committed offset;
+                             * once stopped, what it was when the queues were released */
     int64_t cached_msgs;    /* messages held in process queues (pulled, not yet resolved) */
     int64_t cached_bytes;   /* their body bytes */
     int32_t owned_queues;   /* process queues currently owned */
     int32_t inflight_batches; /* batches submitted to the consume threads, not yet done */
     int64_t started_ms;     /* wall clock when the consumer started, 0 before */
+    int64_t msgs_sent;      /* messages the handlers sent with rmq.send() (send succeeded) */
 } rmq_consumer_stats_t;
 
 /* Copy the latest snapshot into *out. Any thread. */

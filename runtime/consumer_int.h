@@ -180,6 +180,7 @@ struct rmq_consumer {
 
     /* stats (loop thread counters; snapshot copied under stats_mu) */
     int64_t n_consumed, n_failed, n_retried, n_dlq, n_pulled;
+    int64_t n_sent; /* rmq.send() messages sent */
     int64_t last_consumed, last_pulled, last_stats_ms;
     uv_mutex_t stats_mu;
     rmq_consumer_stats_t snap;
