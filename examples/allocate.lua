@@ -1,6 +1,7 @@
 -- allocate.lua: a custom queue allocation strategy.
 --
 --   rmqlua run examples/allocate.lua --namesrv 127.0.0.1:9876
+--   rmqlua run examples/allocate.lua --embedded
 --
 -- allocate(group, client_id, mq_all, cid_all) runs in the control state on the network thread
 -- at every rebalance. mq_all is the sorted list of the topic's queues
@@ -33,18 +34,21 @@ return {
     return mine
   end,
 
+  -- Output: one io.write per line, so lines from 20 threads never interleave (print() writes
+  -- its pieces one by one).
   on_assign = function(mqs)
-    for _, mq in ipairs(mqs) do print("assigned " .. name(mq)) end
+    for _, mq in ipairs(mqs) do io.write("assigned " .. name(mq) .. "\n") end
   end,
 
   on_revoke = function(mqs)
-    for _, mq in ipairs(mqs) do print("revoked " .. name(mq)) end
+    for _, mq in ipairs(mqs) do io.write("revoked " .. name(mq) .. "\n") end
   end,
 
   consume = function(msgs)
     for i = 1, #msgs do
       local m = msgs[i]
-      print(string.format("queue %d offset %d body %s", m.queue_id, tonumber(m.queue_offset), m.body))
+      io.write(string.format("queue %d offset %d body %s\n", m.queue_id, tonumber(m.queue_offset),
+        m.body))
     end
   end,
 }

@@ -1,6 +1,7 @@
 -- forward.lua: consume, transform, send to another topic.
 --
 --   rmqlua run examples/forward.lua --namesrv 127.0.0.1:9876
+--   rmqlua run examples/forward.lua --embedded   (the status line counts what was sent)
 --
 -- Every message of InTopic is sent to OutTopic with its body upper-cased, its tags kept and a
 -- property naming where it came from. rmq.send(topic, body, opts) queues the message; the

@@ -1,6 +1,7 @@
 -- json.lua: decode JSON bodies, filter, aggregate.
 --
 --   rmqlua run examples/json.lua --namesrv 127.0.0.1:9876
+--   rmqlua run examples/json.lua --embedded   (the sample producer's bodies are such orders)
 --
 -- Orders arrive on OrderTopic as {"id": 1, "customer": "c1", "amount": 12.5}. Orders of at
 -- least min_amount are added to a per-customer total; the others are skipped. Every message
@@ -37,8 +38,9 @@ return {
       elseif type(order.amount) == "number" and order.amount >= min_amount then
         local c = tostring(order.customer)
         totals[c] = (totals[c] or 0) + order.amount
-        print(string.format("order %s customer %s amount %.2f total %.2f", tostring(order.id), c,
-          order.amount, totals[c]))
+        -- One write per line: 4 threads share stdout, and print() writes in pieces.
+        io.write(string.format("order %s customer %s amount %.2f total %.2f\n", tostring(order.id),
+          c, order.amount, totals[c]))
       end
       seen = seen + 1
     end

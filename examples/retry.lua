@@ -1,6 +1,9 @@
 -- retry.lua: fail some messages and watch them come back.
 --
 --   rmqlua run examples/retry.lua --namesrv 127.0.0.1:9876
+--   rmqlua run examples/retry.lua --embedded   (of the sample messages, every 10th says
+--                                               "fail once", every 50th "dlq", every 100th
+--                                               "poison": watch retried and dlq in the status)
 --
 -- A body containing "fail" fails on its first delivery and succeeds on the second; "poison"
 -- always fails until max_reconsume_times is reached, then goes to %DLQ%retry_demo; "dlq"
@@ -28,7 +31,9 @@ return {
   consume = function(msgs, ctx)
     local m = msgs[1]
     local body = m.body
-    print(string.format("got %s reconsume_times=%d body=%s", m.msg_id, m.reconsume_times, body))
+    -- One write per line: 20 threads share stdout, and print() writes in pieces.
+    io.write(string.format("got %s reconsume_times=%d body=%s\n", m.msg_id, m.reconsume_times,
+      body))
     if body:find("dlq", 1, true) then
       return rmq.DLQ
     end

@@ -8,14 +8,21 @@
  * Exit codes: 0 success, 1 runtime failure (or failed test cases), 2 usage or configuration
  * error (bad arguments, bad script, rejected options), always before any connection.
  *
+ * `run` starts the log writer (log.h) with the log_format / log_file options, so no thread of the
+ * consumer ever waits on the log output; signals: SIGINT / SIGTERM stop cleanly, SIGUSR1 reopens
+ * the log file, SIGHUP is reserved for reloading the script (not implemented yet: logged and
+ * ignored, the process goes on).
+ *
  * Ownership: everything is local to one command. Threads: the main thread; `run` hands the
- * main thread to the consumer's loop and prints status from a small helper thread.
+ * main thread to the consumer's loop and keeps the status line from a small helper thread.
  */
 #include "cli.h"
 
+#include "cli_sample.h"
 #include "conf.h"
 #include "consumer.h"
 #include "devbroker.h"
+#include "log.h"
 #include "lua_state.h"
 #include "script.h"
 
@@ -35,6 +42,9 @@ typedef struct cli_opts {
     const char *cases;
     const char *namesrv;
     const char *log_debug;
+    const char *log_format;
+    const char *log_file;
+    const char *sample_body;
     int embedded;
     long sample_messages; /* --sample-messages: -1 = default (1000 with --embedded) */
     long max_messages;    /* --max-messages: 0 = no limit */
@@ -54,13 +64,21 @@ static const char run_usage[] =
     "  --embedded          start the in-process development broker and consume from it\n"
     "  --sample-messages N with --embedded: a sample producer puts N messages (default 1000)\n"
     "                      into the subscribed topics (tags TagA/TagB, keys sample-<i>)\n"
+    "  --sample-body B     their bodies: json (default: orders with a note \"ok\", \"fail once\",\n"
+    "                      \"dlq\" or \"poison\"), text, or a FILE whose lines are the bodies\n"
     "  --max-messages N    stop cleanly once N messages were consumed\n"
+    "  --log-format F      text (default) or json: one JSON object per line (log_format)\n"
+    "  --log-file PATH     append the log to PATH instead of stderr; SIGUSR1 reopens it\n"
+    "                      (log_file)\n"
     "  --log-debug CATS    debug logs: remoting,namesrv,rebalance,pull,consume,offset,lua,broker\n"
-    "                      or all\n"
+    "                      or all (log_debug)\n"
     "  -h, --help          this text\n"
     "\n"
-    "On a terminal a live status line shows messages/s, failures, retries, lag and cached\n"
-    "messages; otherwise a status line is logged every 10 s.\n"
+    "The --log-* flags override the script's log_* options. On a terminal a live status line\n"
+    "shows messages/s, failures, retries, DLQ, sends, lag and cached messages; otherwise a status\n"
+    "line is logged every 10 s. The last line, at stop, gives the totals and the overall rate.\n"
+    "signals: SIGINT/SIGTERM stop cleanly, SIGUSR1 reopens the log file, SIGHUP is reserved\n"
+    "(reload; ignored for now)\n"
     "exit codes: 0 stopped cleanly, 1 runtime failure, 2 usage or configuration error\n";
 
 static const char check_usage[] =
@@ -77,7 +95,8 @@ static const char test_usage[] =
     "Run the script's handler over offline test cases (no broker). CASES is a Lua file that\n"
     "returns a list of { name =, messages = { {topic =, tags =, keys =, body =, properties =,\n"
     "...}, ... }, expect = { status =, ack_index =, delay_level =, error =, sent = {...} } }.\n"
-    "See lua/rmq/testrun.lua for every field.\n"
+    "See lua/rmq/testrun.lua for every field; an unknown key is an error. The script is\n"
+    "validated first exactly as `rmqlua check` does (options, checkConfig).\n"
     "exit codes: 0 every case passed, 1 a case failed, 2 bad script or cases file\n";
 
 /* Parse argv (argv[0] is the command). Returns 0, 1 for --help, or EXIT_USAGE. */
@@ -112,6 +131,16 @@ static int parse(int argc, char **argv, cli_opts_t *o, int npos, const char *usa
                 return EXIT_USAGE;
             }
             o->log_debug = argv[++i];
+        } else if (allow_run_flags &&
+                   (!strcmp(a, "--log-format") || !strcmp(a, "--log-file") ||
+                    !strcmp(a, "--sample-body"))) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "rmqlua run: %s needs a value\n", a);
+                return EXIT_USAGE;
+            }
+            if (!strcmp(a, "--log-format")) o->log_format = argv[++i];
+            else if (!strcmp(a, "--log-file")) o->log_file = argv[++i];
+            else o->sample_body = argv[++i];
         } else if (allow_run_flags && !strcmp(a, "--embedded")) {
             o->embedded = 1;
         } else if (allow_run_flags &&
@@ -142,7 +171,8 @@ static int parse(int argc, char **argv, cli_opts_t *o, int npos, const char *usa
     return 0;
 }
 
-/* Build the conf: --namesrv, then the script's options, then --set. 0 or EXIT_USAGE. */
+/* Build the conf: --namesrv, then the script's options, then --set, then the --log-* flags.
+ * 0 or EXIT_USAGE. */
 static int build_conf(const char *cmd, const cli_opts_t *o, rmq_conf_t **out)
 {
     char err[2048];
@@ -166,6 +196,17 @@ static int build_conf(const char *cmd, const cli_opts_t *o, rmq_conf_t **out)
             goto fail;
         }
     }
+    const struct {
+        const char *flag, *opt, *val;
+    } flags[] = {{"--log-format", "log_format", o->log_format},
+                 {"--log-file", "log_file", o->log_file},
+                 {"--log-debug", "log_debug", o->log_debug}};
+    for (size_t i = 0; i < RMQ_ARRAY_SIZE(flags); i++) {
+        if (flags[i].val && rmq__conf_set(conf, flags[i].opt, flags[i].val, err, sizeof(err))) {
+            fprintf(stderr, "rmqlua %s: %s: %s\n", cmd, flags[i].flag, err);
+            goto fail;
+        }
+    }
     *out = conf;
     return 0;
 fail:
@@ -180,9 +221,10 @@ fail:
 static int option_line(const char *path, const char *err)
 {
     const char *o = strstr(err, "(option ");
-    if (!o) return 0;
-    o += 8;
-    size_t n = strcspn(o, "=)");
+    if (o) o += 8;
+    else if (!strncmp(err, "option ", 7)) o = err + 7; /* "option NAME = VALUE is out of range" */
+    else return 0;
+    size_t n = strcspn(o, " =)");
     if (n == 0 || n > 100) return 0;
     char name[128];
     memcpy(name, o, n);
@@ -272,6 +314,25 @@ static void line_buffered_stdout(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
 }
 
+/*
+ * What `check` and `test` both do first: load the script in the control role, apply its options
+ * and --set, then checkConfig. 0 with *out, or EXIT_USAGE after printing why.
+ */
+static int load_checked(const char *cmd, const cli_opts_t *o, rmq_conf_t **out)
+{
+    rmq_conf_t *conf = NULL;
+    int rc = build_conf(cmd, o, &conf);
+    if (rc) return rc;
+    char err[4096];
+    if (rmq__conf_check(conf, err, sizeof(err))) {
+        print_check_error(cmd, o->script, err);
+        rmq__conf_destroy(conf);
+        return EXIT_USAGE;
+    }
+    *out = conf;
+    return 0;
+}
+
 int rmq__cli_check(int argc, char **argv)
 {
     cli_opts_t o;
@@ -282,16 +343,12 @@ int rmq__cli_check(int argc, char **argv)
         return rc == 1 ? 0 : rc;
     }
     rmq_conf_t *conf = NULL;
-    if ((rc = build_conf("check", &o, &conf))) {
+    if ((rc = load_checked("check", &o, &conf))) {
         free(o.sets);
         return rc;
     }
     char err[4096];
-    rc = 0;
-    if (rmq__conf_check(conf, err, sizeof(err))) {
-        print_check_error("check", o.script, err);
-        rc = EXIT_USAGE;
-    } else if (check_consume_role(o.script, conf->consumer_group, err, sizeof(err))) {
+    if (check_consume_role(o.script, conf->consumer_group, err, sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s\n", err);
         rc = EXIT_USAGE;
     } else {
@@ -317,8 +374,15 @@ int rmq__cli_test(int argc, char **argv)
     cli_opts_t o;
     line_buffered_stdout();
     int rc = parse(argc, argv, &o, 2, test_usage, 0);
+    if (rc) {
+        free(o.sets);
+        return rc == 1 ? 0 : rc;
+    }
+    rmq_conf_t *conf = NULL;
+    rc = load_checked("test", &o, &conf);
     free(o.sets);
-    if (rc) return rc == 1 ? 0 : rc;
+    if (rc) return rc;
+    rmq__conf_destroy(conf);
     char err[4096];
     rmq_lua_host_t h = {.role = "test", .script_path = o.script, .thread_index = 0,
                         .thread_count = 1};
@@ -333,6 +397,10 @@ int rmq__cli_test(int argc, char **argv)
     lua_pushstring(L, o.cases);
     lua_pushcfunction(L, l_print_line);
     if (rmq__lua_pcall(L, 3, 2, err, sizeof(err))) goto out;
+    if (lua_isnil(L, -2)) { /* a bad script or cases file: the message says file:line */
+        snprintf(err, sizeof(err), "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "?");
+        goto out;
+    }
     rc = lua_tointeger(L, -2) > 0 ? EXIT_RUNTIME : 0;
 out:
     if (rc == EXIT_USAGE) fprintf(stderr, "rmqlua test: %s\n", err);
@@ -343,11 +411,17 @@ out:
 /* ---- run ----------------------------------------------------------------------------------- */
 
 static rmq_consumer_t *volatile g_consumer;
+static volatile sig_atomic_t g_hup;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    if (g_consumer) rmq__consumer_stop(g_consumer);
+    if (sig == SIGUSR1) {
+        rmq__log_reopen();
+    } else if (sig == SIGHUP) {
+        g_hup = 1;
+    } else if (g_consumer) {
+        rmq__consumer_stop(g_consumer);
+    }
 }
 
 typedef struct status_ctx {
@@ -370,66 +444,91 @@ static int reached_max(status_ctx_t *s)
     return 1;
 }
 
+/* The figures of a status line as JSON key fields. */
+static int status_fields(const rmq_consumer_stats_t *st, rmq_log_field_t *f)
+{
+    int n = 0;
+    f[n++] = (rmq_log_field_t){"consumed", NULL, st->msgs_consumed};
+    f[n++] = (rmq_log_field_t){"failed", NULL, st->msgs_failed};
+    f[n++] = (rmq_log_field_t){"retried", NULL, st->msgs_retried};
+    f[n++] = (rmq_log_field_t){"dlq", NULL, st->msgs_dlq};
+    f[n++] = (rmq_log_field_t){"sent", NULL, st->msgs_sent};
+    f[n++] = (rmq_log_field_t){"lag", NULL, st->lag};
+    return n;
+}
+
 static void status_main(void *arg)
 {
     status_ctx_t *s = arg;
     int64_t last_log = rmq__mono_ms();
-    int printed = 0, done = 0;
+    int done = 0;
     while (!s->stop && !done) {
         for (int i = 0; i < 10 && !s->stop && !done; i++) {
             usleep(100000);
             done = reached_max(s);
+            if (g_hup) {
+                g_hup = 0;
+                rmq_log_warn("cli", "SIGHUP: reloading the script is reserved for a later version "
+                                    "and not implemented; ignored, still running");
+            }
         }
         if (s->stop) break;
         rmq_consumer_stats_t st;
         rmq__consumer_stats(s->c, &st);
-        char line[256];
+        char line[320], sent[40] = "";
+        if (st.msgs_sent > 0) snprintf(sent, sizeof(sent), " | sent %lld", (long long)st.msgs_sent);
         snprintf(line, sizeof(line),
-                 "%.0f msg/s | consumed %lld | failed %lld | retried %lld | dlq %lld | lag %lld "
+                 "%.0f msg/s | consumed %lld | failed %lld | retried %lld | dlq %lld%s | lag %lld "
                  "| cached %lld | queues %d",
                  st.consume_rate, (long long)st.msgs_consumed, (long long)st.msgs_failed,
-                 (long long)st.msgs_retried, (long long)st.msgs_dlq, (long long)st.lag,
+                 (long long)st.msgs_retried, (long long)st.msgs_dlq, sent, (long long)st.lag,
                  (long long)st.cached_msgs, st.owned_queues);
         if (s->tty) {
-            fprintf(stderr, "\r\033[K%s", line);
-            fflush(stderr);
-            printed = 1;
-        } else if (done || rmq__mono_ms() - last_log >= 10000) {
+            rmq__log_status(line);
+        } else if (rmq__mono_ms() - last_log >= 10000) {
+            rmq_log_field_t f[10];
+            int nf = status_fields(&st, f);
+            f[nf++] = (rmq_log_field_t){"cached", NULL, st.cached_msgs};
+            f[nf++] = (rmq_log_field_t){"queues", NULL, st.owned_queues};
+            f[nf++] = (rmq_log_field_t){"rate", NULL, (int64_t)(st.consume_rate + 0.5)};
             last_log = rmq__mono_ms();
-            rmq_log_info("status", "%s", line);
+            if (rmq__log_level >= RMQ_LOG_INFO) rmq__logf(RMQ_LOG_INFO, "status", f, nf, "%s", line);
         }
     }
-    if (printed) fputs("\n", stderr);
 }
 
-/* The sample producer of --embedded: N messages round robin over the subscribed topics. */
-typedef struct sample_ctx {
-    rmq_devbroker_t *db;
-    const rmq_conf_t *conf;
-    long n;
-    volatile int stop;
-} sample_ctx_t;
-
-static void sample_main(void *arg)
+/*
+ * The last line, at stop: totals, the overall rate (consumed over the time since the consumer
+ * started) and the elapsed time. On a terminal it replaces the live line; otherwise it is logged.
+ */
+static void final_status(rmq_consumer_t *c, int tty)
 {
-    sample_ctx_t *sp = arg;
-    const char *topics[64];
-    int nt = 0;
-    char body[160], keys[32];
-    long sent = 0;
-    for (int i = 0; i < sp->conf->n_subs && nt < 64; i++)
-        if (strncmp(sp->conf->subs[i].topic, "%RETRY%", 7)) topics[nt++] = sp->conf->subs[i].topic;
-    for (long i = 0; nt && i < sp->n && !sp->stop; i++) {
-        int n = snprintf(body, sizeof(body),
-                         "{\"id\":%ld,\"text\":\"sample message %ld from the embedded producer\"}",
-                         i + 1, i + 1);
-        snprintf(keys, sizeof(keys), "sample-%ld", i + 1);
-        if (rmq_devbroker_produce(sp->db, 0, topics[i % nt], -1, (i & 1) ? "TagB" : "TagA", keys,
-                                  body, (size_t)n) >= 0)
-            sent++;
+    rmq_consumer_stats_t st;
+    rmq__consumer_stats(c, &st);
+    if (st.started_ms <= 0) return;
+    double secs = (double)(rmq__now_ms() - st.started_ms) / 1000.0;
+    if (secs < 0.001) secs = 0.001;
+    char line[320];
+    snprintf(line, sizeof(line),
+             "stopped after %.1f s: consumed %lld (%.1f msg/s overall) | failed %lld | retried "
+             "%lld | dlq %lld | sent %lld | lag %lld",
+             secs, (long long)st.msgs_consumed, (double)st.msgs_consumed / secs,
+             (long long)st.msgs_failed, (long long)st.msgs_retried, (long long)st.msgs_dlq,
+             (long long)st.msgs_sent, (long long)st.lag);
+    if (tty) {
+        rmq__log_status_end(line);
+    } else {
+        rmq_log_field_t f[10];
+        int nf = status_fields(&st, f);
+        f[nf++] = (rmq_log_field_t){"elapsed_ms", NULL, (int64_t)(secs * 1000)};
+        rmq__logf(RMQ_LOG_INFO, "status", f, nf, "%s", line);
     }
-    rmq_log_info("cli", "sample producer: %ld message(s) stored", sent);
 }
+
+static const char no_namesrv[] =
+    "rmqlua run: no name server. Give one with --namesrv HOST:PORT, the NAMESRV_ADDR\n"
+    "environment variable or namesrv_addr = \"HOST:PORT\" in the script (several:\n"
+    "\"a:9876;b:9876\"), or add --embedded to consume from the in-process development broker.\n";
 
 int rmq__cli_run(int argc, char **argv)
 {
@@ -441,11 +540,6 @@ int rmq__cli_run(int argc, char **argv)
         return rc == 1 ? 0 : rc;
     }
     char err[4096];
-    if (o.log_debug && rmq_log_set_debug(o.log_debug, err, sizeof(err)) < 0) {
-        fprintf(stderr, "rmqlua run: --log-debug: %s\n", err);
-        free(o.sets);
-        return EXIT_USAGE;
-    }
     rmq_conf_t *conf = NULL;
     if ((rc = build_conf("run", &o, &conf))) {
         free(o.sets);
@@ -453,6 +547,40 @@ int rmq__cli_run(int argc, char **argv)
     }
     rmq_devbroker_t *db = NULL;
     rmq_consumer_t *c = NULL;
+    int logging = 0;
+    rmq_sample_t sp = {0};
+    if (!o.embedded && !conf->namesrv_addr) {
+        fputs(no_namesrv, stderr);
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    if (o.sample_body && !o.embedded) {
+        fprintf(stderr, "rmqlua run: --sample-body needs --embedded\n");
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    if (o.embedded && rmq__sample_load(&sp, o.sample_body, err, sizeof(err))) {
+        fprintf(stderr, "rmqlua run: --sample-body %s\n", err);
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    if (conf->log_debug && rmq_log_set_debug(conf->log_debug, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rmqlua run: %s\n", err);
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    int tty = isatty(2);
+    rmq_log_opts_t lo = {.format = conf->log_format, .file = conf->log_file, .status_tty = tty,
+                         .relay_stdout = tty && isatty(1)};
+    if (rmq__log_start(&lo, err, sizeof(err))) {
+        fprintf(stderr, "rmqlua run: %s\n", err);
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    logging = 1;
+    /* SIGUSR1 and SIGHUP would end the process by default: handled from the start. */
+    signal(SIGUSR1, on_signal);
+    signal(SIGHUP, on_signal);
     if (o.embedded) {
         /* The subscribed topics exist from the start on the development broker. */
         rmq_buf_t args;
@@ -484,24 +612,32 @@ int rmq__cli_run(int argc, char **argv)
     g_consumer = c;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    status_ctx_t sc = {.c = c, .tty = isatty(2), .max_messages = o.max_messages};
+    status_ctx_t sc = {.c = c, .tty = tty, .max_messages = o.max_messages};
     uv_thread_t st, spt;
     int have_status = uv_thread_create(&st, status_main, &sc) == 0;
-    long nsample = o.sample_messages < 0 ? 1000 : o.sample_messages;
-    sample_ctx_t sp = {.db = db, .conf = conf, .n = nsample};
-    int have_sample = db && nsample > 0 && conf->n_subs > 0 &&
-                      uv_thread_create(&spt, sample_main, &sp) == 0;
+    sp.db = db;
+    sp.conf = conf;
+    sp.n = o.sample_messages < 0 ? 1000 : o.sample_messages;
+    int have_sample = db && sp.n > 0 && conf->n_subs > 0 &&
+                      uv_thread_create(&spt, rmq__sample_main, &sp) == 0;
     rc = rmq__consumer_run(c);
     sp.stop = 1;
     if (have_sample) uv_thread_join(&spt);
     sc.stop = 1;
     if (have_status) uv_thread_join(&st);
+    final_status(c, tty);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     g_consumer = NULL;
 out:
     if (c) rmq__consumer_destroy(c);
     if (db) rmq_devbroker_stop(db);
+    if (logging) {
+        rmq__log_stop();
+        signal(SIGUSR1, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+    }
+    rmq__sample_free(&sp);
     rmq__conf_destroy(conf);
     free(o.sets);
     return rc;

@@ -70,7 +70,7 @@ Raises "path:line: message" on any problem (syntax, run-time error, contract, op
 ]]
 local function load_script(path)
   local ok, src = pcall(read_file, path)
-  if not ok then error("cannot open script " .. path .. ": " .. src, 0) end
+  if not ok then error("cannot open script " .. src, 0) end -- src names the path
   local lines = lines_of(src)
   local chunk, err = load(src, "@" .. path, "t")
   if not chunk then error(err, 0) end

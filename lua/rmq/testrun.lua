@@ -21,8 +21,13 @@
 --         sent = { { topic = "Out", body = "...", tags = "T", keys = "k" } },  -- rmq.send
 --       } },
 --   }
--- Defaults: topic = the script's first subscribed topic, body = "", queue_offset = index - 1.
--- Returns the number of failed cases and prints one line per case.
+-- Defaults: topic = the script's first subscribed topic, body = "", queue_offset = index - 1,
+-- msg_id = a UNIQ_KEY of its own for every message ("7F000001" .. 8 zeros .. the case number and
+-- the message number, 8 hex digits each; msg_id = false: none, the offset msg id is used),
+-- commit_log_offset = a number of its own.
+-- Any other key (in a case, a message, expect or a sent entry) is an error naming the cases
+-- file and line, as is a syntax error: run() returns nil and the message, before any case runs.
+-- Otherwise run() returns the number of failed cases and prints one line per case.
 local ffi = require "ffi"
 local rmq = require "rmq"
 local script = require "rmq.script"
@@ -48,8 +53,105 @@ local function i64(v)
   return v
 end
 
--- Build n rmq_msg_t from case messages; anchor keeps the strings alive.
-function M.build(msgs, default_topic, anchor)
+local KNOWN = {
+  case = { "name", "messages", "expect" },
+  message = { "topic", "tags", "keys", "body", "properties", "msg_id", "queue_id", "queue_offset",
+    "commit_log_offset", "reconsume_times", "born_timestamp", "store_timestamp", "broker_name",
+    "born_host", "store_host" },
+  expect = { "status", "ack_index", "delay_level", "suspend_millis", "error", "sent" },
+  sent = { "topic", "body", "tags", "keys", "props", "delay_level" },
+}
+local KNOWN_SET = {}
+for what, list in pairs(KNOWN) do
+  KNOWN_SET[what] = {}
+  for _, k in ipairs(list) do KNOWN_SET[what][k] = true end
+end
+
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+local function esc(s) return (s:gsub("%p", "%%%0")) end
+
+-- The line of the cases source where key is set, searching from the case's name onwards.
+local function line_of(lines, key, from)
+  local pat = "%f[%w_]" .. esc(key) .. "%s*="
+  for _, range in ipairs({ { from, #lines }, { 1, from - 1 } }) do
+    for i = range[1], range[2] do
+      if lines[i]:find(pat) then return i end
+    end
+  end
+  return from
+end
+
+-- Every key of every case is one of KNOWN's; the first that is not: "file:line: message".
+local function validate(cases, path, src)
+  local lines = {}
+  for l in (src .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+  for i, c in ipairs(cases) do
+    if type(c) ~= "table" then
+      return path .. ": case " .. i .. " is a " .. type(c) .. ", not a table"
+    end
+    local name = type(c.name) == "string" and c.name or ("case " .. i)
+    local from = 1
+    if type(c.name) == "string" then
+      for n, l in ipairs(lines) do
+        if l:find(c.name, 1, true) then from = n; break end
+      end
+    end
+    local function check(t, what, where)
+      if type(t) ~= "table" then return nil end
+      for k in pairs(t) do
+        if type(k) ~= "string" or not KNOWN_SET[what][k] then
+          local best, bd
+          if type(k) == "string" then
+            for _, known in ipairs(KNOWN[what]) do
+              local d = distance(k, known)
+              if d <= 2 and (not bd or d < bd) then best, bd = known, d end
+            end
+          end
+          local line = type(k) == "string" and line_of(lines, k, from) or from
+          return string.format("%s:%d: case '%s': unknown key '%s' in %s (known: %s)%s", path,
+            line, name, tostring(k), where, table.concat(KNOWN[what], ", "),
+            best and ("; did you mean " .. best .. "?") or "")
+        end
+      end
+    end
+    local err = check(c, "case", "the case")
+    if err then return err end
+    if c.messages ~= nil and type(c.messages) ~= "table" then
+      return string.format("%s:%d: case '%s': messages must be a list of tables", path,
+        line_of(lines, "messages", from), name)
+    end
+    for j, m in ipairs(c.messages or {}) do
+      err = check(m, "message", "messages[" .. j .. "]")
+      if err then return err end
+    end
+    err = check(c.expect, "expect", "expect")
+    if err then return err end
+    if type(c.expect) == "table" and type(c.expect.sent) == "table" then
+      for j, e in ipairs(c.expect.sent) do
+        err = check(e, "sent", "expect.sent[" .. j .. "]")
+        if err then return err end
+      end
+    end
+  end
+end
+
+-- Build n rmq_msg_t from case messages; anchor keeps the strings alive. case_index numbers the
+-- default msg ids.
+local clo_seq = 0
+function M.build(msgs, default_topic, anchor, case_index)
   local n = #msgs
   local arr = ffi.new("rmq_msg_t[?]", math.max(n, 1))
   local ptrs = ffi.new("rmq_msg_t *[?]", math.max(n, 1))
@@ -76,6 +178,8 @@ function M.build(msgs, default_topic, anchor)
     for k in pairs(c.properties or {}) do names[#names + 1] = k end
     table.sort(names)
     local uniq = c.msg_id or (c.properties and c.properties.UNIQ_KEY)
+    if uniq == nil then uniq = string.format("7F00000100000000%08X%08X", case_index or 0, i) end
+    if uniq == false then uniq = nil end
     if c.tags then props[#props + 1] = "TAGS\1" .. c.tags end
     if c.keys then props[#props + 1] = "KEYS\1" .. c.keys end
     if uniq and not (c.properties and c.properties.UNIQ_KEY) then
@@ -86,7 +190,8 @@ function M.build(msgs, default_topic, anchor)
     set(m, "uniq_key", uniq)
     m.queue_id = c.queue_id or 0
     m.queue_offset = i64(c.queue_offset or (i - 1))
-    m.commit_log_offset = i64(c.commit_log_offset or 0)
+    clo_seq = clo_seq + 1
+    m.commit_log_offset = i64(c.commit_log_offset or clo_seq * 1000)
     m.reconsume_times = c.reconsume_times or 0
     m.born_timestamp = i64(c.born_timestamp)
     m.store_timestamp = i64(c.store_timestamp)
@@ -146,15 +251,23 @@ local function check_case(c, b, err, sends)
   return probs
 end
 
--- run(script_path, cases_path, out) -> failed, total. out(line) prints.
+-- run(script_path, cases_path, out) -> failed, total; or nil, message for a bad script or cases
+-- file (the message says file:line). out(line) prints.
 function M.run(script_path, cases_path, out)
   out = out or print
-  local spec = script.load(script_path)
-  local chunk, lerr = loadfile(cases_path)
-  if not chunk then error(lerr, 0) end
+  local spec, serr = script.try_load(script_path)
+  if not spec then return nil, serr end
+  local f, ferr = io.open(cases_path, "rb")
+  if not f then return nil, "cannot open the cases file " .. tostring(ferr) end
+  local src = f:read("*a")
+  f:close()
+  local chunk, lerr = load(src, "@" .. cases_path, "t")
+  if not chunk then return nil, lerr end
   local ok, cases = pcall(chunk)
-  if not ok then error(cases, 0) end
-  if type(cases) ~= "table" then error(cases_path .. ": must return a list of cases", 0) end
+  if not ok then return nil, tostring(cases) end
+  if type(cases) ~= "table" then return nil, cases_path .. ": must return a list of cases" end
+  local verr = validate(cases, cases_path, src)
+  if verr then return nil, verr end
   local d = dispatch.new(spec, { thread_index = 0, thread_count = 1,
     consumer_group = type(spec.consumer_group) == "string" and spec.consumer_group or nil })
   d.init()
@@ -163,7 +276,7 @@ function M.run(script_path, cases_path, out)
   for i, c in ipairs(cases) do
     local name = c.name or ("case " .. i)
     local anchor = {}
-    local okb, ptrs, n = pcall(M.build, c.messages or {}, default_topic, anchor)
+    local okb, ptrs, n = pcall(M.build, c.messages or {}, default_topic, anchor, i)
     if not okb then
       failed = failed + 1
       out("FAIL " .. name .. ": " .. tostring(ptrs))
