@@ -661,16 +661,18 @@ int rmq__log_start(const rmq_log_opts_t *o, char *errstr, size_t errstr_size)
         return RMQ_ERR_STATE;
     }
     rmq__log_set_format(o->format);
+    int fd = 2;
     if (o->file) {
-        int fd = open(o->file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        fd = open(o->file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
         if (fd < 0) {
             rmq__seterr(errstr, errstr_size, "log file %s: %s", o->file, strerror(errno));
             return RMQ_ERR_IO;
         }
-        free(g_path);
-        g_path = rmq__xstrdup(o->file);
-        g_fd = fd;
     }
+    if (g_fd != 2) close(g_fd); /* a file of an earlier start */
+    g_fd = fd;
+    free(g_path);
+    g_path = o->file ? rmq__xstrdup(o->file) : NULL;
     if (wake_r < 0) {
         if (pipe2(p, O_CLOEXEC | O_NONBLOCK)) {
             rmq__seterr(errstr, errstr_size, "log writer: pipe: %s", strerror(errno));
