@@ -12,17 +12,73 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
-#ifndef RMQLUA_LUA_DIR
+#ifndef RMQLUA_LUA_DIR /* the source tree's lua/ */
 #define RMQLUA_LUA_DIR "lua"
 #endif
+#ifndef RMQLUA_LUA_FROM_BIN /* the installed modules, relative to the binary's folder */
+#define RMQLUA_LUA_FROM_BIN "../share/rmqlua/lua"
+#endif
+#ifndef RMQLUA_LUA_FROM_LIB /* ... relative to the library's folder */
+#define RMQLUA_LUA_FROM_LIB "../share/rmqlua/lua"
+#endif
+#ifndef RMQLUA_LUA_INSTALLED
+#define RMQLUA_LUA_INSTALLED "/usr/local/share/rmqlua/lua"
+#endif
+
+static char lua_dir[PATH_MAX];
+static pthread_once_t lua_dir_once = PTHREAD_ONCE_INIT;
+
+static int has_modules(const char *dir)
+{
+    char p[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof(p), "%s/rmq/init.lua", dir) >= sizeof(p)) return 0;
+    return access(p, R_OK) == 0;
+}
+
+/* dir/rel into lua_dir when it holds the modules; 1 if so. */
+static int try_beside(const char *file, const char *rel)
+{
+    char real[PATH_MAX], cand[PATH_MAX];
+    if (!file || !realpath(file, real)) return 0;
+    char *slash = strrchr(real, '/');
+    if (!slash) return 0;
+    *slash = '\0';
+    if ((size_t)snprintf(cand, sizeof(cand), "%s/%s", real, rel) >= sizeof(cand)) return 0;
+    if (!has_modules(cand) || !realpath(cand, lua_dir)) return 0;
+    return 1;
+}
+
+static void find_lua_dir(void)
+{
+    Dl_info info;
+    if (dladdr((void *)rmq__lua_dir, &info) && info.dli_fname) {
+        /* In a shared library: beside it. In the executable (dladdr then gives argv[0]): beside
+         * /proc/self/exe, or argv[0] when /proc is not mounted. */
+        if (strstr(info.dli_fname, ".so")) {
+            if (try_beside(info.dli_fname, RMQLUA_LUA_FROM_LIB)) return;
+        } else if (try_beside("/proc/self/exe", RMQLUA_LUA_FROM_BIN) ||
+                   (strchr(info.dli_fname, '/') &&
+                    try_beside(info.dli_fname, RMQLUA_LUA_FROM_BIN))) {
+            return;
+        }
+    }
+    snprintf(lua_dir, sizeof(lua_dir), "%s",
+             has_modules(RMQLUA_LUA_DIR) ? RMQLUA_LUA_DIR : RMQLUA_LUA_INSTALLED);
+}
 
 const char *rmq__lua_dir(void)
 {
     const char *d = getenv("RMQLUA_LUA_DIR");
-    return (d && *d) ? d : RMQLUA_LUA_DIR;
+    if (d && *d) return d;
+    pthread_once(&lua_dir_once, find_lua_dir);
+    return lua_dir;
 }
 
 /* rmq.host.log(level, text): level 0 error .. 3 debug (debug needs the "lua" category). A

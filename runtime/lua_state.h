@@ -26,7 +26,12 @@ typedef struct rmq_lua_host {
     int thread_count;
 } rmq_lua_host_t;
 
-/* The lua/ folder of the runtime: $RMQLUA_LUA_DIR, else the build's source tree. */
+/*
+ * The folder of the runtime's Lua modules (rmq/init.lua ...), the first of: $RMQLUA_LUA_DIR;
+ * share/rmqlua/lua beside the installed binary or library that holds this code (found from
+ * where it was loaded, so an installed rmqlua needs no environment variable); the source tree's
+ * lua/ (a binary in its build tree); the configured install folder. Any thread.
+ */
 const char *rmq__lua_dir(void);
 
 /*

@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "common.h"
+#include "lua_state.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -36,7 +37,9 @@ int main(int argc, char **argv)
         return cmd ? 0 : 2;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("rmqlua %s (RocketMQ remoting protocol, client version V4_9_4)\n", RMQLUA_VERSION);
+        printf("rmqlua %s (RocketMQ remoting protocol, client version V4_9_4)\n"
+               "Lua modules: %s\n",
+               RMQLUA_VERSION, rmq__lua_dir());
         return 0;
     }
     if (!strcmp(cmd, "run")) return rmq__cli_run(argc - 1, argv + 1);
