@@ -499,27 +499,26 @@ static void status_main(void *arg)
 
 /*
  * The last line, at stop: totals, the overall rate (consumed over the time since the consumer
- * started) and the elapsed time. On a terminal it replaces the live line; otherwise it is logged.
+ * started) and the elapsed time, from the consumer's final figures. On a terminal it replaces
+ * the live line; otherwise it is logged.
  */
-static void final_status(rmq_consumer_t *c, int tty)
+static void final_status(const rmq_consumer_stats_t *st, int tty)
 {
-    rmq_consumer_stats_t st;
-    rmq__consumer_stats(c, &st);
-    if (st.started_ms <= 0) return;
-    double secs = (double)(rmq__now_ms() - st.started_ms) / 1000.0;
+    if (st->started_ms <= 0) return;
+    double secs = (double)(rmq__now_ms() - st->started_ms) / 1000.0;
     if (secs < 0.001) secs = 0.001;
     char line[320];
     snprintf(line, sizeof(line),
              "stopped after %.1f s: consumed %lld (%.1f msg/s overall) | failed %lld | retried "
              "%lld | dlq %lld | sent %lld | lag %lld",
-             secs, (long long)st.msgs_consumed, (double)st.msgs_consumed / secs,
-             (long long)st.msgs_failed, (long long)st.msgs_retried, (long long)st.msgs_dlq,
-             (long long)st.msgs_sent, (long long)st.lag);
+             secs, (long long)st->msgs_consumed, (double)st->msgs_consumed / secs,
+             (long long)st->msgs_failed, (long long)st->msgs_retried, (long long)st->msgs_dlq,
+             (long long)st->msgs_sent, (long long)st->lag);
     if (tty) {
         rmq__log_status_end(line);
     } else {
         rmq_log_field_t f[10];
-        int nf = status_fields(&st, f);
+        int nf = status_fields(st, f);
         f[nf++] = (rmq_log_field_t){"elapsed_ms", NULL, (int64_t)(secs * 1000)};
         rmq__logf(RMQ_LOG_INFO, "status", f, nf, "%s", line);
     }
@@ -549,6 +548,8 @@ int rmq__cli_run(int argc, char **argv)
     rmq_consumer_t *c = NULL;
     int logging = 0;
     rmq_sample_t sp = {0};
+    rmq_consumer_stats_t final = {0};
+    int tty = isatty(2);
     if (!o.embedded && !conf->namesrv_addr) {
         fputs(no_namesrv, stderr);
         rc = EXIT_USAGE;
@@ -569,7 +570,6 @@ int rmq__cli_run(int argc, char **argv)
         rc = EXIT_USAGE;
         goto out;
     }
-    int tty = isatty(2);
     rmq_log_opts_t lo = {.format = conf->log_format, .file = conf->log_file, .status_tty = tty,
                          .relay_stdout = tty && isatty(1)};
     if (rmq__log_start(&lo, err, sizeof(err))) {
@@ -625,7 +625,7 @@ int rmq__cli_run(int argc, char **argv)
     if (have_sample) uv_thread_join(&spt);
     sc.stop = 1;
     if (have_status) uv_thread_join(&st);
-    final_status(c, tty);
+    rmq__consumer_stats(c, &final);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     g_consumer = NULL;
@@ -633,6 +633,7 @@ out:
     if (c) rmq__consumer_destroy(c);
     if (db) rmq_devbroker_stop(db);
     if (logging) {
+        final_status(&final, tty); /* the last line, after the broker's */
         rmq__log_stop();
         signal(SIGUSR1, SIG_DFL);
         signal(SIGHUP, SIG_DFL);

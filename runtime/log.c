@@ -41,7 +41,7 @@ static int g_status_tty;   /* stderr is a terminal with a live status line */
 static int g_log_on_term;  /* log lines go to that terminal (no file) */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int running;         /* the writer takes lines (under mu) */
+static int running;         /* the writer takes lines (written under mu, atomically) */
 static int stopping;        /* rmq__log_stop called (under mu) */
 static item_t *q_head, *q_tail;
 static size_t q_bytes;
@@ -87,6 +87,10 @@ static void wake(void)
 /* Queue a line for the writer, or write it now when there is none. */
 static void emit(int kind, const char *line, size_t len)
 {
+    if (!__atomic_load_n(&running, __ATOMIC_ACQUIRE)) { /* no writer: at once, no allocation */
+        write_all(kind == IT_TTY ? 2 : g_fd, line, len);
+        return;
+    }
     item_t *it = malloc(sizeof(*it) + len);
     pthread_mutex_lock(&mu);
     if (!running) {
@@ -626,7 +630,7 @@ static void *writer_main(void *arg)
         char status[sizeof(status_text)];
         int have_status = status_set, gen = status_gen;
         if (have_status) memcpy(status, status_text, sizeof(status));
-        if (stop) running = 0;
+        if (stop) __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&mu);
 
         write_items(&w, items);
@@ -697,12 +701,12 @@ int rmq__log_start(const rmq_log_opts_t *o, char *errstr, size_t errstr_size)
         }
     }
     pthread_mutex_lock(&mu);
-    running = 1;
+    __atomic_store_n(&running, 1, __ATOMIC_RELEASE);
     stopping = 0;
     pthread_mutex_unlock(&mu);
     if (pthread_create(&writer, NULL, writer_main, NULL)) {
         pthread_mutex_lock(&mu);
-        running = 0;
+        __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&mu);
         if (relay_r >= 0) {
             dup2(real_out, 1);

@@ -27,6 +27,18 @@ local function count(s, plain)
   end
 end
 
+-- The exit code a helpers.spawn(..., { rc = rcf }) process left (its shell writes it just after
+-- the process is gone).
+local function exit_code(rcf)
+  return helpers.wait_until(function()
+    local f = io.open(rcf, "rb")
+    if not f then return nil end
+    local s = f:read("*a")
+    f:close()
+    return s:match("%d+")
+  end, 30, "the exit code in " .. rcf)
+end
+
 local function example(name) return helpers.root .. "/examples/" .. name .. ".lua" end
 
 -- `rmqlua run --embedded` with a time limit; stdout and stderr apart.
@@ -232,7 +244,7 @@ describe("the examples with --embedded", function()
     helpers.wait_until(function() return text():find("reconsume_times=2 body=[^\n]*poison") end, 60,
       "the poison message retried twice")
     helpers.kill(pid, "INT")
-    assert.are.equal("0", helpers.read_file(rcf):match("%d+"))
+    assert.are.equal("0", exit_code(rcf))
     for _, l in ipairs(lines(text())) do
       assert.matches("^got %x+ reconsume_times=%d body={[^{}]*}$", l)
     end

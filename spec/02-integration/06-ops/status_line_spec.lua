@@ -20,6 +20,18 @@ local function read(path)
   return s
 end
 
+-- The exit code a helpers.spawn(..., { rc = rcf }) process left (its shell writes it just after
+-- the process is gone).
+local function exit_code(rcf)
+  return helpers.wait_until(function()
+    local f = io.open(rcf, "rb")
+    if not f then return nil end
+    local s = f:read("*a")
+    f:close()
+    return s:match("%d+")
+  end, 30, "the exit code in " .. rcf)
+end
+
 -- What a terminal shows once the bytes are written: \r goes to column 0, ESC[K erases to the
 -- end of the line, \n ends the line; other escape sequences are not expected.
 local function screen(bytes)
@@ -121,7 +133,7 @@ describe("the status line off a terminal", function()
     helpers.wait_until(function() return read(errf):find("%[status%] %d+ msg/s") end, 30,
       "a status line")
     helpers.kill(pid, "TERM")
-    assert.are.equal("0", read(rcf):match("%d+"))
+    assert.are.equal("0", exit_code(rcf))
     local err = read(errf)
     assert.matches("INFO  %[status%] %d+ msg/s | consumed 3 | failed 0 | retried 0 | dlq 0 | lag 0 | cached 0 | queues %d+\n", err)
     assert.matches("INFO  %[status%] stopped after [%d.]+ s: consumed 3 %([%d.]+ msg/s overall%)", err)
