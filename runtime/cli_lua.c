@@ -6,7 +6,8 @@
  *   rmqlua test SCRIPT CASES
  *
  * Exit codes: 0 success, 1 runtime failure (or failed test cases), 2 usage or configuration
- * error (bad arguments, bad script, rejected options), always before any connection.
+ * error (bad arguments, bad script, rejected options, certificates that do not load), always
+ * before any connection; 3 (run) refused by a broker's access control (ACL).
  *
  * Ownership: everything is local to one command. Threads: the main thread; `run` hands the
  * main thread to the consumer's loop and prints status from a small helper thread.
@@ -18,6 +19,7 @@
 #include "devbroker.h"
 #include "lua_state.h"
 #include "script.h"
+#include "tls.h"
 
 #include <lauxlib.h>
 #include <uv.h>
@@ -61,14 +63,16 @@ static const char run_usage[] =
     "\n"
     "On a terminal a live status line shows messages/s, failures, retries, lag and cached\n"
     "messages; otherwise a status line is logged every 10 s.\n"
-    "exit codes: 0 stopped cleanly, 1 runtime failure, 2 usage or configuration error\n";
+    "exit codes: 0 stopped cleanly, 1 runtime failure, 2 usage or configuration error\n"
+    "(certificates that do not load included), 3 refused by a broker's access control (a wrong\n"
+    "secret_key, an unknown access_key or a missing permission, named in the message)\n";
 
 static const char check_usage[] =
     "usage: rmqlua check [--set KEY=VALUE]... SCRIPT\n"
     "\n"
     "Load and validate a consumer script without a broker: its options (checkConfig rules),\n"
     "subscriptions and hooks in the control role, then in a consume state (top-level code and\n"
-    "init run once, then shutdown).\n"
+    "init run once, then shutdown), and with use_tls the certificate, key and CA files.\n"
     "exit codes: 0 valid, 2 invalid (the message names file:line)\n";
 
 static const char test_usage[] =
@@ -287,9 +291,13 @@ int rmq__cli_check(int argc, char **argv)
         return rc;
     }
     char err[4096];
+    rmq_tls_ctx_t *tls = NULL;
     rc = 0;
     if (rmq__conf_check(conf, err, sizeof(err))) {
         print_check_error("check", o.script, err);
+        rc = EXIT_USAGE;
+    } else if (rmq__tls_ctx_from_conf(conf, &tls, err, sizeof(err))) {
+        fprintf(stderr, "rmqlua check: %s: %s\n", o.script, err);
         rc = EXIT_USAGE;
     } else if (check_consume_role(o.script, conf->consumer_group, err, sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s\n", err);
@@ -299,6 +307,7 @@ int rmq__cli_check(int argc, char **argv)
                conf->consumer_group ? conf->consumer_group : "?", conf->n_subs,
                conf->message_listener == RMQ_LISTENER_ORDERLY ? "consume_orderly" : "consume");
     }
+    rmq__tls_ctx_release(tls);
     rmq__conf_destroy(conf);
     free(o.sets);
     return rc;

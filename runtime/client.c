@@ -14,6 +14,7 @@
  */
 #include "consumer_int.h"
 
+#include "acl.h"
 #include "fjson.h"
 #include "route.h"
 
@@ -193,11 +194,16 @@ typedef struct hb_round {
     rmq_consumer_t *c;
     int pending;
     int wake_rebalance;
+    int sent, failed;
 } hb_round_t;
 
 static void hb_round_done(hb_round_t *r)
 {
     if (--r->pending > 0) return;
+    if (r->sent > 0 && !r->failed && !r->c->acl_established) {
+        r->c->acl_established = 1;
+        rmq_dbg(RMQ_DBG_ALL, "client", "every broker accepted the heartbeat");
+    }
     if (r->wake_rebalance && r->c->state == RMQ_CLIENT_RUNNING) rmq__rb_wakeup(r->c);
     free(r);
 }
@@ -205,9 +211,10 @@ static void hb_round_done(hb_round_t *r)
 static void on_hb(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
 {
     hb_round_t *r = ud;
+    if (err || resp->code != RMQ_RESP_SUCCESS) r->failed++;
     if (err)
         rmq_log_warn("client", "HEART_BEAT failed: %s", errmsg);
-    else if (resp->code != RMQ_RESP_SUCCESS)
+    else if (resp->code != RMQ_RESP_SUCCESS && !rmq__acl_refused(resp))
         rmq_log_warn("client", "HEART_BEAT answered %s: %s", rmq_err_name(resp->code),
                      resp->remark ? resp->remark : "");
     hb_round_done(r);
@@ -235,7 +242,8 @@ static void heartbeat_round(rmq_consumer_t *c, int wake)
                                        on_hb, r);
         cmd.body = NULL;
         rmq__cmd_free(&cmd);
-        if (rc == 0) r->pending++;
+        if (rc == 0) r->pending++, r->sent++;
+        else r->failed++;
         rmq_dbg(RMQ_DBG_REMOTING, "client", "HEART_BEAT -> %s (%s)", addrs[i],
                 rc ? rmq_err_name(rc) : "sent");
     }
@@ -904,6 +912,33 @@ static void make_client_id(rmq_consumer_t *c)
 
 static void on_stop_async(uv_async_t *a);
 
+/*
+ * A broker refused a request on ACL grounds (any request: heartbeat, pull, offsets, send-back,
+ * the re-send to %RETRY%). Before the consumer is established it stops with
+ * RMQ_CONSUMER_EXIT_ACL; afterwards (a permission revoked while running) it is logged, the
+ * request's own retry goes on, and the same message is repeated at most once a minute.
+ */
+static void on_acl_refused(void *ud, const char *addr, int32_t code, const rmq_cmd_t *resp)
+{
+    rmq_consumer_t *c = ud;
+    char msg[768];
+    rmq__acl_explain(msg, sizeof msg, addr, code, c->conf->access_key, resp->remark);
+    if (!c->acl_established && c->state == RMQ_CLIENT_RUNNING && !c->stop_requested) {
+        rmq_log_error("client", "%s; stopping (exit code %d)", msg, RMQ_CONSUMER_EXIT_ACL);
+        c->exit_code = RMQ_CONSUMER_EXIT_ACL;
+        c->acl_last_ms = rmq__mono_ms();
+        snprintf(c->acl_last, sizeof c->acl_last, "%s", msg);
+        rmq__consumer_stop(c);
+        return;
+    }
+    int64_t now = rmq__mono_ms();
+    if (!strncmp(c->acl_last, msg, sizeof c->acl_last - 1) && now - c->acl_last_ms < 60000)
+        return;
+    snprintf(c->acl_last, sizeof c->acl_last, "%s", msg);
+    c->acl_last_ms = now;
+    rmq_log_error("client", "%s", msg);
+}
+
 int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t **out,
                       char *errstr, size_t errstr_size)
 {
@@ -961,6 +996,12 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
         c->n_subs++;
     }
     c->routes = rmq__xcalloc((size_t)c->n_subs, sizeof(rmq_route_t *));
+    /* Certificates and keys are read here, before any connection (a file that does not load
+     * is a configuration error naming it). */
+    if (rmq__tls_ctx_from_conf(cf, &c->tls, errstr, errstr_size)) {
+        rmq__consumer_destroy(c);
+        return RMQ_ERR_CONFIG;
+    }
     c->thr_queue = cf->pull_threshold_for_queue;
     c->thr_size_queue = cf->pull_threshold_size_for_queue;
     if (uv_loop_init(&c->loop)) {
@@ -1020,6 +1061,12 @@ int rmq__consumer_run(rmq_consumer_t *c)
     ro.loop = &c->loop;
     ro.name = "remoting";
     ro.max_frame = (size_t)cf->frame_max_length;
+    ro.tls_client = c->tls;
+    ro.acl_access_key = cf->access_key;
+    ro.acl_secret_key = cf->secret_key;
+    ro.acl_security_token = cf->security_token;
+    ro.on_acl_refused = on_acl_refused;
+    ro.ud = c;
     if (rmq__remoting_new(&ro, &c->rt, err, sizeof(err)) ||
         rmq__remoting_set_namesrv(c->rt, cf->namesrv_addr, err, sizeof(err))) {
         rmq_log_error("client", "cannot start: %s", err);
@@ -1238,6 +1285,7 @@ void rmq__consumer_destroy(rmq_consumer_t *c)
     }
     free(c->routes);
     free(c->subs);
+    rmq__tls_ctx_release(c->tls);
     if (c->script) rmq__script_destroy(c->script);
     uv_mutex_destroy(&c->stats_mu);
     rmq__conf_destroy(c->conf);

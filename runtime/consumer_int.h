@@ -26,6 +26,7 @@
 #include "remoting.h"
 #include "script.h"
 #include "subscription.h"
+#include "tls.h"
 
 #include <uv.h>
 
@@ -142,6 +143,13 @@ struct rmq_consumer {
     rmq_pool_t *pool;
     rmq_client_state_t state;
     int exit_code;
+    rmq_tls_ctx_t *tls;     /* use_tls: the client context (built in rmq__consumer_new) */
+    /* ACL: established once a heartbeat round was accepted by every broker; before that an
+     * ACL refusal stops the consumer (RMQ_CONSUMER_EXIT_ACL), afterwards it is logged (the
+     * same message at most once a minute). */
+    int acl_established;
+    char acl_last[768];
+    int64_t acl_last_ms;
 
     char client_id[256];
     char *group;            /* wire group (namespace-wrapped) */
