@@ -72,6 +72,13 @@ typedef struct rmq_devbroker_opts {
     /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */
     int log_level;
     const char *log_debug; /* debug categories ("remoting,broker") or NULL */
+    /* Security (devbroker_acl.c, tls.h) */
+    const char *acl_file;          /* plain_acl.yml: the brokers check every request */
+    const char *tls_cert;          /* PEM certificate chain: serve TLS (with tls_key) */
+    const char *tls_key;           /* PEM private key */
+    const char *tls_key_password;  /* or NULL */
+    int tls_enforcing;             /* --tls-mode enforcing (default permissive, as Java's) */
+    const char *tls_verify_client; /* CA file: require client certificates it signed */
 } rmq_devbroker_opts_t;
 
 /*
