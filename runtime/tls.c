@@ -122,8 +122,12 @@ static int load_pair(SSL_CTX *ssl, const char *cert_opt, const char *cert, const
     SSL_CTX_set_default_passwd_cb_userdata(ssl, NULL);
     if (!ok) {
         ssl_reason(NULL, why, sizeof why);
-        rmq__seterr(errstr, n, "%s: cannot load the private key %s: %s%s", key_opt, key, why,
-                    password ? " (wrong password?)" : " (an encrypted key needs its password)");
+        if (strstr(why, "mismatch"))
+            rmq__seterr(errstr, n, "%s: the private key %s does not match the certificate %s "
+                        "(%s)", key_opt, key, cert, why);
+        else
+            rmq__seterr(errstr, n, "%s: cannot load the private key %s: %s%s", key_opt, key, why,
+                        password ? " (wrong password?)" : " (if it is encrypted: its password)");
         return -1;
     }
     if (SSL_CTX_check_private_key(ssl) != 1) {
