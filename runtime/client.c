@@ -59,7 +59,7 @@ static int is_system(const char *r)
 }
 
 /* wrapNamespace(ns, r): a new string. */
-static char *ns_wrap(const char *ns, const char *r)
+char *rmq__c_ns_wrap(const char *ns, const char *r)
 {
     if (!ns || !*ns || !*r || is_system(r)) return rmq__xstrdup(r);
     const char *prefix = "";
@@ -72,6 +72,34 @@ static char *ns_wrap(const char *ns, const char *r)
     rmq__buf_init(&b);
     rmq__buf_appendf(&b, "%s%s%%%s", prefix, ns, s);
     return b.data;
+}
+
+/* ConsumeMessageConcurrentlyService.resetRetryAndNamespace (PROTOCOL.md 6.12): the handler sees
+ * the retry message's original topic, without the namespace. A "%RETRY%ns%" / "%DLQ%ns%" topic
+ * consumed as such keeps its namespace (the view cannot drop text from its middle). */
+void rmq__c_reset_retry_and_namespace(rmq_consumer_t *c, rmq_msg_t *m)
+{
+    rmq__msg_restore_retry_topic_for(m, c->retry_topic, c->retry_topic_len);
+    const char *ns = c->conf->namespace;
+    if (!ns || !*ns) return;
+    size_t nl = strlen(ns);
+    if (m->topic_len > nl + 1 && !memcmp(m->topic, ns, nl) && m->topic[nl] == '%') {
+        m->topic += nl + 1;
+        m->topic_len -= (uint32_t)(nl + 1);
+    }
+}
+
+/* The topic of m as the broker knows it (the namespace wrapped back on), into buf. */
+void rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m, char *buf, size_t size)
+{
+    size_t tl = m->topic_len < size - 1 ? m->topic_len : size - 1;
+    memcpy(buf, m->topic, tl);
+    buf[tl] = 0;
+    if (c->conf->namespace && *c->conf->namespace) {
+        char *w = rmq__c_ns_wrap(c->conf->namespace, buf);
+        snprintf(buf, size, "%s", w);
+        free(w);
+    }
 }
 
 /* ---- subscriptions and addresses -------------------------------------------------------------- */
@@ -842,7 +870,7 @@ static void h_consume_directly(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     }
     for (int i = 1; i < set->n; i++) rmq__msg_release(&set->msgs[i]);
     rmq_msg_t *m = &set->msgs[0];
-    rmq__msg_restore_retry_topic_for(m, c->retry_topic, strlen(c->retry_topic));
+    rmq__c_reset_retry_and_namespace(c, m);
     struct rmq_direct *d = rmq__xcalloc(1, sizeof(*d));
     d->conn = rmq__conn_keep(conn);
     d->req.opaque = req->opaque;
@@ -969,11 +997,12 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
         c->hooks = rmq__script_hooks(c->script);
     }
     const rmq_conf_t *cf = c->conf;
-    c->group = ns_wrap(cf->namespace, cf->consumer_group);
+    c->group = rmq__c_ns_wrap(cf->namespace, cf->consumer_group);
     rmq_buf_t b;
     rmq__buf_init(&b);
     rmq__buf_appendf(&b, "%%RETRY%%%s", c->group);
     c->retry_topic = b.data;
+    c->retry_topic_len = b.len;
     c->orderly = cf->message_listener == RMQ_LISTENER_ORDERLY;
     c->max_reconsume = cf->max_reconsume_times >= 0 ? cf->max_reconsume_times
                        : c->orderly                 ? INT_MAX
@@ -981,7 +1010,7 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     int clustering = cf->message_model == RMQ_MODEL_CLUSTERING;
     c->subs = rmq__xcalloc((size_t)cf->n_subs + 1, sizeof(rmq_csub_t));
     for (int i = 0; i < cf->n_subs; i++) {
-        char *t = ns_wrap(cf->namespace, cf->subs[i].topic);
+        char *t = rmq__c_ns_wrap(cf->namespace, cf->subs[i].topic);
         int rc = rmq__sub_build(t, cf->subs[i].expression, cf->subs[i].type,
                                 &c->subs[c->n_subs].sd, errstr, errstr_size);
         free(t);
@@ -1094,6 +1123,10 @@ int rmq__consumer_run(rmq_consumer_t *c)
     rmq_producer_opts_t po = {0};
     po.group = RMQ_PRODUCER_INNER_GROUP;
     po.retry_times = -1;
+    po.unit_mode = cf->unit_mode;
+    /* The inner producer shares the client instance's route refresh and request timeout. */
+    po.route_poll_ms = cf->poll_name_server_interval;
+    po.route_timeout_ms = cf->mq_client_api_timeout;
     if (rmq__producer_new(&c->loop, c->rt, &po, &c->producer, err, sizeof(err))) {
         rmq_log_warn("client", "no internal producer (send-back fallback off): %s", err);
         c->producer = NULL;
