@@ -256,7 +256,8 @@ static const rmq_conf_prop_t props[] = {
      OFF(post_subscription_when_pull), "false", NOLIM, NULL, NULL, NULL, 0,
      "Send the subscription expression with every pull."},
     {"unit_mode", "unitMode", RMQ_CONF_BOOL, OFF(unit_mode), "false", NOLIM, NULL, NULL, NULL, 0,
-     "Unit mode (unitName-scoped topics)."},
+     "Unit mode: sent in the heartbeat's consumer data (the broker then creates the retry "
+     "topic as a unit topic) and in the re-sends to %RETRY%."},
     {"max_reconsume_times", "maxReconsumeTimes", RMQ_CONF_INT, OFF(max_reconsume_times), "-1", I32,
      NULL, NULL, NULL, 0,
      "Deliveries before a message goes to the DLQ; -1 = 16 (concurrently) or unlimited "
@@ -305,7 +306,8 @@ static const rmq_conf_prop_t props[] = {
      "Not supported: rmqlua never uses the broker's VIP port (port - 2), so only false is "
      "accepted."},
     {"language", "language", RMQ_CONF_ENUM, OFF(language), "JAVA", NOLIM, NULL, e_lang, NULL, 0,
-     "LanguageCode sent in every command."},
+     "LanguageCode of the HEART_BEAT request, which brokers show in their connection lists; "
+     "other requests say JAVA, as Java's MQClientAPIImpl sends them."},
     {"access_key", "accessKey", RMQ_CONF_STRING, OFF(access_key), NULL, NOLIM, NULL, NULL, NULL, 0,
      "ACL access key: when set, every request to name servers and brokers is signed as "
      "AclClientRPCHook signs it (needs secret_key)."},

@@ -1141,6 +1141,32 @@ RMQ_EXPORT int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int re
     return ret;
 }
 
+RMQ_EXPORT int rmq_devbroker_request_body(rmq_devbroker_t *db, int target, int req_code, int idx,
+                                          char *buf, size_t size)
+{
+    int ret = -1;
+    uv_mutex_lock(&db->mu);
+    int total = recs_locked(db, target, req_code);
+    if (idx < 0) idx += total;
+    int i = 0;
+    for (db_rec_t *r = db->recs; r && idx >= 0; r = r->next) {
+        if (!rec_match(r, target, req_code)) continue;
+        if (i++ != idx) continue;
+        rmq_cmd_t c;
+        char err[128];
+        /* A big request's record kept its header only: its body reads as empty. */
+        if (r->frame && rmq__cmd_decode(r->frame, &c, err, sizeof err) == 0) {
+            ret = (int)c.body_len;
+            size_t k = c.body_len < size ? c.body_len : size;
+            if (k) memcpy(buf, c.body, k);
+            rmq__cmd_free(&c);
+        }
+        break;
+    }
+    uv_mutex_unlock(&db->mu);
+    return ret;
+}
+
 typedef struct {
     int broker, queue_id, queues;
     const char *topic, *group, *tags, *keys, *body;

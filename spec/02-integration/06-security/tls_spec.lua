@@ -100,17 +100,20 @@ describe("TLS", function()
     helpers.kill(pid)
   end)
 
-  it("trusts any server certificate in test mode", function()
+  it("trusts any server certificate in test mode, and with tls_client_auth_server off", function()
     local dir = helpers.tmpdir("tls-test-mode")
     local db, ns = sec.start_broker(("--topic TestModeT:2 --tls-cert %s --tls-key %s --tls-mode enforcing")
       :format(certs.rogue, certs.rogue_key))
     helpers.defer(function() lib.rmq_devbroker_stop(db) end)
     sec.produce(db, "TestModeT", 10, "t")
-    local script, outf = sec.script(dir, { group = "tm_g", topic = "TestModeT", options = {
-      use_tls = true, tls_test_mode_enable = true } })
-    local rc, out = sec.run_fg(script, "--namesrv " .. ns .. " --max-messages 10")
-    assert.equal(0, rc, out)
-    assert.equal(10, sec.count(sec.consumed(outf)))
+    for i, opts in ipairs { { tls_test_mode_enable = true }, { tls_client_auth_server = false } } do
+      opts.use_tls = true
+      local script, outf = sec.script(dir, { name = "c" .. i, group = "tm_g" .. i, topic = "TestModeT",
+        options = opts })
+      local rc, out = sec.run_fg(script, "--namesrv " .. ns .. " --max-messages 10")
+      assert.equal(0, rc, out)
+      assert.equal(10, sec.count(sec.consumed(outf)))
+    end
   end)
 
   it("presents a client certificate (encrypted key and its password) to a broker that requires one", function()
