@@ -163,7 +163,10 @@ static int build_conf(const char *cmd, const cli_opts_t *o, rmq_conf_t **out)
         char *kv = o->sets[i];
         char *eq = strchr(kv, '=');
         *eq = 0;
-        int rc = rmq__conf_set(conf, kv, eq + 1, err, sizeof(err));
+        int rc = strcmp(kv, "message_listener") ? rmq__conf_set(conf, kv, eq + 1, err, sizeof(err))
+                                                : (rmq__seterr(err, sizeof(err), "%s",
+                                                               RMQ_SCRIPT_LISTENER_MSG),
+                                                   RMQ_ERR_CONFIG);
         *eq = '=';
         if (rc) {
             fprintf(stderr, "rmqlua %s: --set %s: %s\n", cmd, kv, err);
@@ -459,6 +462,14 @@ int rmq__cli_run(int argc, char **argv)
     if ((rc = build_conf("run", &o, &conf))) {
         free(o.sets);
         return rc;
+    }
+    /* The script's log_debug (checked when set), unless --log-debug said otherwise. Before any
+     * thread starts: the categories are process-wide. */
+    if (!o.log_debug && conf->log_debug && rmq_log_set_debug(conf->log_debug, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rmqlua run: log_debug: %s\n", err);
+        rmq__conf_destroy(conf);
+        free(o.sets);
+        return EXIT_USAGE;
     }
     rmq_devbroker_t *db = NULL;
     rmq_consumer_t *c = NULL;

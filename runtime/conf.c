@@ -214,7 +214,8 @@ static const rmq_conf_prop_t props[] = {
      "CONSISTENT_HASH strategy: virtual nodes per consumer (virtualNodeCnt)."},
     {"message_listener", "messageListener", RMQ_CONF_ENUM, OFF(message_listener), NULL, NOLIM, NULL,
      e_listener, NULL, RMQ_CONF_F_JAVA_CHECK | F_DYNAMIC,
-     "Set by the runtime from the script's hooks: CONCURRENTLY or ORDERLY consumption."},
+     "Set by the runtime from the script's hooks (consume: CONCURRENTLY, consume_orderly: "
+     "ORDERLY); a script or --set that sets it is refused."},
     {"consume_thread_min", "consumeThreadMin", RMQ_CONF_INT, OFF(consume_thread_min), "20", 1, 1000,
      NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
      "Consume threads (one LuaJIT state each); must be <= consume_thread_max."},

@@ -215,6 +215,36 @@ describe("consumer options", function()
     assert.equal(tostring(want), ext(tdb, 0, SEARCH_BY_TIME, "timestamp"))
   end)
 
+  it("consume_from_where CONSUME_FROM_LAST_OFFSET (and the deprecated names) start a new group at the end", function()
+    local dir = cons.tmpdir("opt-last")
+    local tdb, tns = cons.start_broker("--topic LastT:1 --max-bytes 4096")
+    helpers.defer(function() lib.rmq_devbroker_stop(tdb) end)
+    cons.produce(tdb, "LastT", 100, "old")
+    assert.is_true(tonumber(lib.rmq_devbroker_min_offset(tdb, 0, "LastT", 0)) > 0)
+    for i, cfw in ipairs { "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_MAX_OFFSET" } do
+      local out = dir .. "/last" .. i .. ".out"
+      local s = cons.script(dir, { name = "last" .. i, group = "g_last" .. i, topic = "LastT", out = out,
+        ns = tns, extra = ("consume_from_where = %q,"):format(cfw) })
+      local pid = cons.spawn(s, dir .. "/last" .. i .. ".log")
+      -- Its first pull of LastT asks for the end of the queue.
+      local last = tostring(tonumber(lib.rmq_devbroker_max_offset(tdb, 0, "LastT", 0)))
+      helpers.wait_until(function()
+        for k = 0, lib.rmq_devbroker_count(tdb, 0, PULL) - 1 do
+          if ext(tdb, 0, PULL, "topic", k) == "LastT" and ext(tdb, 0, PULL, "consumerGroup", k) == "g_last" .. i then
+            return assert.equal(last, ext(tdb, 0, PULL, "queueOffset", k)) or true
+          end
+        end
+      end, 30, "the group's first pull")
+      local body = "new" .. i
+      assert.is_true(lib.rmq_devbroker_produce(tdb, 0, "LastT", 0, nil, nil, body, #body) >= 0)
+      helpers.wait_until(function() return cons.count_lines(out) >= 1 end, 30, "the new message")
+      cons.stop(pid)
+      local recs = cons.records(out)
+      assert.equal(1, #recs)
+      assert.equal(body, recs[1].body)
+    end
+  end)
+
   it("await_termination_millis_when_shutdown lets a running handler finish", function()
     local dir = cons.tmpdir("opt-await")
     cons.produce(db, "AwaitT", 1, "slow")
@@ -232,6 +262,29 @@ describe("consumer options", function()
     assert.equal(0, cons.exit_code(log))
     assert.equal("done", cons.read(marker))
     assert.equal(1, tonumber(lib.rmq_devbroker_committed_offset(db, 0, "g_await", "AwaitT", 0)))
+  end)
+
+  it("log_debug switches debug categories on", function()
+    local dir = cons.tmpdir("opt-logdebug")
+    local pid, _, log = run_bg(dir, { group = "g_logdebug", topic = "OptT", extra = [[log_debug = "namesrv,remoting",]] })
+    helpers.wait_until(function()
+      local text = cons.read(log)
+      return text:find("DEBUG [remoting]", 1, true) and text:find("GET_ROUTEINFO_BY_TOPIC", 1, true)
+    end, 30, "remoting debug lines (" .. log .. ")")
+    cons.stop(pid)
+  end)
+
+  it("message_listener comes from the hooks: a script or --set that sets it is refused", function()
+    local dir = cons.tmpdir("opt-listener")
+    local s = cons.script(dir, { group = "g_l", topic = "OptT", out = dir .. "/l.out", ns = ns,
+      extra = [[message_listener = "ORDERLY",]] })
+    local rc, out = helpers.run(helpers.bin .. " check " .. helpers.shq(s))
+    assert.equal(2, rc, out)
+    assert.truthy(out:find("message_listener is set by the runtime from the script's hooks", 1, true), out)
+    s = cons.script(dir, { name = "plain", group = "g_l", topic = "OptT", out = dir .. "/l.out", ns = ns })
+    rc, out = helpers.run(helpers.bin .. " check --set message_listener=ORDERLY " .. helpers.shq(s))
+    assert.equal(2, rc, out)
+    assert.truthy(out:find("message_listener is set by the runtime", 1, true), out)
   end)
 
   -- Flow control, seen at the broker: each PULL_MESSAGE carries queueOffset (next to pull) and
