@@ -326,6 +326,9 @@ rmq_tls_t *rmq__tls_new(rmq_tls_ctx_t *ctx, uv_stream_t *stream, const rmq_tls_i
 void rmq__tls_free(rmq_tls_t *s)
 {
     if (!s) return;
+    /* Writes held for a handshake that never finished complete as cancelled. */
+    for (unsigned i = 0; i < s->n_held; i++)
+        s->held_cbs[i].cb(s->held_cbs[i].req, UV_ECANCELED);
     SSL_free(s->ssl);
     rmq__tls_ctx_release(s->ctx);
     rmq__buf_free(&s->held);

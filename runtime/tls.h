@@ -82,6 +82,8 @@ typedef struct rmq_tls_io {
  */
 rmq_tls_t *rmq__tls_new(rmq_tls_ctx_t *ctx, uv_stream_t *stream, const rmq_tls_io_t *io, void *ud,
                         const char *host_name, char *errstr, size_t errstr_size);
+/* Free the session once the stream's handle is closed; writes still held for the handshake
+ * complete with UV_ECANCELED first. */
 void rmq__tls_free(rmq_tls_t *s);
 
 /* Client: send the ClientHello. Returns 0 or RMQ_ERR_TRANSPORT with the reason. */
