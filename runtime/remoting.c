@@ -1260,13 +1260,10 @@ static void on_dialed(void *ud, int status, uv_os_sock_t fd, const char *report)
             snprintf(why, sizeof why, "%s", uv_strerror(rc));
             status = RMQ_ERR_TRANSPORT;
             report = why;
+        } else if (t->opts.tls_client) {
+            tls_begin(c); /* OPEN (and the backoff reset) once the handshake finished */
         } else {
-            if (c->peer) {
-                c->peer->fails = 0;
-                c->peer->retry_at = 0;
-            }
-            t->st.connects++;
-            conn_opened(c);
+            connected(c);
         }
     } else if (status == 0) {
         close(fd); /* closed meanwhile */

@@ -60,6 +60,28 @@ describe("TLS", function()
     end, 10, "offsets committed")
   end)
 
+  it("speaks TLS to a name server given as a host name", function()
+    -- The name comes from a hosts file of our own through nss_wrapper (as the host-name specs do).
+    local rc0, out0 = helpers.run("LD_PRELOAD=libnss_wrapper.so true")
+    if rc0 ~= 0 or out0:find("cannot be preloaded", 1, true) then
+      pending("libnss-wrapper is not installed")
+      return
+    end
+    local dir = helpers.tmpdir("tls-host")
+    local _, ns = tls_broker("--tls-mode enforcing", "HostTlsT")
+    local f = assert(io.open(dir .. "/hosts", "w"))
+    f:write("127.0.0.1 rmq-tls-broker.test\n")
+    f:close()
+    local pre = os.getenv("LD_PRELOAD")
+    local env = ("LD_PRELOAD=%s NSS_WRAPPER_HOSTS=%s "):format(
+      shq((pre and pre ~= "" and (pre .. ":") or "") .. "libnss_wrapper.so"), shq(dir .. "/hosts"))
+    local rc, out = helpers.run(("%s%s send --namesrv rmq-tls-broker.test:%s --topic HostTlsT --count 3 "
+      .. "--set use_tls=true --set tls_client_trust_cert_path=%s < /dev/null")
+      :format(env, helpers.bin, ns:match(":(%d+)$"), shq(certs.ca)))
+    assert.equal(0, rc, out)
+    assert.matches("sent 3, failed 0", out, 1, true)
+  end)
+
   it("serves a plain and a TLS consumer at once in permissive mode", function()
     local dir = helpers.tmpdir("tls-permissive")
     local db, ns = tls_broker("", "MixT") -- permissive is the default, as in Java
