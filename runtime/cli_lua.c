@@ -473,6 +473,12 @@ int rmq__cli_run(int argc, char **argv)
     }
     rmq_devbroker_t *db = NULL;
     rmq_consumer_t *c = NULL;
+    if (o.embedded && conf->use_tls) {
+        fprintf(stderr, "rmqlua run: --embedded: the embedded development broker serves plain "
+                "TCP; to try use_tls, start `rmqlua broker --tls-cert F --tls-key F`\n");
+        rc = EXIT_USAGE;
+        goto out;
+    }
     if (o.embedded) {
         /* The subscribed topics exist from the start on the development broker. */
         rmq_buf_t args;

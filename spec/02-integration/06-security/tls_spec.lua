@@ -186,6 +186,12 @@ describe("TLS", function()
         assert.matches(c.want, out, 1, true)
       end
     end
+    -- --embedded serves plain TCP: a TLS script is told so instead of failing handshakes.
+    local script = sec.script(dir, { name = "embedded", group = "emb_g", topic = "T",
+      options = { use_tls = true, tls_test_mode_enable = true } })
+    local rc0, out0 = helpers.run(("%s run --embedded %s < /dev/null"):format(helpers.bin, shq(script)))
+    assert.equal(2, rc0, out0)
+    assert.matches("the embedded development broker serves plain TCP", out0, 1, true)
     -- The development broker, too.
     local err = sec.broker_error(("--tls-cert %s --tls-key %s"):format(notpem, certs.server_key))
     assert.matches("--tls-cert: cannot load the certificate chain " .. notpem, err, 1, true)
