@@ -13,6 +13,9 @@
  * batch goes to libuv as one uv_write from the transport's idle handle (once per loop turn),
  * when it grows past BATCH_MAX_BYTES/BATCH_MAX_SEGS, or right before the connection closes.
  * A batch in flight holds a connection reference; its written callbacks run when it completes.
+ * A connection may own a TLS session (tls.c; the "TLS" section below holds the hooks): reads go
+ * through it into the framer, writes through it as ciphertext; it is freed with the handle.
+ * Plain connections never touch it. With ACL keys, request_on signs each request (acl.c).
  * Threads: the loop thread of opts.loop only.
  */
 #include "remoting.h"
