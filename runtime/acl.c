@@ -5,10 +5,12 @@
  */
 #include "acl.h"
 
+#include "codes.h"
 #include "mq.h" /* rmq__java_strcmp */
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,4 +107,87 @@ int rmq_acl_sign_fields(const char *const *keys, const char *const *vals, int n,
     c.body_len = 0;
     rmq__cmd_free(&c);
     return rc;
+}
+
+int rmq__acl_refused(const rmq_cmd_t *resp)
+{
+    return resp->code != RMQ_RESP_SUCCESS && resp->remark && strstr(resp->remark, "AclException");
+}
+
+/* PlainAccessValidator.parse: the resources each request code is checked for. */
+const char *rmq__acl_needed_perm(int32_t code, int is_group)
+{
+    switch (code) {
+    case RMQ_REQ_SEND_MESSAGE:
+    case RMQ_REQ_SEND_MESSAGE_V2:
+        return "PUB"; /* the topic; a %RETRY% topic is the group's */
+    case RMQ_REQ_CONSUMER_SEND_MSG_BACK:
+        return is_group ? "SUB" : "PUB"; /* originTopic PUB, the group's retry topic SUB */
+    case RMQ_REQ_PULL_MESSAGE:
+    case RMQ_REQ_QUERY_MESSAGE:
+    case RMQ_REQ_HEART_BEAT:
+    case RMQ_REQ_UNREGISTER_CLIENT:
+    case RMQ_REQ_GET_CONSUMER_LIST_BY_GROUP:
+    case RMQ_REQ_UPDATE_CONSUMER_OFFSET:
+        return "SUB";
+    default:
+        return NULL;
+    }
+}
+
+/* The AclException message alone: without the class name and the stack frame after it. */
+static void acl_message(const char *remark, char *out, size_t n)
+{
+    const char *p = strstr(remark, "AclException");
+    if (p) {
+        p += strlen("AclException");
+        if (*p == ':') p++;
+        while (*p == ' ')
+            p++;
+    } else {
+        p = remark;
+    }
+    size_t len = strlen(p);
+    /* exceptionSimpleDesc appends ", <first stack frame>": "Class.method(File.java:12)". */
+    const char *comma = NULL;
+    for (const char *q = p; (q = strstr(q, ", ")) != NULL; q += 2)
+        comma = q;
+    if (comma && len && p[len - 1] == ')' && strchr(comma, '(')) len = (size_t)(comma - p);
+    if (len >= n) len = n - 1;
+    memcpy(out, p, len);
+    out[len] = '\0';
+}
+
+void rmq__acl_explain(char *out, size_t n, const char *addr, int32_t code, const char *ak,
+                      const char *remark)
+{
+    char msg[512], what[640];
+    const char *name = rmq_request_code_name(code);
+    char cname[32];
+    if (!name) {
+        snprintf(cname, sizeof cname, "request %d", code);
+        name = cname;
+    }
+    acl_message(remark ? remark : "", msg, sizeof msg);
+    const char *res;
+    if (!ak || !*ak) {
+        snprintf(what, sizeof what, "the broker requires ACL: set access_key and secret_key");
+    } else if (!strncmp(msg, "No acl config for ", 18)) {
+        snprintf(what, sizeof what, "access key '%s' is unknown to the broker", ak);
+    } else if (!strncmp(msg, "Check signature failed", 22)) {
+        snprintf(what, sizeof what,
+                 "the signature of access key '%s' does not match: wrong secret_key", ak);
+    } else if ((res = strstr(msg, "No default permission for ")) != NULL) {
+        res += strlen("No default permission for ");
+        int is_group = !strncmp(res, "group:", 6);
+        const char *perm = rmq__acl_needed_perm(code, is_group);
+        const char *rname = strchr(res, ':') ? strchr(res, ':') + 1 : res;
+        snprintf(what, sizeof what, "access key '%s' has no %s permission on %s %s", ak,
+                 perm ? perm : "needed", is_group ? "group" : "topic", rname);
+    } else if (!strncmp(msg, "Need admin permission", 21)) {
+        snprintf(what, sizeof what, "access key '%s' is not an admin account", ak);
+    } else {
+        snprintf(what, sizeof what, "access key '%s' was refused", ak);
+    }
+    snprintf(out, n, "ACL: broker %s refused %s: %s (broker: %s)", addr, name, what, msg);
 }

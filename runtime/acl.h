@@ -36,6 +36,31 @@ int rmq__acl_sign(rmq_cmd_t *c, const char *access_key, const char *secret_key,
                   const char *security_token);
 
 /*
+ * A broker's ACL refusal: the response's remark carries the AclException text. A 4.9.4 broker
+ * answers SYSTEM_ERROR with "org.apache.rocketmq.acl.common.AclException: <message>, <stack
+ * frame>" (NettyRemotingAbstract, PROTOCOL.md 1.9 and 8); NO_PERMISSION with that text counts
+ * too. Other NO_PERMISSION answers (a topic or broker not readable) are not ACL refusals.
+ */
+int rmq__acl_refused(const rmq_cmd_t *resp);
+
+/*
+ * The permission a request of this code needs on a topic (is_group 0) or on a group's retry
+ * topic (is_group 1), as PlainAccessValidator.parse asks for it: "PUB", "SUB", or NULL when
+ * the broker checks no resource for this code.
+ */
+const char *rmq__acl_needed_perm(int32_t req_code, int is_group);
+
+/*
+ * A sentence a user understands for an ACL refusal of a request (code req_code) sent to addr:
+ * it names the access key, the resource and the permission when the broker's message says
+ * which, then quotes the broker ("ACL: broker 127.0.0.1:10911 refused HEART_BEAT: access key
+ * 'app1' has no SUB permission on topic TopicA (broker: No default permission for
+ * topic:TopicA)"). access_key NULL = none configured.
+ */
+void rmq__acl_explain(char *out, size_t out_size, const char *addr, int32_t req_code,
+                      const char *access_key, const char *remark);
+
+/*
  * Thin export for FFI specs: sign the header fields keys[i]=vals[i] plus body; writes the signed
  * content (truncated to content_size, its full length in *content_len) and the signature.
  */

@@ -6,7 +6,8 @@
  *   rmqlua test SCRIPT CASES
  *
  * Exit codes: 0 success, 1 runtime failure (or failed test cases), 2 usage or configuration
- * error (bad arguments, bad script, rejected options), always before any connection.
+ * error (bad arguments, bad script, rejected options, certificates that do not load), always
+ * before any connection; 3 (run) refused by a broker's access control (ACL).
  *
  * `run` starts the log writer (log.h) with the log_format / log_file options, so no thread of the
  * consumer ever waits on the log output; signals: SIGINT / SIGTERM stop cleanly, SIGUSR1 reopens
@@ -25,6 +26,7 @@
 #include "log.h"
 #include "lua_state.h"
 #include "script.h"
+#include "tls.h"
 
 #include <lauxlib.h>
 #include <uv.h>
@@ -79,14 +81,16 @@ static const char run_usage[] =
     "line is logged every 10 s. The last line, at stop, gives the totals and the overall rate.\n"
     "signals: SIGINT/SIGTERM stop cleanly, SIGUSR1 reopens the log file, SIGHUP is reserved\n"
     "(reload; ignored for now)\n"
-    "exit codes: 0 stopped cleanly, 1 runtime failure, 2 usage or configuration error\n";
+    "exit codes: 0 stopped cleanly, 1 runtime failure, 2 usage or configuration error\n"
+    "(certificates that do not load included), 3 refused by a broker's access control (a wrong\n"
+    "secret_key, an unknown access_key or a missing permission, named in the message)\n";
 
 static const char check_usage[] =
     "usage: rmqlua check [--set KEY=VALUE]... SCRIPT\n"
     "\n"
     "Load and validate a consumer script without a broker: its options (checkConfig rules),\n"
     "subscriptions and hooks in the control role, then in a consume state (top-level code and\n"
-    "init run once, then shutdown).\n"
+    "init run once, then shutdown), and with use_tls the certificate, key and CA files.\n"
     "exit codes: 0 valid, 2 invalid (the message names file:line)\n";
 
 static const char test_usage[] =
@@ -189,7 +193,10 @@ static int build_conf(const char *cmd, const cli_opts_t *o, rmq_conf_t **out)
         char *kv = o->sets[i];
         char *eq = strchr(kv, '=');
         *eq = 0;
-        int rc = rmq__conf_set(conf, kv, eq + 1, err, sizeof(err));
+        int rc = strcmp(kv, "message_listener") ? rmq__conf_set(conf, kv, eq + 1, err, sizeof(err))
+                                                : (rmq__seterr(err, sizeof(err), "%s",
+                                                               RMQ_SCRIPT_LISTENER_MSG),
+                                                   RMQ_ERR_CONFIG);
         *eq = '=';
         if (rc) {
             fprintf(stderr, "rmqlua %s: --set %s: %s\n", cmd, kv, err);
@@ -348,7 +355,11 @@ int rmq__cli_check(int argc, char **argv)
         return rc;
     }
     char err[4096];
-    if (check_consume_role(o.script, conf->consumer_group, err, sizeof(err))) {
+    rmq_tls_ctx_t *tls = NULL;
+    if (rmq__tls_ctx_from_conf(conf, &tls, err, sizeof(err))) {
+        fprintf(stderr, "rmqlua check: %s: %s\n", o.script, err);
+        rc = EXIT_USAGE;
+    } else if (check_consume_role(o.script, conf->consumer_group, err, sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s\n", err);
         rc = EXIT_USAGE;
     } else {
@@ -356,6 +367,7 @@ int rmq__cli_check(int argc, char **argv)
                conf->consumer_group ? conf->consumer_group : "?", conf->n_subs,
                conf->message_listener == RMQ_LISTENER_ORDERLY ? "consume_orderly" : "consume");
     }
+    rmq__tls_ctx_release(tls);
     rmq__conf_destroy(conf);
     free(o.sets);
     return rc;
@@ -581,6 +593,12 @@ int rmq__cli_run(int argc, char **argv)
     /* SIGUSR1 and SIGHUP would end the process by default: handled from the start. */
     signal(SIGUSR1, on_signal);
     signal(SIGHUP, on_signal);
+    if (o.embedded && conf->use_tls) {
+        fprintf(stderr, "rmqlua run: --embedded: the embedded development broker serves plain "
+                "TCP; to try use_tls, start `rmqlua broker --tls-cert F --tls-key F`\n");
+        rc = EXIT_USAGE;
+        goto out;
+    }
     if (o.embedded) {
         /* The subscribed topics exist from the start on the development broker. */
         rmq_buf_t args;

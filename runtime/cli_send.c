@@ -7,10 +7,13 @@
  * loop never blocks; reading pauses while the send window is full.
  * Threads: the main thread, which runs the loop.
  */
+#include "acl.h"
 #include "cli.h"
 #include "common.h"
+#include "conf.h"
 #include "producer.h"
 #include "remoting.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -42,6 +45,9 @@ typedef struct send_run {
     const char *file;
     int window;
     int verbose;
+    rmq_conf_t *conf;   /* --set: the connection options (ACL keys, TLS) */
+    rmq_tls_ctx_t *tls; /* use_tls */
+    int acl_refused;    /* a broker's ACL refused a send: stop, exit 3 */
 
     /* source state */
     int64_t next; /* messages handed to the producer */
@@ -91,12 +97,19 @@ static void usage(FILE *out)
         "  --retries N          extra attempts on another queue/broker (default %d)\n"
         "  --compress-over N    zlib-compress bodies of at least N bytes (default %d)\n"
         "  --no-compress        never compress\n"
+        "  --set KEY=VALUE      a connection option, named as in consumer scripts (repeatable):\n"
+        "                       access_key, secret_key, security_token (ACL signing), use_tls,\n"
+        "                       tls_test_mode_enable, tls_client_cert_path, tls_client_key_path,\n"
+        "                       tls_client_key_password, tls_client_trust_cert_path,\n"
+        "                       tls_client_auth_server\n"
         "  --verbose            print one line per message sent (status, ids, queue, offset)\n"
         "  --log-debug CATS     debug logging (\"remoting,namesrv\" or \"all\")\n"
         "  --help               this text\n"
         "\n"
         "Prints \"sent N, failed M in X s (R msg/s)\" on stderr at the end.\n"
-        "exit codes: 0 all sent, 1 some failed, 2 usage error\n",
+        "exit codes: 0 all sent, 1 some failed, 2 usage error (certificates that do not load\n"
+        "included), 3 refused by a broker's access control (the message names access key,\n"
+        "topic and permission)\n",
         RMQ_PRODUCER_GROUP_DEFAULT, RMQ_PRODUCER_MAX_INFLIGHT, RMQ_PRODUCER_SEND_TIMEOUT_MS,
         RMQ_PRODUCER_RETRY_TIMES, RMQ_PRODUCER_COMPRESS_OVER);
 }
@@ -162,7 +175,9 @@ static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char 
                    res->broker_name, res->queue_id, (long long)res->queue_offset);
     } else {
         r->failed++;
-        if (r->failed <= MAX_REPORTED_FAILURES)
+        if (r->acl_refused)
+            ; /* said once, in on_acl_refused */
+        else if (r->failed <= MAX_REPORTED_FAILURES)
             fprintf(stderr, "rmqlua send: %s (%s)\n", errmsg, rmq_err_name(err));
         else if (r->failed == MAX_REPORTED_FAILURES + 1)
             fprintf(stderr, "rmqlua send: more failures not shown\n");
@@ -357,6 +372,50 @@ static int read_file(send_run_t *r)
     return 0;
 }
 
+/* --set KEY=VALUE: only the options about the connection apply to a producer. */
+static int set_option(send_run_t *r, const char *kv)
+{
+    static const char *const allowed[] = {
+        "access_key",           "secret_key",          "security_token",
+        "use_tls",              "tls_test_mode_enable", "tls_client_cert_path",
+        "tls_client_key_path",  "tls_client_key_password", "tls_client_trust_cert_path",
+        "tls_client_auth_server"};
+    const char *eq = strchr(kv, '=');
+    char err[512];
+    if (!eq || eq == kv) {
+        fprintf(stderr, "rmqlua send: --set needs KEY=VALUE, got '%s'\n", kv);
+        return -1;
+    }
+    char *key = rmq__xstrndup(kv, (size_t)(eq - kv));
+    int ok = 0;
+    for (size_t i = 0; i < RMQ_ARRAY_SIZE(allowed) && !ok; i++)
+        ok = !strcmp(key, allowed[i]);
+    if (!ok) {
+        fprintf(stderr, "rmqlua send: --set %s: not an option of rmqlua send (only access_key, "
+                "secret_key, security_token, use_tls and tls_*)\n", key);
+        free(key);
+        return -1;
+    }
+    if (!r->conf) r->conf = rmq__conf_new();
+    int rc = rmq__conf_set(r->conf, key, eq + 1, err, sizeof err);
+    if (rc) fprintf(stderr, "rmqlua send: --set %s: %s\n", key, err);
+    free(key);
+    return rc ? -1 : 0;
+}
+
+/* A broker's ACL refused a send: say so once, in the user's terms, and stop producing. */
+static void on_acl_refused(void *ud, const char *addr, int32_t code, const rmq_cmd_t *resp)
+{
+    send_run_t *r = ud;
+    char msg[768];
+    if (r->acl_refused) return;
+    r->acl_refused = 1;
+    r->eof = 1;
+    rmq__acl_explain(msg, sizeof msg, addr, code, r->conf ? r->conf->access_key : NULL,
+                     resp->remark);
+    fprintf(stderr, "rmqlua send: %s\n", msg);
+}
+
 static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t *po)
 {
     int have_size = 0;
@@ -458,6 +517,9 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
             po->compress_over = (int)n;
         } else if (!strcmp(a, "--no-compress")) {
             po->compress_over = -1;
+        } else if (!strcmp(a, "--set")) {
+            NEED_VALUE();
+            if (set_option(r, v)) return 2;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             r->verbose = 1;
         } else if (!strcmp(a, "--log-debug")) {
@@ -492,6 +554,14 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
     }
     r->src = r->file ? SRC_FILE : r->count ? SRC_COUNT : SRC_STDIN;
     if (!have_size) r->size = 100;
+    if (r->conf) {
+        char err[512];
+        if (rmq__conf_check_security(r->conf, err, sizeof err) ||
+            rmq__tls_ctx_from_conf(r->conf, &r->tls, err, sizeof err)) {
+            fprintf(stderr, "rmqlua send: %s\n", err);
+            return 2;
+        }
+    }
     return 0;
 }
 
@@ -531,6 +601,14 @@ int rmq__cli_send(int argc, char **argv)
         memset(&ro, 0, sizeof(ro));
         ro.loop = &r->loop;
         ro.name = "send";
+        ro.tls_client = r->tls;
+        if (r->conf) {
+            ro.acl_access_key = r->conf->access_key;
+            ro.acl_secret_key = r->conf->secret_key;
+            ro.acl_security_token = r->conf->security_token;
+        }
+        ro.on_acl_refused = on_acl_refused;
+        ro.ud = r;
         if (rmq__remoting_new(&ro, &r->t, err, sizeof(err)) ||
             rmq__remoting_set_namesrv(r->t, r->namesrv, err, sizeof(err))) {
             fprintf(stderr, "rmqlua send: --namesrv: %s\n", err);
@@ -547,7 +625,7 @@ int rmq__cli_send(int argc, char **argv)
             fflush(stdout);
             fprintf(stderr, "sent %lld, failed %lld in %.3f s (%.0f msg/s)\n", (long long)r->sent,
                     (long long)r->failed, secs, secs > 0 ? (double)r->sent / secs : 0.0);
-            rc = r->failed ? 1 : 0;
+            rc = r->acl_refused ? 3 : r->failed ? 1 : 0;
         } else {
             if (r->p) rmq__producer_destroy(r->p);
             if (r->t) rmq__remoting_destroy(r->t, NULL, NULL);
@@ -559,6 +637,8 @@ int rmq__cli_send(int argc, char **argv)
     }
     for (int i = 0; i < r->n_props; i++)
         free((char *)r->props[i].key);
+    rmq__tls_ctx_release(r->tls);
+    if (r->conf) rmq__conf_destroy(r->conf);
     free(r->filebuf);
     rmq__buf_free(&r->body);
     rmq__buf_free(&r->pattern);

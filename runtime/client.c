@@ -14,6 +14,7 @@
  */
 #include "consumer_int.h"
 
+#include "acl.h"
 #include "fjson.h"
 #include "route.h"
 
@@ -58,7 +59,7 @@ static int is_system(const char *r)
 }
 
 /* wrapNamespace(ns, r): a new string. */
-static char *ns_wrap(const char *ns, const char *r)
+char *rmq__c_ns_wrap(const char *ns, const char *r)
 {
     if (!ns || !*ns || !*r || is_system(r)) return rmq__xstrdup(r);
     const char *prefix = "";
@@ -71,6 +72,34 @@ static char *ns_wrap(const char *ns, const char *r)
     rmq__buf_init(&b);
     rmq__buf_appendf(&b, "%s%s%%%s", prefix, ns, s);
     return b.data;
+}
+
+/* ConsumeMessageConcurrentlyService.resetRetryAndNamespace (PROTOCOL.md 6.12): the handler sees
+ * the retry message's original topic, without the namespace. A "%RETRY%ns%" / "%DLQ%ns%" topic
+ * consumed as such keeps its namespace (the view cannot drop text from its middle). */
+void rmq__c_reset_retry_and_namespace(rmq_consumer_t *c, rmq_msg_t *m)
+{
+    rmq__msg_restore_retry_topic_for(m, c->retry_topic, c->retry_topic_len);
+    const char *ns = c->conf->namespace;
+    if (!ns || !*ns) return;
+    size_t nl = strlen(ns);
+    if (m->topic_len > nl + 1 && !memcmp(m->topic, ns, nl) && m->topic[nl] == '%') {
+        m->topic += nl + 1;
+        m->topic_len -= (uint32_t)(nl + 1);
+    }
+}
+
+/* The topic of m as the broker knows it (the namespace wrapped back on), into buf. */
+void rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m, char *buf, size_t size)
+{
+    size_t tl = m->topic_len < size - 1 ? m->topic_len : size - 1;
+    memcpy(buf, m->topic, tl);
+    buf[tl] = 0;
+    if (c->conf->namespace && *c->conf->namespace) {
+        char *w = rmq__c_ns_wrap(c->conf->namespace, buf);
+        snprintf(buf, size, "%s", w);
+        free(w);
+    }
 }
 
 /* ---- subscriptions and addresses -------------------------------------------------------------- */
@@ -193,11 +222,16 @@ typedef struct hb_round {
     rmq_consumer_t *c;
     int pending;
     int wake_rebalance;
+    int sent, failed;
 } hb_round_t;
 
 static void hb_round_done(hb_round_t *r)
 {
     if (--r->pending > 0) return;
+    if (r->sent > 0 && !r->failed && !r->c->acl_established) {
+        r->c->acl_established = 1;
+        rmq_dbg(RMQ_DBG_ALL, "client", "every broker accepted the heartbeat");
+    }
     if (r->wake_rebalance && r->c->state == RMQ_CLIENT_RUNNING) rmq__rb_wakeup(r->c);
     free(r);
 }
@@ -205,9 +239,10 @@ static void hb_round_done(hb_round_t *r)
 static void on_hb(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
 {
     hb_round_t *r = ud;
+    if (err || resp->code != RMQ_RESP_SUCCESS) r->failed++;
     if (err)
         rmq_log_warn("client", "HEART_BEAT failed: %s", errmsg);
-    else if (resp->code != RMQ_RESP_SUCCESS)
+    else if (resp->code != RMQ_RESP_SUCCESS && !rmq__acl_refused(resp))
         rmq_log_warn("client", "HEART_BEAT answered %s: %s", rmq_err_name(resp->code),
                      resp->remark ? resp->remark : "");
     hb_round_done(r);
@@ -235,7 +270,8 @@ static void heartbeat_round(rmq_consumer_t *c, int wake)
                                        on_hb, r);
         cmd.body = NULL;
         rmq__cmd_free(&cmd);
-        if (rc == 0) r->pending++;
+        if (rc == 0) r->pending++, r->sent++;
+        else r->failed++;
         rmq_dbg(RMQ_DBG_REMOTING, "client", "HEART_BEAT -> %s (%s)", addrs[i],
                 rc ? rmq_err_name(rc) : "sent");
     }
@@ -837,7 +873,7 @@ static void h_consume_directly(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     }
     for (int i = 1; i < set->n; i++) rmq__msg_release(&set->msgs[i]);
     rmq_msg_t *m = &set->msgs[0];
-    rmq__msg_restore_retry_topic_for(m, c->retry_topic, strlen(c->retry_topic));
+    rmq__c_reset_retry_and_namespace(c, m);
     struct rmq_direct *d = rmq__xcalloc(1, sizeof(*d));
     d->conn = rmq__conn_keep(conn);
     d->req.opaque = req->opaque;
@@ -907,6 +943,33 @@ static void make_client_id(rmq_consumer_t *c)
 
 static void on_stop_async(uv_async_t *a);
 
+/*
+ * A broker refused a request on ACL grounds (any request: heartbeat, pull, offsets, send-back,
+ * the re-send to %RETRY%). Before the consumer is established it stops with
+ * RMQ_CONSUMER_EXIT_ACL; afterwards (a permission revoked while running) it is logged, the
+ * request's own retry goes on, and the same message is repeated at most once a minute.
+ */
+static void on_acl_refused(void *ud, const char *addr, int32_t code, const rmq_cmd_t *resp)
+{
+    rmq_consumer_t *c = ud;
+    char msg[768];
+    rmq__acl_explain(msg, sizeof msg, addr, code, c->conf->access_key, resp->remark);
+    if (!c->acl_established && c->state == RMQ_CLIENT_RUNNING && !c->stop_requested) {
+        rmq_log_error("client", "%s; stopping (exit code %d)", msg, RMQ_CONSUMER_EXIT_ACL);
+        c->exit_code = RMQ_CONSUMER_EXIT_ACL;
+        c->acl_last_ms = rmq__mono_ms();
+        snprintf(c->acl_last, sizeof c->acl_last, "%s", msg);
+        rmq__consumer_stop(c);
+        return;
+    }
+    int64_t now = rmq__mono_ms();
+    if (!strncmp(c->acl_last, msg, sizeof c->acl_last - 1) && now - c->acl_last_ms < 60000)
+        return;
+    snprintf(c->acl_last, sizeof c->acl_last, "%s", msg);
+    c->acl_last_ms = now;
+    rmq_log_error("client", "%s", msg);
+}
+
 int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t **out,
                       char *errstr, size_t errstr_size)
 {
@@ -937,11 +1000,12 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
         c->hooks = rmq__script_hooks(c->script);
     }
     const rmq_conf_t *cf = c->conf;
-    c->group = ns_wrap(cf->namespace, cf->consumer_group);
+    c->group = rmq__c_ns_wrap(cf->namespace, cf->consumer_group);
     rmq_buf_t b;
     rmq__buf_init(&b);
     rmq__buf_appendf(&b, "%%RETRY%%%s", c->group);
     c->retry_topic = b.data;
+    c->retry_topic_len = b.len;
     c->orderly = cf->message_listener == RMQ_LISTENER_ORDERLY;
     c->max_reconsume = cf->max_reconsume_times >= 0 ? cf->max_reconsume_times
                        : c->orderly                 ? INT_MAX
@@ -949,7 +1013,7 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     int clustering = cf->message_model == RMQ_MODEL_CLUSTERING;
     c->subs = rmq__xcalloc((size_t)cf->n_subs + 1, sizeof(rmq_csub_t));
     for (int i = 0; i < cf->n_subs; i++) {
-        char *t = ns_wrap(cf->namespace, cf->subs[i].topic);
+        char *t = rmq__c_ns_wrap(cf->namespace, cf->subs[i].topic);
         int rc = rmq__sub_build(t, cf->subs[i].expression, cf->subs[i].type,
                                 &c->subs[c->n_subs].sd, errstr, errstr_size);
         free(t);
@@ -964,6 +1028,12 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
         c->n_subs++;
     }
     c->routes = rmq__xcalloc((size_t)c->n_subs, sizeof(rmq_route_t *));
+    /* Certificates and keys are read here, before any connection (a file that does not load
+     * is a configuration error naming it). */
+    if (rmq__tls_ctx_from_conf(cf, &c->tls, errstr, errstr_size)) {
+        rmq__consumer_destroy(c);
+        return RMQ_ERR_CONFIG;
+    }
     c->thr_queue = cf->pull_threshold_for_queue;
     c->thr_size_queue = cf->pull_threshold_size_for_queue;
     if (uv_loop_init(&c->loop)) {
@@ -1023,6 +1093,12 @@ int rmq__consumer_run(rmq_consumer_t *c)
     ro.loop = &c->loop;
     ro.name = "remoting";
     ro.max_frame = (size_t)cf->frame_max_length;
+    ro.tls_client = c->tls;
+    ro.acl_access_key = cf->access_key;
+    ro.acl_secret_key = cf->secret_key;
+    ro.acl_security_token = cf->security_token;
+    ro.on_acl_refused = on_acl_refused;
+    ro.ud = c;
     if (rmq__remoting_new(&ro, &c->rt, err, sizeof(err)) ||
         rmq__remoting_set_namesrv(c->rt, cf->namesrv_addr, err, sizeof(err))) {
         rmq_log_error("client", "cannot start: %s", err);
@@ -1050,6 +1126,10 @@ int rmq__consumer_run(rmq_consumer_t *c)
     rmq_producer_opts_t po = {0};
     po.group = RMQ_PRODUCER_INNER_GROUP;
     po.retry_times = -1;
+    po.unit_mode = cf->unit_mode;
+    /* The inner producer shares the client instance's route refresh and request timeout. */
+    po.route_poll_ms = cf->poll_name_server_interval;
+    po.route_timeout_ms = cf->mq_client_api_timeout;
     if (rmq__producer_new(&c->loop, c->rt, &po, &c->producer, err, sizeof(err))) {
         rmq_log_warn("client", "no internal producer (send-back fallback off): %s", err);
         c->producer = NULL;
@@ -1241,6 +1321,7 @@ void rmq__consumer_destroy(rmq_consumer_t *c)
     }
     free(c->routes);
     free(c->subs);
+    rmq__tls_ctx_release(c->tls);
     if (c->script) rmq__script_destroy(c->script);
     uv_mutex_destroy(&c->stats_mu);
     rmq__conf_destroy(c->conf);

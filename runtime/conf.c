@@ -29,6 +29,9 @@
 #define F_DYNAMIC (1 << 8)
 /* Option flag (internal): expand a leading "~/" to $HOME. */
 #define F_PATH (1 << 9)
+/* Option flag (internal): only the default value is accepted; any other value is refused by
+ * rmq__conf_set with the description, which says why it is not supported. */
+#define F_UNSUPPORTED (1 << 10)
 
 /* ---- enum tables -------------------------------------------------------------------------- */
 
@@ -215,15 +218,22 @@ static const rmq_conf_prop_t props[] = {
      "CONSISTENT_HASH strategy: virtual nodes per consumer (virtualNodeCnt)."},
     {"message_listener", "messageListener", RMQ_CONF_ENUM, OFF(message_listener), NULL, NOLIM, NULL,
      e_listener, NULL, RMQ_CONF_F_JAVA_CHECK | F_DYNAMIC,
-     "Set by the runtime from the script's hooks: CONCURRENTLY or ORDERLY consumption."},
+     "Set by the runtime from the script's hooks (consume: CONCURRENTLY, consume_orderly: "
+     "ORDERLY); a script or --set that sets it is refused."},
     {"consume_thread_min", "consumeThreadMin", RMQ_CONF_INT, OFF(consume_thread_min), "20", 1, 1000,
      NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
      "Consume threads (one LuaJIT state each); must be <= consume_thread_max."},
     {"consume_thread_max", "consumeThreadMax", RMQ_CONF_INT, OFF(consume_thread_max), "20", 1, 1000,
-     NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK, "Maximum consume threads."},
+     NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
+     "Checked as Java checks it (1..1000, >= consume_thread_min). As in Java, whose consume "
+     "pool has an unbounded queue and so never grows past its core size, no more than "
+     "consume_thread_min threads run."},
     {"adjust_thread_pool_nums_threshold", "adjustThreadPoolNumsThreshold", RMQ_CONF_INT64,
-     OFF(adjust_thread_pool_nums_threshold), "100000", I64, NULL, NULL, NULL, 0,
-     "Java's (unused) thread-pool adjustment threshold, kept for parity."},
+     OFF(adjust_thread_pool_nums_threshold), "100000", I64, "100000 only", NULL, NULL,
+     F_UNSUPPORTED,
+     "Not supported: the thread-pool adjustment it drives does nothing in Java 4.9.4 either "
+     "(ConsumeMessageConcurrentlyService.incCorePoolSize is empty), so only the default is "
+     "accepted."},
     {"consume_concurrently_max_span", "consumeConcurrentlyMaxSpan", RMQ_CONF_INT,
      OFF(consume_concurrently_max_span), "2000", 1, 65535, NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
      "Concurrent consumption: stop pulling a queue while its cached offset span exceeds this."},
@@ -251,7 +261,8 @@ static const rmq_conf_prop_t props[] = {
      OFF(post_subscription_when_pull), "false", NOLIM, NULL, NULL, NULL, 0,
      "Send the subscription expression with every pull."},
     {"unit_mode", "unitMode", RMQ_CONF_BOOL, OFF(unit_mode), "false", NOLIM, NULL, NULL, NULL, 0,
-     "Unit mode (unitName-scoped topics)."},
+     "Unit mode: sent in the heartbeat's consumer data (the broker then creates the retry "
+     "topic as a unit topic) and in the re-sends to %RETRY%."},
     {"max_reconsume_times", "maxReconsumeTimes", RMQ_CONF_INT, OFF(max_reconsume_times), "-1", I32,
      NULL, NULL, NULL, 0,
      "Deliveries before a message goes to the DLQ; -1 = 16 (concurrently) or unlimited "
@@ -296,18 +307,47 @@ static const rmq_conf_prop_t props[] = {
     {"mq_client_api_timeout", "mqClientApiTimeout", RMQ_CONF_INT, OFF(mq_client_api_timeout),
      "3000", 1, INT32_MAX, NULL, NULL, NULL, 0, "Timeout of ordinary requests, ms."},
     {"vip_channel_enabled", "vipChannelEnabled", RMQ_CONF_BOOL, OFF(vip_channel_enabled), "false",
-     NOLIM, NULL, NULL, NULL, 0, "Use the broker's VIP port (port - 2) where Java does."},
+     NOLIM, "false only", NULL, NULL, F_UNSUPPORTED,
+     "Not supported: rmqlua never uses the broker's VIP port (port - 2), so only false is "
+     "accepted."},
     {"language", "language", RMQ_CONF_ENUM, OFF(language), "JAVA", NOLIM, NULL, e_lang, NULL, 0,
-     "LanguageCode sent in every command."},
+     "LanguageCode of the HEART_BEAT request, which brokers show in their connection lists; "
+     "other requests say JAVA, as Java's MQClientAPIImpl sends them."},
     {"access_key", "accessKey", RMQ_CONF_STRING, OFF(access_key), NULL, NOLIM, NULL, NULL, NULL, 0,
-     "ACL access key; when set, every request is signed (AclClientRPCHook)."},
+     "ACL access key: when set, every request to name servers and brokers is signed as "
+     "AclClientRPCHook signs it (needs secret_key)."},
     {"secret_key", "secretKey", RMQ_CONF_STRING, OFF(secret_key), NULL, NOLIM, NULL, NULL, NULL,
-     RMQ_CONF_F_SENSITIVE, "ACL secret key (HmacSHA1 key)."},
+     RMQ_CONF_F_SENSITIVE, "ACL secret key (the HmacSHA1 key; needs access_key)."},
     {"security_token", "securityToken", RMQ_CONF_STRING, OFF(security_token), NULL, NOLIM, NULL,
-     NULL, NULL, RMQ_CONF_F_SENSITIVE, "ACL security token, sent when set."},
+     NULL, NULL, RMQ_CONF_F_SENSITIVE,
+     "ACL security token (SessionCredentials.securityToken), signed and sent when set (needs "
+     "access_key)."},
     {"enable_stream_request_type", "enableStreamRequestType", RMQ_CONF_BOOL,
      OFF(enable_stream_request_type), "false", NOLIM, NULL, NULL, NULL, 0,
      "Appends @STREAM to the clientId."},
+    /* TLS: ClientConfig.useTLS and TlsSystemConfig's tls.client.* */
+    {"use_tls", "useTLS", RMQ_CONF_BOOL, OFF(use_tls), "false", NOLIM, NULL, NULL, NULL, 0,
+     "TLS on every connection, name servers and brokers."},
+    {"tls_test_mode_enable", "tls.test.mode.enable", RMQ_CONF_BOOL, OFF(tls_test_mode_enable),
+     "false", NOLIM, NULL, NULL, NULL, 0,
+     "Trust any server certificate (no verification). Java's default is true; rmqlua's is false, "
+     "so that use_tls alone verifies the server."},
+    {"tls_client_cert_path", "tls.client.certPath", RMQ_CONF_STRING, OFF(tls_client_cert_path),
+     NULL, NOLIM, "PEM file", NULL, NULL, F_PATH,
+     "Client certificate chain presented to servers that ask for one (with tls_client_key_path)."},
+    {"tls_client_key_path", "tls.client.keyPath", RMQ_CONF_STRING, OFF(tls_client_key_path), NULL,
+     NOLIM, "PEM file", NULL, NULL, F_PATH,
+     "Private key of tls_client_cert_path (PKCS#8 or traditional PEM, encrypted or not)."},
+    {"tls_client_key_password", "tls.client.keyPassword", RMQ_CONF_STRING,
+     OFF(tls_client_key_password), NULL, NOLIM, NULL, NULL, NULL, RMQ_CONF_F_SENSITIVE,
+     "Password of an encrypted tls_client_key_path."},
+    {"tls_client_trust_cert_path", "tls.client.trustCertPath", RMQ_CONF_STRING,
+     OFF(tls_client_trust_cert_path), NULL, NOLIM, "PEM file", NULL, NULL, F_PATH,
+     "CA certificates the server's certificate must chain to; unset = the system's CA file."},
+    {"tls_client_auth_server", "tls.client.authServer", RMQ_CONF_BOOL,
+     OFF(tls_client_auth_server), "true", NOLIM, NULL, NULL, NULL, 0,
+     "Verify the server's certificate chain (not its host name, as Java does not). Java's "
+     "default is false; rmqlua's is true. No effect with tls_test_mode_enable."},
     /* runtime */
     {"local_offset_store_dir", "localOffsetStoreDir", RMQ_CONF_STRING, OFF(local_offset_store_dir),
      "~/.rocketmq_offsets", NOLIM, NULL, NULL, NULL, F_DYNAMIC | F_PATH,
@@ -525,6 +565,23 @@ static const char *suggest(const char *name)
     return best;
 }
 
+/* value means the option's default (same number or boolean, same text otherwise). */
+static int is_default_value(const rmq_conf_prop_t *p, const char *v)
+{
+    int64_t a, b;
+    int x, y;
+    if (!v || !p->defval) return v == p->defval;
+    switch (p->type) {
+    case RMQ_CONF_INT:
+    case RMQ_CONF_INT64:
+        return !parse_i64(v, &a) && !parse_i64(p->defval, &b) && a == b;
+    case RMQ_CONF_BOOL:
+        return !parse_bool(v, &x) && !parse_bool(p->defval, &y) && x == y;
+    default:
+        return !strcmp(v, p->defval);
+    }
+}
+
 int rmq__conf_set(rmq_conf_t *c, const char *name, const char *value, char *errstr, size_t n)
 {
     const rmq_conf_prop_t *p = rmq__conf_prop_find(name);
@@ -536,6 +593,11 @@ int rmq__conf_set(rmq_conf_t *c, const char *name, const char *value, char *errs
         else
             rmq__seterr(errstr, n, "unknown option \"%s\" (value \"%s\"); see the option reference",
                         name ? name : "null", value ? value : "null");
+        return RMQ_ERR_CONFIG;
+    }
+    if ((p->flags & F_UNSUPPORTED) && !is_default_value(p, value)) {
+        rmq__seterr(errstr, n, "option %s=%s is not supported: %s", p->name,
+                    value ? value : "null", p->desc);
         return RMQ_ERR_CONFIG;
     }
     return set_prop(c, p, value, errstr, n);
@@ -972,6 +1034,66 @@ int rmq__conf_check(const rmq_conf_t *c, char *errstr, size_t n)
     }
     if (c->language == RMQ_CONF_UNSET) {
         rmq__seterr(errstr, n, "option language is null");
+        return RMQ_ERR_CONFIG;
+    }
+    return rmq__conf_check_security(c, errstr, n);
+}
+
+static int set_str(const char *s)
+{
+    return s && *s;
+}
+
+int rmq__conf_check_security(const rmq_conf_t *c, char *errstr, size_t n)
+{
+    /* SessionCredentials: signing needs both keys; a key or token alone would be ignored. */
+    if (set_str(c->access_key) && !set_str(c->secret_key)) {
+        rmq__seterr(errstr, n, "option access_key is set but secret_key is not: ACL signing "
+                    "needs both (option access_key=%s)", c->access_key);
+        return RMQ_ERR_CONFIG;
+    }
+    if (!set_str(c->access_key) && (set_str(c->secret_key) || set_str(c->security_token))) {
+        rmq__seterr(errstr, n, "option %s is set but access_key is not: nothing would be signed",
+                    set_str(c->secret_key) ? "secret_key" : "security_token");
+        return RMQ_ERR_CONFIG;
+    }
+    /* TLS settings that would have no effect. */
+    static const char *const paths[] = {"tls_client_cert_path", "tls_client_key_path",
+                                        "tls_client_key_password", "tls_client_trust_cert_path"};
+    const char *vals[] = {c->tls_client_cert_path, c->tls_client_key_path,
+                          c->tls_client_key_password, c->tls_client_trust_cert_path};
+    if (!c->use_tls) {
+        for (size_t i = 0; i < RMQ_ARRAY_SIZE(paths); i++)
+            if (set_str(vals[i])) {
+                rmq__seterr(errstr, n, "option %s is set but use_tls is false", paths[i]);
+                return RMQ_ERR_CONFIG;
+            }
+        if (c->tls_test_mode_enable || !c->tls_client_auth_server) {
+            rmq__seterr(errstr, n, "option %s is set but use_tls is false",
+                        c->tls_test_mode_enable ? "tls_test_mode_enable" : "tls_client_auth_server");
+            return RMQ_ERR_CONFIG;
+        }
+        return RMQ_OK;
+    }
+    if (set_str(c->tls_client_cert_path) != set_str(c->tls_client_key_path)) {
+        rmq__seterr(errstr, n, "option %s is set but %s is not: a client certificate needs its "
+                    "key", set_str(c->tls_client_cert_path) ? "tls_client_cert_path"
+                                                            : "tls_client_key_path",
+                    set_str(c->tls_client_cert_path) ? "tls_client_key_path"
+                                                     : "tls_client_cert_path");
+        return RMQ_ERR_CONFIG;
+    }
+    if (set_str(c->tls_client_key_password) && !set_str(c->tls_client_key_path)) {
+        rmq__seterr(errstr, n, "option tls_client_key_password is set but tls_client_key_path "
+                    "is not");
+        return RMQ_ERR_CONFIG;
+    }
+    if (set_str(c->tls_client_trust_cert_path) &&
+        (c->tls_test_mode_enable || !c->tls_client_auth_server)) {
+        rmq__seterr(errstr, n, "option tls_client_trust_cert_path has no effect with %s: every "
+                    "server certificate is trusted",
+                    c->tls_test_mode_enable ? "tls_test_mode_enable=true"
+                                            : "tls_client_auth_server=false");
         return RMQ_ERR_CONFIG;
     }
     return RMQ_OK;

@@ -138,6 +138,14 @@ typedef struct rmq_conf {
     char *secret_key;
     char *security_token;
     int enable_stream_request_type; /* false; clientId gets "@STREAM" */
+    /* TLS (ClientConfig.useTLS, TlsSystemConfig tls.client.*; tls.h) */
+    int use_tls;                      /* false */
+    int tls_test_mode_enable;         /* false (Java: true): trust any server certificate */
+    char *tls_client_cert_path;       /* NULL */
+    char *tls_client_key_path;        /* NULL */
+    char *tls_client_key_password;    /* NULL */
+    char *tls_client_trust_cert_path; /* NULL = the system's CA file */
+    int tls_client_auth_server;       /* true (Java: false): verify the server's certificate */
     /* runtime */
     char *local_offset_store_dir; /* "$HOME/.rocketmq_offsets" */
     int frame_max_length;         /* 16777216 */
@@ -244,6 +252,12 @@ int rmq__conf_add_subscription_type(rmq_conf_t *conf, const char *topic, const c
  * option; for our own limits the message is ours and also names the option.
  */
 int rmq__conf_check(const rmq_conf_t *conf, char *errstr, size_t errstr_size);
+/*
+ * The part of rmq__conf_check about ACL keys and TLS settings (also used by `rmqlua send`):
+ * access_key needs secret_key and the other way round; TLS settings need use_tls; a client
+ * certificate needs its key; a trust file needs verification on. RMQ_OK or RMQ_ERR_CONFIG.
+ */
+int rmq__conf_check_security(const rmq_conf_t *conf, char *errstr, size_t errstr_size);
 
 /*
  * UtilAll.parseDate(ts, "yyyyMMddHHmmss") as Java's lenient SimpleDateFormat does it (month 13

@@ -64,7 +64,6 @@ void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int
 {
     int bs = c->conf->consume_message_batch_max_size;
     if (bs < 1) bs = 1;
-    size_t rlen = strlen(c->retry_topic);
     int k = 0;
     for (int i = 0; i < n; i++) {
         rmq_msg_t *m = msgs[i];
@@ -76,7 +75,7 @@ void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int
             rmq__msg_release(m);
             continue;
         }
-        rmq__msg_restore_retry_topic_for(m, c->retry_topic, rlen);
+        rmq__c_reset_retry_and_namespace(c, m);
         msgs[k++] = m;
     }
     if (c->orderly) {
@@ -215,9 +214,7 @@ static void fallback(sendback_t *sb)
     }
     char id[64], topic[512], err[256];
     msg_id_of(m, id);
-    size_t tl = m->topic_len < sizeof(topic) - 1 ? m->topic_len : sizeof(topic) - 1;
-    memcpy(topic, m->topic, tl);
-    topic[tl] = 0;
+    rmq__c_wire_topic(c, m, topic, sizeof topic);
     int rt = m->reconsume_times;
     if (sb->delay_level < 0 && rt < c->max_reconsume - 1) rt = c->max_reconsume - 1; /* DLQ */
     int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len, m->flag,
@@ -265,9 +262,9 @@ static void send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, int delay_
     rmq__cmd_set_ext(&cmd, "group", c->group);
     rmq__cmd_set_ext_i64(&cmd, "delayLevel", delay_level);
     rmq__cmd_set_ext(&cmd, "originMsgId", id);
-    char *topic = rmq__xstrndup(m->topic, m->topic_len);
+    char topic[512];
+    rmq__c_wire_topic(c, m, topic, sizeof topic); /* Java re-wraps msg.topic before sending */
     rmq__cmd_set_ext(&cmd, "originTopic", topic);
-    free(topic);
     rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);
     rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
     int rc = rmq__remoting_request(c->rt, addr, &cmd, RMQ_SENDBACK_TIMEOUT_MS, on_sendback, sb);
@@ -342,9 +339,9 @@ static void expire_send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, con
     rmq__cmd_set_ext(&cmd, "group", c->group);
     rmq__cmd_set_ext_i64(&cmd, "delayLevel", 3);
     rmq__cmd_set_ext(&cmd, "originMsgId", id);
-    char *topic = rmq__xstrndup(m->topic, m->topic_len);
+    char topic[512];
+    rmq__c_wire_topic(c, m, topic, sizeof topic);
     rmq__cmd_set_ext(&cmd, "originTopic", topic);
-    free(topic);
     rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);
     rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
     expire_sb_t *x = rmq__xcalloc(1, sizeof(*x));

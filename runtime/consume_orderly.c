@@ -419,9 +419,7 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         } else {
             rmq_msg_offset_msg_id(m, id);
         }
-        size_t tl = m->topic_len < sizeof(topic) - 1 ? m->topic_len : sizeof(topic) - 1;
-        memcpy(topic, m->topic, tl);
-        topic[tl] = 0;
+        rmq__c_wire_topic(c, m, topic, sizeof topic);
         /* RECONSUME_TIME >= max makes the broker store it in %DLQ%<group>. */
         int rt = m->reconsume_times > c->max_reconsume ? m->reconsume_times : c->max_reconsume;
         dlq_one_t *o = rmq__xcalloc(1, sizeof(*o));

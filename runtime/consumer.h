@@ -23,6 +23,10 @@ typedef struct rmq_consumer rmq_consumer_t;
 #define RMQ_CONSUMER_EXIT_OK 0      /* stopped on request; offsets persisted */
 #define RMQ_CONSUMER_EXIT_FAILURE 1 /* could not start or failed at run time (logged) */
 #define RMQ_CONSUMER_EXIT_CONFIG 2  /* configuration or script rejected before any connection */
+/* A broker's access control refused the consumer before it was established (wrong keys,
+ * unknown access key, missing permission): the message names access key, resource and
+ * permission. After the first heartbeat every broker accepted, refusals are logged instead. */
+#define RMQ_CONSUMER_EXIT_ACL 3
 
 /*
  * Create a consumer from conf (checked with checkConfig rules) and the consumer script at

@@ -26,6 +26,7 @@
 #include "remoting.h"
 #include "script.h"
 #include "subscription.h"
+#include "tls.h"
 
 #include <uv.h>
 
@@ -142,10 +143,18 @@ struct rmq_consumer {
     rmq_pool_t *pool;
     rmq_client_state_t state;
     int exit_code;
+    rmq_tls_ctx_t *tls;     /* use_tls: the client context (built in rmq__consumer_new) */
+    /* ACL: established once a heartbeat round was accepted by every broker; before that an
+     * ACL refusal stops the consumer (RMQ_CONSUMER_EXIT_ACL), afterwards it is logged (the
+     * same message at most once a minute). */
+    int acl_established;
+    char acl_last[768];
+    int64_t acl_last_ms;
 
     char client_id[256];
     char *group;            /* wire group (namespace-wrapped) */
     char *retry_topic;      /* "%RETRY%" + group */
+    size_t retry_topic_len;
     int max_reconsume;      /* -1 -> 16 (concurrent) or INT_MAX (orderly) */
     int orderly;            /* the script consumes with consume_orderly */
     int64_t start_ms;
@@ -204,6 +213,12 @@ const char *rmq__c_topic_addr(rmq_consumer_t *c, const char *topic);
 void rmq__c_heartbeat_all(rmq_consumer_t *c);
 void rmq__c_refresh_routes(rmq_consumer_t *c);
 int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
+/* wrapNamespace(ns, r) (PROTOCOL.md 9): a new string. */
+char *rmq__c_ns_wrap(const char *ns, const char *r);
+/* Before the handler: the retry topic restored, the namespace stripped (PROTOCOL.md 6.12). */
+void rmq__c_reset_retry_and_namespace(rmq_consumer_t *c, rmq_msg_t *m);
+/* m's topic with the namespace wrapped back on (send-back, re-send, DLQ), NUL-terminated. */
+void rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m, char *buf, size_t size);
 
 /* rebalance.c */
 void rmq__rb_wakeup(rmq_consumer_t *c);

@@ -11,6 +11,7 @@
  */
 #include "devbroker_int.h"
 #include "message.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -45,6 +46,17 @@ static const char usage_text[] =
     "  --lock-expire-ms N        queue lock expiry (default 60000)\n"
     "  --log-level L             error, warn, info (default) or debug\n"
     "  --log-debug CATS          debug categories: remoting,broker,... or all\n"
+    "  --acl FILE                check every broker request against FILE, a plain_acl.yml\n"
+    "                            (accounts: accessKey, secretKey, admin, defaultTopicPerm,\n"
+    "                            defaultGroupPerm, topicPerms, groupPerms, whiteRemoteAddress;\n"
+    "                            globalWhiteRemoteAddresses), as PlainAccessValidator does;\n"
+    "                            refusals are answered SYSTEM_ERROR with the AclException text\n"
+    "  --tls-cert FILE           serve TLS with this PEM certificate chain (with --tls-key)\n"
+    "  --tls-key FILE            its PEM private key\n"
+    "  --tls-key-password P      the key's password\n"
+    "  --tls-mode MODE           permissive (default: plain and TLS clients on one port, told\n"
+    "                            apart by their first byte) or enforcing (plain ones refused)\n"
+    "  --tls-verify-client CA    require client certificates signed by the CAs in file CA\n"
     "  --store DIR               also append messages to DIR/<broker>/commitlog and recover\n"
     "                            them at start. Nothing answered is lost on kill -9 (no fsync:\n"
     "                            a machine crash can lose recent writes); lost on kill -9: the\n"
@@ -167,6 +179,23 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             o->lock_expire_ms = n;
         } else if (!strcmp(a, "--store")) {
             o->store_dir = v;
+        } else if (!strcmp(a, "--acl")) {
+            o->acl_file = v;
+        } else if (!strcmp(a, "--tls-cert")) {
+            o->tls_cert = v;
+        } else if (!strcmp(a, "--tls-key")) {
+            o->tls_key = v;
+        } else if (!strcmp(a, "--tls-key-password")) {
+            o->tls_key_password = v;
+        } else if (!strcmp(a, "--tls-verify-client")) {
+            o->tls_verify_client = v;
+        } else if (!strcmp(a, "--tls-mode")) {
+            if (strcmp(v, "permissive") && strcmp(v, "enforcing")) {
+                rmq__seterr(errstr, errstr_size,
+                            "--tls-mode must be permissive or enforcing, not '%s'", v);
+                goto bad;
+            }
+            o->tls_enforcing = !strcmp(v, "enforcing");
         } else if (!strcmp(a, "--log-debug")) {
             o->log_debug = v;
         } else if (!strcmp(a, "--log-level")) {
@@ -183,6 +212,16 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             rmq__seterr(errstr, errstr_size, "unknown option %s (see --help)", a);
             goto bad;
         }
+    }
+    if (!o->tls_cert != !o->tls_key) {
+        rmq__seterr(errstr, errstr_size, "--tls-cert and --tls-key go together");
+        goto bad;
+    }
+    if (!o->tls_cert && (o->tls_key_password || o->tls_verify_client || o->tls_enforcing)) {
+        rmq__seterr(errstr, errstr_size, "%s needs --tls-cert and --tls-key",
+                    o->tls_key_password ? "--tls-key-password"
+                    : o->tls_verify_client ? "--tls-verify-client" : "--tls-mode enforcing");
+        goto bad;
     }
     o->topics = topics;
     o->n_topics = nt;
@@ -344,6 +383,8 @@ static void gate(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
         if (node->h[i].code == req->code) fn = node->h[i].fn;
     if (!fn) return; /* not installed: cannot happen */
     record(node, req);
+    /* The broker's ACL RPC hook runs before the processor (the name server checks nothing). */
+    if (node->db->acl && !node->is_ns && rmq__db_acl_check(node->db->acl, conn, req)) return;
 
     for (db_fault_t **pf = &node->faults; *pf; pf = &(*pf)->next) {
         db_fault_t *f = *pf;
@@ -415,6 +456,8 @@ static int node_up(db_node_t *node, char *errstr, size_t errstr_size)
     ro.close_on_timeout = -1;
     ro.on_close = node_on_close;
     ro.ud = node;
+    ro.tls_server = node->db->tls;
+    ro.tls_enforcing = node->db->tls_enforcing;
     int rc = rmq__remoting_new(&ro, &node->t, errstr, errstr_size);
     if (rc) return rc;
     for (int i = 0; i < node->nh; i++)
@@ -594,6 +637,8 @@ static void db_free(rmq_devbroker_t *db)
     }
     free(db->cluster);
     free(db->remote_ns);
+    rmq__tls_ctx_release(db->tls);
+    rmq__db_acl_free(db->acl);
     uv_mutex_destroy(&db->mu);
     uv_cond_destroy(&db->cond);
     free(db);
@@ -654,6 +699,20 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
     db->async.data = db;
     uv_timer_init(&db->loop, &db->scan_timer);
     db->scan_timer.data = db;
+    /* Certificates and the ACL file are read now, before the broker thread runs. */
+    if (o->tls_cert) {
+        rmq_tls_server_conf_t tc = {.cert_path = o->tls_cert,
+                                    .key_path = o->tls_key,
+                                    .key_password = o->tls_key_password,
+                                    .client_ca_path = o->tls_verify_client};
+        rc = rmq__tls_ctx_server(&tc, &db->tls, errstr, errstr_size);
+        if (rc) goto fail;
+        db->tls_enforcing = o->tls_enforcing;
+    }
+    if (o->acl_file) {
+        rc = rmq__db_acl_load(o->acl_file, &db->acl, errstr, errstr_size);
+        if (rc) goto fail;
+    }
 
     if (o->name_server) {
         db->remote_ns = rmq__xstrdup(o->name_server);
@@ -1074,6 +1133,32 @@ RMQ_EXPORT int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int re
                 ret = (int)strlen(v);
                 if (size) snprintf(buf, size, "%s", v);
             }
+            rmq__cmd_free(&c);
+        }
+        break;
+    }
+    uv_mutex_unlock(&db->mu);
+    return ret;
+}
+
+RMQ_EXPORT int rmq_devbroker_request_body(rmq_devbroker_t *db, int target, int req_code, int idx,
+                                          char *buf, size_t size)
+{
+    int ret = -1;
+    uv_mutex_lock(&db->mu);
+    int total = recs_locked(db, target, req_code);
+    if (idx < 0) idx += total;
+    int i = 0;
+    for (db_rec_t *r = db->recs; r && idx >= 0; r = r->next) {
+        if (!rec_match(r, target, req_code)) continue;
+        if (i++ != idx) continue;
+        rmq_cmd_t c;
+        char err[128];
+        /* A big request's record kept its header only: its body reads as empty. */
+        if (r->frame && rmq__cmd_decode(r->frame, &c, err, sizeof err) == 0) {
+            ret = (int)c.body_len;
+            size_t k = c.body_len < size ? c.body_len : size;
+            if (k) memcpy(buf, c.body, k);
             rmq__cmd_free(&c);
         }
         break;

@@ -72,6 +72,13 @@ typedef struct rmq_devbroker_opts {
     /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */
     int log_level;
     const char *log_debug; /* debug categories ("remoting,broker") or NULL */
+    /* Security (devbroker_acl.c, tls.h) */
+    const char *acl_file;          /* plain_acl.yml: the brokers check every request */
+    const char *tls_cert;          /* PEM certificate chain: serve TLS (with tls_key) */
+    const char *tls_key;           /* PEM private key */
+    const char *tls_key_password;  /* or NULL */
+    int tls_enforcing;             /* --tls-mode enforcing (default permissive, as Java's) */
+    const char *tls_verify_client; /* CA file: require client certificates it signed */
 } rmq_devbroker_opts_t;
 
 /*
@@ -146,6 +153,12 @@ RMQ_EXPORT void rmq_devbroker_reset_counts(rmq_devbroker_t *db);
  */
 RMQ_EXPORT int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
                                          const char *key, char *buf, size_t size);
+/*
+ * The body of the same request (copied into buf, truncated to size). Returns the body length, or
+ * -1 when there is no such request. Requests bigger than 4 KiB were recorded without their body.
+ */
+RMQ_EXPORT int rmq_devbroker_request_body(rmq_devbroker_t *db, int target, int req_code, int idx,
+                                          char *buf, size_t size);
 /* Create or update a topic on broker (or ALL) with `queues` read and write queues. */
 RMQ_EXPORT int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic,
                                           int queues);

@@ -250,6 +250,9 @@ struct rmq_devbroker {
     int default_queues;
     double delay_scale;
     int64_t max_bytes, channel_expire_ms, lock_expire_ms;
+    struct rmq_tls_ctx *tls; /* --tls-cert/--tls-key: name server and brokers serve TLS */
+    int tls_enforcing;       /* --tls-mode enforcing: plain clients are refused */
+    struct db_acl *acl;      /* --acl: the brokers check every request */
 
     int has_ns;
     db_node_t ns;
@@ -335,6 +338,15 @@ void rmq__db_slaves_sync(struct rmq_devbroker *db, int64_t now_mono);
  * (at most RMQ_DEVBROKER_MAX_SLAVES + 1). */
 int rmq__db_group_addrs(struct rmq_devbroker *db, db_broker_t *b, int64_t *ids,
                         const char **addrs);
+
+/* devbroker_acl.c: --acl FILE (plain_acl.yml), checked on every broker request */
+typedef struct db_acl db_acl_t;
+/* Read and check the file (before the broker thread starts). 0 or RMQ_ERR_CONFIG naming it. */
+int rmq__db_acl_load(const char *path, db_acl_t **out, char *errstr, size_t errstr_size);
+void rmq__db_acl_free(db_acl_t *acl);
+/* 0: allowed. Else the request was refused and answered (not for oneway) and must not be
+ * served. Broker thread. */
+int rmq__db_acl_check(const db_acl_t *acl, rmq_conn_t *conn, const rmq_cmd_t *req);
 
 /* devbroker_ns.c */
 void rmq__db_ns_install(struct rmq_devbroker *db);

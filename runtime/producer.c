@@ -139,6 +139,7 @@ struct rmq_producer {
     int64_t route_poll_ms;
     int64_t route_timeout_ms;
     int64_t max_message_size;
+    int unit_mode;
 
     topic_t *topics;
     topic_t *last_topic; /* cache for the common case of one topic */
@@ -592,10 +593,10 @@ static int build_send(rmq_producer_t *p, req_t *r, const pub_queue_t *q, rmq_cmd
     /* The properties may contain any bytes but NUL; they are NUL-terminated in r->data. */
     rc |= rmq__cmd_set_ext(c, "i", r->props);
     rc |= rmq__cmd_set_ext(c, "j", i64s(r->reconsume_times, nb));
-    rc |= rmq__cmd_set_ext_bool(c, "k", 0);
+    rc |= rmq__cmd_set_ext_bool(c, "k", p->unit_mode); /* unitMode */
     if (r->max_reconsume_times >= 0)
         rc |= rmq__cmd_set_ext(c, "l", i64s(r->max_reconsume_times, nb));
-    rc |= rmq__cmd_set_ext_bool(c, "m", 0);
+    rc |= rmq__cmd_set_ext_bool(c, "m", 0); /* batch */
     c->body = r->body;
     c->body_len = r->body_len;
     return rc ? RMQ_ERR_NOMEM : 0;
@@ -1042,6 +1043,7 @@ int rmq__producer_new(uv_loop_t *loop, rmq_remoting_t *t, const rmq_producer_opt
     p->route_poll_ms = o->route_poll_ms ? o->route_poll_ms : RMQ_PRODUCER_ROUTE_POLL_MS;
     p->route_timeout_ms = o->route_timeout_ms ? o->route_timeout_ms : RMQ_PRODUCER_ROUTE_TIMEOUT_MS;
     p->max_message_size = o->max_message_size ? o->max_message_size : RMQ_PRODUCER_MAX_MESSAGE_SIZE;
+    p->unit_mode = o->unit_mode != 0;
     rmq__buf_init(&p->pbuf);
     rmq__buf_init(&p->zbuf);
     uv_timer_init(loop, &p->route_timer);

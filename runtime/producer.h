@@ -55,6 +55,9 @@ typedef struct rmq_producer_opts {
     int64_t route_poll_ms;    /* 0 = RMQ_PRODUCER_ROUTE_POLL_MS */
     int64_t route_timeout_ms; /* 0 = RMQ_PRODUCER_ROUTE_TIMEOUT_MS */
     int64_t max_message_size; /* 0 = RMQ_PRODUCER_MAX_MESSAGE_SIZE */
+    /* unitMode of every send (SendMessageRequestHeader.unitMode): the consumer's unit_mode for
+     * its re-sends, as the inner producer gets it through ClientConfig.resetClientConfig. */
+    int unit_mode;
 } rmq_producer_opts_t;
 
 /* One property. val NULL removes the key (set earlier in the same list or by the producer). */

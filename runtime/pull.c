@@ -10,6 +10,8 @@
  */
 #include "consumer_int.h"
 
+#include "acl.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,8 +279,10 @@ static void on_pull_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         exception_later(q);
         break;
     default:
-        rmq_log_warn("pull", "%s: pull answered %s: %s", q->name, rmq_err_name(resp->code),
-                     resp->remark ? resp->remark : "");
+        /* An ACL refusal was reported already (client.c on_acl_refused, once a minute). */
+        if (!rmq__acl_refused(resp))
+            rmq_log_warn("pull", "%s: pull answered %s: %s", q->name, rmq_err_name(resp->code),
+                         resp->remark ? resp->remark : "");
         exception_later(q);
         break;
     }

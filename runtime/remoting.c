@@ -13,11 +13,16 @@
  * batch goes to libuv as one uv_write from the transport's idle handle (once per loop turn),
  * when it grows past BATCH_MAX_BYTES/BATCH_MAX_SEGS, or right before the connection closes.
  * A batch in flight holds a connection reference; its written callbacks run when it completes.
+ * A connection may own a TLS session (tls.c; the "TLS" section below holds the hooks): reads go
+ * through it into the framer, writes through it as ciphertext; it is freed with the handle.
+ * Plain connections never touch it. With ACL keys, request_on signs each request (acl.c).
  * Threads: the loop thread of opts.loop only.
  */
 #include "remoting.h"
+#include "acl.h"
 #include "codes.h"
 #include "dial.h"
+#include "tls.h"
 
 #include <netdb.h>
 #include <stdio.h>
@@ -157,6 +162,9 @@ struct rmq_conn {
     void *ud;
     char addr[80];
     rmq_framer_t framer;
+    rmq_tls_t *tls; /* the TLS session (see "TLS" below), or NULL: plain */
+    int sniff;      /* accepted by a TLS listener: the first byte read decides */
+    int reading;    /* uv_read_start done */
 };
 
 typedef struct handler_slot {
@@ -199,6 +207,8 @@ struct rmq_remoting {
     int ns_idx;
 
     rmq_remoting_stats_t st; /* conns and pending are filled in by rmq__remoting_stats */
+
+    char *acl_ak, *acl_sk, *acl_token; /* copies of the opts' ACL keys (acl_ak NULL: unsigned) */
 };
 
 static const char *const state_names[] = {"WAITING", "CONNECTING", "OPEN", "CLOSING", "CLOSED"};
@@ -476,7 +486,8 @@ static void on_timer(uv_timer_t *tm)
         } else if (c->state == RMQ_CONN_WAITING) {
             start_connect(c);
         } else if (c->state == RMQ_CONN_CONNECTING) {
-            snprintf(msg, sizeof msg, "connect to %s timed out after %lld ms", c->addr,
+            snprintf(msg, sizeof msg, "%s %s timed out after %lld ms",
+                     c->tls ? "TLS handshake with" : "connect to", c->addr,
                      (long long)t->opts.connect_timeout_ms);
             rmq_log_warn(SUB(t), "%s", msg);
             c->connect_failed = 1;
@@ -493,6 +504,14 @@ static void on_timer(uv_timer_t *tm)
 }
 
 /* ---- writing --------------------------------------------------------------------------------- */
+
+/* uv_write on c's socket, through its TLS session when it has one (no copy when plain). */
+static int conn_write(rmq_conn_t *c, uv_write_t *req, const uv_buf_t *bufs, unsigned n,
+                      uv_write_cb cb)
+{
+    if (RMQ_UNLIKELY(c->tls != NULL)) return rmq__tls_write(c->tls, req, bufs, n, cb);
+    return uv_write(req, (uv_stream_t *)&c->tcp, bufs, n, cb);
+}
 
 static void wreq_done(wreq_t *w, int status)
 {
@@ -521,7 +540,7 @@ static void on_write(uv_write_t *req, int status)
 /* Hand w to libuv; on a synchronous failure the connection is closed at the next timer run. */
 static int wreq_issue(rmq_conn_t *c, wreq_t *w)
 {
-    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, w->bufs, w->nbufs, on_write);
+    int rc = conn_write(c, &w->req, w->bufs, w->nbufs, on_write);
     if (rc < 0) {
         snprintf(c->doom_why, sizeof c->doom_why, "write failed: %s", uv_strerror(rc));
         rmq_log_warn(SUB(c->t), "write to %s failed: %s", c->addr, uv_strerror(rc));
@@ -597,7 +616,7 @@ static void batch_flush(rmq_conn_t *c)
         b->bufs[i] = uv_buf_init(sg->ext ? (char *)sg->ext : b->data.data + sg->off,
                                  (unsigned)sg->len);
     }
-    int rc = uv_write(&b->req, (uv_stream_t *)&c->tcp, b->bufs, b->nsegs, on_batch_write);
+    int rc = conn_write(c, &b->req, b->bufs, b->nsegs, on_batch_write);
     if (rc < 0) {
         snprintf(c->doom_why, sizeof c->doom_why, "write failed: %s", uv_strerror(rc));
         rmq_log_warn(SUB(c->t), "write to %s failed: %s", c->addr, uv_strerror(rc));
@@ -843,6 +862,11 @@ static void transport_free(rmq_remoting_t *t)
         c->t = NULL;
     }
     free(t->hash);
+    rmq__tls_ctx_release(t->opts.tls_client);
+    rmq__tls_ctx_release(t->opts.tls_server);
+    free(t->acl_ak);
+    free(t->acl_sk);
+    free(t->acl_token);
     free(t);
     if (cb) cb(ud);
 }
@@ -858,6 +882,8 @@ static void on_handle_close(uv_handle_t *h)
     rmq_remoting_t *t = c->t;
     set_state(c, RMQ_CONN_CLOSED);
     rmq__framer_reset(&c->framer);
+    rmq__tls_free(c->tls); /* every write callback has run */
+    c->tls = NULL;
     rmq__conn_release(c); /* the transport's reference */
     handle_closed(t);
 }
@@ -893,6 +919,8 @@ static void dispatch(rmq_conn_t *c, rmq_cmd_t *cmd)
         }
         pending_unlink(t, p);
         t->st.responses_recv++;
+        if (RMQ_UNLIKELY(t->opts.on_acl_refused != NULL) && rmq__acl_refused(cmd))
+            t->opts.on_acl_refused(t->opts.ud, c->addr, p->code, cmd);
         p->cb(p->ud, 0, cmd, "");
         free(p);
         return;
@@ -908,6 +936,9 @@ static void dispatch(rmq_conn_t *c, rmq_cmd_t *cmd)
     else
         reply_not_supported(c, cmd);
 }
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 static void on_frame(void *ud, rmq_rbuf_t *frame)
 {
@@ -938,12 +969,122 @@ static void on_frame(void *ud, rmq_rbuf_t *frame)
     rmq__cmd_free(&cmd);
 }
 
+/* ---- TLS (tls.c runs the protocol; these are a connection's hooks into it) ------------------- */
+
+static void connected(rmq_conn_t *c);
+
+static void tls_alloc(void *ud, char **base, size_t *len)
+{
+    rmq_conn_t *c = ud;
+    rmq__framer_alloc(&c->framer, base, len);
+}
+
+/* Plaintext read into the framer's area (also a plain connection's first bytes on a TLS
+ * listener). Returns non-zero once the connection is no longer OPEN. */
+static int tls_commit(void *ud, char *base, size_t n)
+{
+    rmq_conn_t *c = ud;
+    char err[200], why[300];
+    if (c->state != RMQ_CONN_OPEN) return 1;
+    int rc = rmq__framer_commit(&c->framer, base, n, on_frame, c, err, sizeof err);
+    if (rc && c->state == RMQ_CONN_OPEN) {
+        snprintf(why, sizeof why, "malformed frame: %s", err);
+        rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
+                      err);
+        c->t->st.malformed++;
+        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
+    }
+    return c->state != RMQ_CONN_OPEN;
+}
+
+static int tls_established(void *ud)
+{
+    rmq_conn_t *c = ud;
+    char d[96];
+    rmq_dbg(RMQ_DBG_REMOTING, SUB(c->t), "connection %s%s: TLS established (%s)", c->addr,
+            c->is_server ? " (accepted)" : "", rmq__tls_describe(c->tls, d, sizeof d));
+    if (!c->is_server) connected(c); /* CONNECTING -> OPEN, queued requests go out */
+    return c->state != RMQ_CONN_OPEN;
+}
+
+static const rmq_tls_io_t tls_io = {tls_alloc, tls_commit, tls_established};
+
+/* The handshake failed: on the client side a failed connect (backoff, next name server). */
+static void tls_failed(rmq_conn_t *c, const char *reason)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, "TLS handshake %s %s failed: %s", c->is_server ? "from" : "with",
+             c->addr, reason);
+    rmq_log_warn(SUB(c->t), "%s", msg);
+    if (!c->is_server) c->connect_failed = 1;
+    conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
+}
+
+/* Client, TCP connected: start the handshake; the connection stays CONNECTING until it ends. */
+static void tls_begin(rmq_conn_t *c)
+{
+    char err[256];
+    c->tls = rmq__tls_new(c->t->opts.tls_client, (uv_stream_t *)&c->tcp, &tls_io, c,
+                          c->host_name ? c->host : NULL, err, sizeof err);
+    if (!c->tls) {
+        tls_failed(c, err);
+        return;
+    }
+    int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (rc < 0) {
+        tls_failed(c, uv_strerror(rc));
+        return;
+    }
+    c->reading = 1;
+    if (rmq__tls_start(c->tls, err, sizeof err)) tls_failed(c, err);
+}
+
+/* n bytes read on a TLS connection, or the first ones on a TLS listener's connection. */
+static void tls_read(rmq_conn_t *c, size_t n, const uv_buf_t *buf)
+{
+    rmq_remoting_t *t = c->t;
+    char err[256], why[300];
+    c->last_io = now_ms(t);
+    t->st.bytes_in += n;
+    if (c->sniff) {
+        /* NettyRemotingServer.TlsModeHandler: peek at the first byte. */
+        c->sniff = 0;
+        if ((unsigned char)buf->base[0] != RMQ_TLS_HANDSHAKE_MAGIC) {
+            if (t->opts.tls_enforcing) {
+                rmq_log_warn(SUB(t), "%s: plain connection refused, TLS is enforced", c->addr);
+                conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT,
+                           "plain connection refused, TLS is enforced");
+                return;
+            }
+            tls_commit(c, buf->base, n); /* plain: the bytes are in the framer's area already */
+            return;
+        }
+        c->tls = rmq__tls_new(t->opts.tls_server, (uv_stream_t *)&c->tcp, &tls_io, c, NULL, err,
+                              sizeof err);
+        if (!c->tls) {
+            tls_failed(c, err);
+            return;
+        }
+    }
+    if (rmq__tls_feed(c->tls, buf->base, n, err, sizeof err) == 0) return;
+    if (!rmq__tls_established(c->tls)) {
+        tls_failed(c, err);
+        return;
+    }
+    snprintf(why, sizeof why, "TLS: %s", err);
+    rmq_log_warn(SUB(t), "connection %s: %s; closing it", c->addr, why);
+    conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     rmq_conn_t *c = h->data;
     char *base;
     size_t len;
-    rmq__framer_alloc(&c->framer, &base, &len);
+    if (RMQ_UNLIKELY(c->tls != NULL))
+        rmq__tls_read_buf(c->tls, &base, &len);
+    else
+        rmq__framer_alloc(&c->framer, &base, &len);
     buf->base = base;
     buf->len = len;
 }
@@ -953,9 +1094,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     rmq_conn_t *c = s->data;
     char err[200], why[300];
     if (nread == 0) return;
-    if (c->state != RMQ_CONN_OPEN || !c->t) return;
+    if (!c->t || (c->state != RMQ_CONN_OPEN && !(c->tls && c->state == RMQ_CONN_CONNECTING)))
+        return;
     rmq__conn_keep(c);
-    if (nread > 0) {
+    if (RMQ_UNLIKELY((c->tls != NULL || c->sniff) && nread > 0)) {
+        tls_read(c, (size_t)nread, buf);
+    } else if (nread > 0) {
         c->last_io = now_ms(c->t);
         c->t->st.bytes_in += (uint64_t)nread;
         int rc =
@@ -972,8 +1116,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             snprintf(why, sizeof why, "closed by peer");
         else
             snprintf(why, sizeof why, "read failed: %s", uv_strerror((int)nread));
-        rmq_log_info(SUB(c->t), "connection %s %s", c->addr, why);
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
+        if (RMQ_UNLIKELY(c->tls && !c->is_server && !rmq__tls_established(c->tls))) {
+            tls_failed(c, nread == UV_EOF ? "closed by the server (does it serve TLS?)" : why);
+        } else {
+            rmq_log_info(SUB(c->t), "connection %s %s", c->addr, why);
+            conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
+        }
     }
     rmq__conn_release(c);
 }
@@ -985,7 +1133,8 @@ static void conn_opened(rmq_conn_t *c)
     set_state(c, RMQ_CONN_OPEN);
     c->last_io = now_ms(t);
     uv_tcp_nodelay(&c->tcp, 1);
-    int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    int rc = c->reading ? 0 : uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    c->reading = 1;
     if (rc < 0) {
         char msg[200];
         snprintf(msg, sizeof msg, "read start failed: %s", uv_strerror(rc));
@@ -1059,6 +1208,17 @@ static int parse_addr(rmq_conn_t *c, const char *addr, char *err, size_t errsz)
     return 0;
 }
 
+/* A client connection is up (TCP, and TLS when on): OPEN, backoff reset. */
+static void connected(rmq_conn_t *c)
+{
+    if (c->peer) {
+        c->peer->fails = 0;
+        c->peer->retry_at = 0;
+    }
+    c->t->st.connects++;
+    conn_opened(c);
+}
+
 static void on_connect(uv_connect_t *req, int status)
 {
     rmq_conn_t *c = req->data;
@@ -1072,13 +1232,10 @@ static void on_connect(uv_connect_t *req, int status)
         rmq_log_warn(SUB(c->t), "%s", msg);
         c->connect_failed = 1;
         conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
+    } else if (c->t->opts.tls_client) {
+        tls_begin(c); /* OPEN (and the backoff reset) once the handshake finished */
     } else {
-        if (c->peer) {
-            c->peer->fails = 0;
-            c->peer->retry_at = 0;
-        }
-        c->t->st.connects++;
-        conn_opened(c);
+        connected(c);
     }
     rmq__conn_release(c);
 }
@@ -1106,13 +1263,10 @@ static void on_dialed(void *ud, int status, uv_os_sock_t fd, const char *report)
             snprintf(why, sizeof why, "%s", uv_strerror(rc));
             status = RMQ_ERR_TRANSPORT;
             report = why;
+        } else if (t->opts.tls_client) {
+            tls_begin(c); /* OPEN (and the backoff reset) once the handshake finished */
         } else {
-            if (c->peer) {
-                c->peer->fails = 0;
-                c->peer->retry_at = 0;
-            }
-            t->st.connects++;
-            conn_opened(c);
+            connected(c);
         }
     } else if (status == 0) {
         close(fd); /* closed meanwhile */
@@ -1244,6 +1398,9 @@ static int request_on(rmq_remoting_t *t, rmq_conn_t *c, rmq_cmd_t *req, int64_t 
     int oneway = (flags & RMQ_REQF_ONEWAY) != 0;
     if (oneway ? cb != NULL : (cb == NULL || timeout_ms <= 0)) return RMQ_ERR_INVALID;
     if (c->state >= RMQ_CONN_CLOSING) return RMQ_ERR_TRANSPORT;
+    /* AclClientRPCHook.doBeforeRequest: every request, sync, async or oneway. */
+    if (t->acl_ak && rmq__acl_sign(req, t->acl_ak, t->acl_sk, t->acl_token))
+        return RMQ_ERR_NOMEM;
     req->opaque = (int32_t)t->next_opaque++;
     req->flag &= ~(RMQ_FLAG_RESPONSE | RMQ_FLAG_ONEWAY);
     if (oneway) req->flag |= RMQ_FLAG_ONEWAY;
@@ -1383,6 +1540,7 @@ static void on_connection(uv_stream_t *server, int status)
         snprintf(c->addr, sizeof c->addr, "(unknown peer)");
     rmq_log_info(SUB(t), "accepted connection from %s", c->addr);
     t->st.accepts++;
+    c->sniff = t->opts.tls_server != NULL;
     conn_opened(c);
 }
 
@@ -1588,6 +1746,14 @@ int rmq__remoting_new(const rmq_remoting_opts_t *opts, rmq_remoting_t **out, cha
     if (t->opts.reconnect_max_ms < t->opts.reconnect_min_ms)
         t->opts.reconnect_max_ms = t->opts.reconnect_min_ms;
     if (t->opts.close_on_timeout == 0) t->opts.close_on_timeout = 1;
+    if (opts->tls_client) rmq__tls_ctx_keep(opts->tls_client);
+    if (opts->tls_server) rmq__tls_ctx_keep(opts->tls_server);
+    if (opts->acl_access_key && *opts->acl_access_key) {
+        t->acl_ak = rmq__xstrdup(opts->acl_access_key);
+        t->acl_sk = rmq__xstrdup(opts->acl_secret_key ? opts->acl_secret_key : "");
+        if (opts->acl_security_token) t->acl_token = rmq__xstrdup(opts->acl_security_token);
+    }
+    t->opts.acl_access_key = t->opts.acl_secret_key = t->opts.acl_security_token = NULL;
     t->loop = opts->loop;
     t->timer_at = -1;
     list_init(&t->conns);

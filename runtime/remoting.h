@@ -130,7 +130,25 @@ typedef struct rmq_remoting_opts {
     int serialize;
     rmq_conn_open_cb on_open;   /* optional */
     rmq_conn_close_cb on_close; /* optional */
-    void *ud;                   /* passed to on_open / on_close */
+    void *ud;                   /* passed to on_open / on_close / on_acl_refused */
+    /* ---- security (tls.h, acl.h) ---- */
+    /* Connections this side makes are TLS with this context (ClientConfig.useTLS): name servers
+     * and brokers alike. A connection is OPEN once its handshake finished; a failed handshake is
+     * a failed connect (backoff), its message names the address and OpenSSL's reason. The
+     * transport keeps a reference. NULL = plain. */
+    struct rmq_tls_ctx *tls_client;
+    /* Accepted connections: with a context, the first byte decides (TlsModeHandler): 0x16
+     * starts a TLS session, anything else is plain, refused (closed) in enforcing mode. */
+    struct rmq_tls_ctx *tls_server;
+    int tls_enforcing; /* with tls_server: plain clients are refused */
+    /* Sign every request sent, name servers and brokers (AclClientRPCHook; responses are never
+     * signed). Copied. NULL / "" access key = no signing. */
+    const char *acl_access_key;
+    const char *acl_secret_key;
+    const char *acl_security_token; /* optional */
+    /* A response that is an ACL refusal (acl.h rmq__acl_refused) to a request of code req_code
+     * sent to addr; runs just before the request's own callback. Optional. */
+    void (*on_acl_refused)(void *ud, const char *addr, int32_t req_code, const rmq_cmd_t *resp);
 } rmq_remoting_opts_t;
 
 /* Create a transport on opts->loop. Returns 0 or RMQ_ERR_INVALID (errstr says which option). */

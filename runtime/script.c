@@ -50,6 +50,11 @@ static int apply_conf(lua_State *L, int si, const char *path, unsigned hooks, rm
         const char *value = lua_tostring(L, -2);
         int line = (int)lua_tointeger(L, -1);
         if (!strcmp(name, "allocate_message_queue_strategy")) strategy_set = 1;
+        if (!strcmp(name, "message_listener")) {
+            rmq__seterr(errstr, errstr_size, "%s:%d: %s", path, line, RMQ_SCRIPT_LISTENER_MSG);
+            lua_pop(L, 5);
+            return RMQ_ERR_CONFIG;
+        }
         if (rmq__conf_set(conf, name, value, err, sizeof(err))) {
             rmq__seterr(errstr, errstr_size, "%s:%d: %s", path, line, err);
             lua_pop(L, 5);

@@ -69,4 +69,9 @@ int rmq__script_allocate(rmq_script_t *s, const char *group, const char *client_
 void rmq__script_on_assign(rmq_script_t *s, const rmq_mq_t *mqs, int n);
 void rmq__script_on_revoke(rmq_script_t *s, const rmq_mq_t *mqs, int n);
 
+/* Why a script or --set may not set message_listener. */
+#define RMQ_SCRIPT_LISTENER_MSG                                                                    \
+    "option message_listener is set by the runtime from the script's hooks (consume: "             \
+    "CONCURRENTLY, consume_orderly: ORDERLY); a script does not set it"
+
 #endif

@@ -24,6 +24,8 @@ int rmq_devbroker_wait(rmq_devbroker_t *db, int target, int req_code, int n, int
 void rmq_devbroker_reset_counts(rmq_devbroker_t *db);
 int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
                               const char *key, char *buf, size_t size);
+int rmq_devbroker_request_body(rmq_devbroker_t *db, int target, int req_code, int idx,
+                               char *buf, size_t size);
 int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic, int queues);
 int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const char *topic, int queue_id,
                               const char *tags, const char *keys, const char *body, size_t body_len);

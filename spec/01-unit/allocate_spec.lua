@@ -326,3 +326,32 @@ describe("Java orderings", function()
     assert.are.same({ "S/z/0", "T/a/5", "T/b/2", "T/b/10" }, got)
   end)
 end)
+
+describe("MACHINE_ROOM_NEARBY options", function()
+  -- Two rooms (roomA, roomB), two brokers with 4 queues each, two consumers per room.
+  local mqs, cids = {}, { "roomA_c1@x", "roomA_c2@x", "roomB_c1@x", "roomB_c2@x" }
+  for _, b in ipairs { "roomA_b1", "roomB_b1" } do
+    for q = 0, 3 do mqs[#mqs + 1] = { topic = "T", brokerName = b, queueId = q } end
+  end
+  local function plan(cid, extra)
+    local conf = ffi.gc(lib.rmq_conf_new(), lib.rmq_conf_destroy)
+    set(conf, "allocate_message_queue_strategy", "MACHINE_ROOM_NEARBY")
+    for k, v in pairs(extra) do set(conf, k, v) end
+    return assert(allocate(conf, cid, mqs, cids, true))
+  end
+
+  it("machine_room_separator says where the machine room ends in names", function()
+    -- "_": roomA's consumers share roomA's queues only.
+    assert.are.same({ "T/roomA_b1/0", "T/roomA_b1/1" }, plan("roomA_c1@x", { machine_room_separator = "_" }))
+    -- The default "-" finds no room in these names: every name is a room of its own, so no
+    -- consumer is in a broker's room and each broker's queues are spread over all consumers.
+    assert.are.same({ "T/roomA_b1/0", "T/roomB_b1/0" }, plan("roomA_c1@x", {}))
+    assert.are.same({ "T/roomA_b1/1", "T/roomB_b1/1" }, plan("roomA_c2@x", {}))
+    assert.are.same({ "T/roomA_b1/2", "T/roomA_b1/3" }, plan("roomA_c2@x", { machine_room_separator = "_" }))
+  end)
+
+  it("allocate_nearby_inner_strategy is the strategy inside a room", function()
+    assert.are.same({ "T/roomA_b1/0", "T/roomA_b1/2" }, plan("roomA_c1@x",
+      { machine_room_separator = "_", allocate_nearby_inner_strategy = "AVG_BY_CIRCLE" }))
+  end)
+end)

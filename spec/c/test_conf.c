@@ -35,6 +35,7 @@ static void test_conf_lifecycle(void)
           (int)(RMQ_DBG_REMOTING | RMQ_DBG_PULL));
     CHECK(rmq__log_debug_parse("", err, sizeof(err)) == 0);
     CHECK(rmq__conf_set(c, "secret_key", "s3cret", err, sizeof(err)) == RMQ_OK);
+    CHECK(rmq__conf_set(c, "access_key", "app_key", err, sizeof(err)) == RMQ_OK);
     CHECK(rmq__conf_set(c, "namespace", NULL, err, sizeof(err)) == RMQ_OK);
     CHECK(rmq__conf_set(c, "pull_batch_size", NULL, err, sizeof(err)) == RMQ_ERR_CONFIG);
     CHECK(rmq__conf_add_subscription(c, "T", "TagA || TagB", err, sizeof(err)) == RMQ_OK);
@@ -186,8 +187,50 @@ static void test_acl_sign(void)
     rmq__cmd_free(&c);
 }
 
+/* ACL keys and TLS settings that would be ignored are refused by name; unsupported options
+ * accept their default only. */
+static void test_security_checks(void)
+{
+    char err[1024];
+    static const struct {
+        const char *k1, *v1, *k2, *v2, *want;
+    } bad[] = {
+        {"access_key", "ak_12345", NULL, NULL, "access_key is set but secret_key is not"},
+        {"secret_key", "sk_12345", NULL, NULL, "secret_key is set but access_key is not"},
+        {"security_token", "tok", NULL, NULL, "security_token is set but access_key is not"},
+        {"tls_client_cert_path", "/c.pem", NULL, NULL, "tls_client_cert_path is set but use_tls"},
+        {"tls_test_mode_enable", "true", NULL, NULL, "tls_test_mode_enable is set but use_tls"},
+        {"use_tls", "true", "tls_client_cert_path", "/c.pem", "tls_client_key_path is not"},
+        {"use_tls", "true", "tls_client_key_password", "pw", "tls_client_key_path is not"},
+        {"tls_test_mode_enable", "true", "tls_client_trust_cert_path", "/ca.pem", "no effect"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rmq_conf_t *c = rmq__conf_new();
+        CHECK(rmq__conf_set(c, "consumer_group", "G", err, sizeof(err)) == RMQ_OK);
+        CHECK(rmq__conf_set(c, "message_listener", "CONCURRENTLY", err, sizeof(err)) == RMQ_OK);
+        if (!strcmp(bad[i].k1, "tls_test_mode_enable") && bad[i].k2)
+            CHECK(rmq__conf_set(c, "use_tls", "true", err, sizeof(err)) == RMQ_OK);
+        CHECK(rmq__conf_set(c, bad[i].k1, bad[i].v1, err, sizeof(err)) == RMQ_OK);
+        if (bad[i].k2) CHECK(rmq__conf_set(c, bad[i].k2, bad[i].v2, err, sizeof(err)) == RMQ_OK);
+        CHECK(rmq__conf_check(c, err, sizeof(err)) == RMQ_ERR_CONFIG);
+        CHECK(strstr(err, bad[i].want) != NULL);
+        rmq__conf_destroy(c);
+    }
+    rmq_conf_t *c = rmq__conf_new();
+    CHECK(rmq__conf_set(c, "vip_channel_enabled", "false", err, sizeof(err)) == RMQ_OK);
+    CHECK(rmq__conf_set(c, "vip_channel_enabled", "true", err, sizeof(err)) == RMQ_ERR_CONFIG);
+    CHECK(strstr(err, "vip_channel_enabled=true is not supported") != NULL);
+    CHECK(rmq__conf_set(c, "adjust_thread_pool_nums_threshold", "100000", err, sizeof(err)) ==
+          RMQ_OK);
+    CHECK(rmq__conf_set(c, "adjust_thread_pool_nums_threshold", "5", err, sizeof(err)) ==
+          RMQ_ERR_CONFIG);
+    CHECK(strstr(err, "is not supported") != NULL);
+    rmq__conf_destroy(c);
+}
+
 int main(void)
 {
+    test_security_checks();
     test_conf_lifecycle();
     test_parse_timestamp();
     test_allocation_partitions();

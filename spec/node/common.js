@@ -17,8 +17,11 @@ const quietLogger = {
   error(...args) { process.stderr.write('ali-ons: ' + args.map(String).join(' ') + '\n'); },
 };
 
+// opts.access_key / opts.secret_key: ali-ons signs every request (its accessKeyId /
+// accessKeySecret options).
 function clientOptions(opts) {
-  return {
+  const acl = opts.access_key ? { accessKeyId: opts.access_key, accessKeySecret: opts.secret_key } : {};
+  return Object.assign(acl, {
     nameSrv: opts.namesrv,
     httpclient: {}, // asserted non-null, never used when nameSrv is set
     clientIP: '127.0.0.1',
@@ -27,7 +30,7 @@ function clientOptions(opts) {
     heartbeatBrokerInterval: 1000,
     rebalanceInterval: 1000,
     persistConsumerOffsetInterval: 1000,
-  };
+  });
 }
 
 function sha1(buf) {

@@ -1,0 +1,190 @@
+-- Shared pieces of the security specs: certificates made with the `openssl` command at test
+-- time, the development broker in-process (FFI), consumer scripts that record what they
+-- consume, and `rmqlua run` / `rmqlua send` subprocesses. Everything lives in helpers.tmpdir().
+local helpers = require "helpers"
+local ffi = require "ffi"
+
+require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
+
+local M = {}
+local lib = helpers.lib()
+M.lib = lib
+M.ALL, M.NAMESRV = -2, -1
+local shq = helpers.shq
+
+local function sh(cmd)
+  local rc, out = helpers.run(cmd)
+  assert(rc == 0, cmd .. "\n" .. out)
+  return out
+end
+
+-- In dir: a CA (ca.pem), a server certificate it signed (server.pem/.key), a client certificate
+-- it signed (client.pem/.key, and client_enc.key: the same key encrypted with password
+-- "key-pass"), and a second CA nobody trusts with a server certificate of its own
+-- (rogue_ca.pem, rogue.pem/.key). EC P-256 keys: quick to make.
+function M.make_certs(dir)
+  local ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+  local function ca(name, cn)
+    sh(("cd %s && openssl req -x509 %s -keyout %s.key -out %s.pem -days 2 -subj %s 2>&1")
+      :format(shq(dir), ec, name, name, shq("/CN=" .. cn)))
+  end
+  local function leaf(name, cn, signer)
+    sh(("cd %s && openssl req %s -keyout %s.key -out %s.csr -subj %s 2>&1 && "
+      .. "openssl x509 -req -in %s.csr -CA %s.pem -CAkey %s.key -CAcreateserial -out %s.pem "
+      .. "-days 2 2>&1 && rm -f %s.csr")
+      :format(shq(dir), ec, name, name, shq("/CN=" .. cn), name, signer, signer, name, name))
+  end
+  ca("ca", "rmqlua spec CA")
+  ca("rogue_ca", "nobody trusts this CA")
+  leaf("server", "127.0.0.1", "ca")
+  leaf("client", "rmqlua spec client", "ca")
+  leaf("rogue", "127.0.0.1", "rogue_ca")
+  sh(("cd %s && openssl pkcs8 -topk8 -in client.key -out client_enc.key -passout pass:key-pass "
+    .. "-v2 aes-256-cbc 2>&1"):format(shq(dir)))
+  return {
+    dir = dir, ca = dir .. "/ca.pem", rogue_ca = dir .. "/rogue_ca.pem",
+    server = dir .. "/server.pem", server_key = dir .. "/server.key",
+    client = dir .. "/client.pem", client_key = dir .. "/client.key",
+    client_enc_key = dir .. "/client_enc.key",
+    rogue = dir .. "/rogue.pem", rogue_key = dir .. "/rogue.key",
+  }
+end
+
+function M.start_broker(args)
+  local err = ffi.new("char[512]")
+  local db = lib.rmq_devbroker_start(args or "", err, 512)
+  assert(db ~= nil, "devbroker: " .. ffi.string(err))
+  return db, ffi.string(lib.rmq_devbroker_addr(db))
+end
+
+-- The error rmq_devbroker_start gives for args (it must fail).
+function M.broker_error(args)
+  local err = ffi.new("char[512]")
+  local db = lib.rmq_devbroker_start(args or "", err, 512)
+  if db ~= nil then lib.rmq_devbroker_stop(db); return nil end
+  return ffi.string(err)
+end
+
+-- Store n messages on topic (no network: straight into the broker's store); bodies prefix..i.
+function M.produce(db, topic, n, prefix)
+  for i = 1, n do
+    local body = (prefix or "m") .. i
+    local off = lib.rmq_devbroker_produce(db, 0, topic, -1, "TagA", nil, body, #body)
+    assert(off >= 0, "produce failed: " .. tostring(off))
+  end
+end
+
+-- extField key of the last recorded request with this code at target, or nil.
+function M.last_ext(db, target, code, key)
+  local buf = ffi.new("char[256]")
+  local n = lib.rmq_devbroker_request_ext(db, target, code, -1, key, buf, 256)
+  if n < 0 then return nil end
+  return ffi.string(buf, n)
+end
+
+-- A consumer script in dir. opts: group, topic, options (a table of option = value, written as
+-- Lua literals), body (Lua source run per message after it is recorded; may return a status
+-- through `status`), name. Each consumed message is one line "<body> <reconsume_times>" in
+-- dir/<name>.out.
+function M.script(dir, opts)
+  local name = opts.name or "consumer"
+  local out = dir .. "/" .. name .. ".out"
+  local lines = {}
+  for k, v in pairs(opts.options or {}) do
+    lines[#lines + 1] = ("  %s = %s,"):format(k, type(v) == "string" and ("%q"):format(v)
+      or tostring(v))
+  end
+  table.sort(lines)
+  local src = ([[
+local rmq = require "rmq"
+local out = assert(io.open(%q, "a"))
+out:setvbuf("line")
+return {
+  consumer_group = %q,
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  subscribe = { [%q] = "*" },
+  consume_thread_min = 2,
+  consume_thread_max = 2,
+%s
+  consume = function(msgs, ctx)
+    local status
+    for i = 1, #msgs do
+      local m = msgs[i]
+      out:write(m.body, " ", m.reconsume_times, "\n")
+      %s
+    end
+    return status
+  end,
+}
+]]):format(out, opts.group, opts.topic, table.concat(lines, "\n"), opts.body or "")
+  local path = dir .. "/" .. name .. ".lua"
+  local f = assert(io.open(path, "w"))
+  f:write(src)
+  f:close()
+  return path, out
+end
+
+-- Lines of a file (empty table when it does not exist).
+function M.lines(path)
+  local t = {}
+  local f = io.open(path, "r")
+  if not f then return t end
+  for l in f:lines() do t[#t + 1] = l end
+  f:close()
+  return t
+end
+
+function M.read(path)
+  local f = io.open(path, "r")
+  if not f then return "" end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- Distinct bodies recorded in an .out file -> deliveries.
+function M.consumed(out)
+  local by = {}
+  for _, l in ipairs(M.lines(out)) do
+    local body = l:match("^(%S+)")
+    if body then by[body] = (by[body] or 0) + 1 end
+  end
+  return by
+end
+
+function M.count(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
+
+-- `rmqlua run script` in the background (killed when the test ends). Returns pid, log, rcfile.
+function M.run(dir, script, args, name)
+  local log = dir .. "/" .. (name or "run") .. ".log"
+  local rcf = log .. ".rc"
+  local pid = helpers.spawn(helpers.bin .. " run " .. shq(script) .. " " .. (args or ""),
+    { log = log, rc = rcf })
+  return pid, log, rcf
+end
+
+-- The exit code written by a spawned run, waiting up to timeout seconds (scaled).
+function M.exit_code(rcf, timeout)
+  local rc
+  helpers.wait_until(function()
+    local f = io.open(rcf)
+    if not f then return false end
+    rc = tonumber(f:read("*l"))
+    f:close()
+    return rc ~= nil
+  end, timeout or 30, "exit code in " .. rcf)
+  return rc
+end
+
+-- `rmqlua run` in the foreground, for runs that end by themselves (killed after 120 s,
+-- scaled: exit code 124 then); returns rc, output.
+function M.run_fg(script, args)
+  return helpers.run(("timeout -s KILL %d %s run %s %s < /dev/null"):format(
+    math.floor(120 * helpers.scale), helpers.bin, shq(script), args or ""))
+end
+
+return M
