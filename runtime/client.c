@@ -478,7 +478,7 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
         rmq_qent_t *q = qs[i];
         rmq_fj_t *pi = rmq__fj_new_obj(d);
         rmq_msg_t *first = rmq__pq_first(&q->pq);
-        int64_t maxo = q->pq.count ? q->pq.hi - 1 : 0;
+        int64_t maxo = rmq__pq_last_offset(&q->pq);
         rmq__fj_obj_set(d, pi, "cachedMsgCount", rmq__fj_new_i64(d, q->pq.count));
         rmq__fj_obj_set(d, pi, "cachedMsgMaxOffset", rmq__fj_new_i64(d, maxo));
         rmq__fj_obj_set(d, pi, "cachedMsgMinOffset",

@@ -68,11 +68,7 @@ void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int
     int k = 0;
     for (int i = 0; i < n; i++) {
         rmq_msg_t *m = msgs[i];
-        int rc = rmq__pq_put(&q->pq, m);
-        if (rc != 1) {
-            if (rc < 0)
-                rmq_log_error("consume", "%s: cannot index offset %" PRId64 ": %s", q->name,
-                              m->queue_offset, rmq_err_str(rc));
+        if (rmq__pq_put(&q->pq, m) != 1) { /* that offset is held already */
             rmq__msg_release(m);
             continue;
         }

@@ -276,11 +276,7 @@ void rmq__orderly_dispatch(rmq_qent_t *q)
     if (bs < 1) bs = 1;
     rmq_msg_t *stack[64];
     rmq_msg_t **take = bs <= 64 ? stack : rmq__xmalloc(sizeof(*take) * (size_t)bs);
-    int n = 0;
-    for (int64_t off = q->pq.lo; off < q->pq.hi && n < bs; off++) {
-        rmq_msg_t *m = rmq__pq_get(&q->pq, off);
-        if (m) take[n++] = m;
-    }
+    int n = rmq__pq_peek(&q->pq, take, bs);
     rmq_cbatch_t *cb = rmq__cbatch_new(q, take, n);
     if (take != stack) free(take);
     cb->b.orderly = 1;
