@@ -197,6 +197,7 @@ static int inflate_body(rmq_msgset_t *set, const char *src, size_t len, const ch
         return RMQ_ERR_BAD_MESSAGE;
     }
     node->len = zs.total_out;
+    set->mem += sizeof(*node) + cap;
     node->next = set->infl;
     set->infl = node;
     *out = node->data;
@@ -335,6 +336,9 @@ int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const
     head = (sizeof(rmq_msgset_t) + 15) & ~(size_t)15;
     set = malloc(head + nmax * sizeof(rmq_msg_t) + bnlen + 1);
     if (!set) return RMQ_ERR_NOMEM;
+    set->mem = head + nmax * sizeof(rmq_msg_t) + bnlen + 1 +
+               (frame ? sizeof(rmq_rbuf_t) + frame->len : 0);
+    set->pq_held = 0;
     set->refs = 1;
     set->frame = frame ? rmq__rbuf_keep(frame) : NULL;
     set->n = 0;

@@ -51,6 +51,9 @@ typedef struct rmq_msgset {
     rmq_msg_t *msgs;         /* n views, in the same allocation as the set */
     rmq_msgset_infl_t *infl; /* inflated bodies (singly linked), owned */
     char *broker_name;       /* NUL-terminated copy, in the same allocation */
+    size_t mem;              /* bytes the set keeps alive: its frame, its allocation and the
+                              * inflated bodies (what flow control counts, process_queue.h) */
+    int pq_held;             /* its messages held in a process queue (loop thread only) */
 } rmq_msgset_t;
 
 /* rmq__msgset_decode_ex() flags. */

@@ -6,6 +6,8 @@
  */
 #include "process_queue.h"
 
+#include "message.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -93,6 +95,25 @@ static rmq_pq_ent_t *pq_find(const rmq_pq_t *pq, int64_t off)
     return i < pq->head + pq->n && pq->v[i].off == off ? &pq->v[i] : NULL;
 }
 
+/* A message becomes held / stops being held: account the memory it pins (see pq->mem). */
+static void mem_hold(rmq_pq_t *pq, const rmq_msg_t *m)
+{
+    rmq_msgset_t *set = m->owner;
+    if (!set)
+        pq->mem += m->body_len;
+    else if (set->pq_held++ == 0)
+        pq->mem += (int64_t)set->mem;
+}
+
+static void mem_unhold(rmq_pq_t *pq, const rmq_msg_t *m)
+{
+    rmq_msgset_t *set = m->owner;
+    if (!set)
+        pq->mem -= m->body_len;
+    else if (--set->pq_held == 0)
+        pq->mem -= (int64_t)set->mem;
+}
+
 int rmq__pq_put(rmq_pq_t *pq, rmq_msg_t *m)
 {
     int64_t off = m->queue_offset;
@@ -122,6 +143,7 @@ int rmq__pq_put(rmq_pq_t *pq, rmq_msg_t *m)
     }
     pq->count++;
     pq->bytes += m->body_len;
+    mem_hold(pq, m);
     pq->queue_offset_max = off;
     if (m->max_offset > 0) {
         int64_t acc = m->max_offset - off;
@@ -203,6 +225,7 @@ int64_t rmq__pq_remove(rmq_pq_t *pq, rmq_msg_t *const *msgs, int n)
         e->m = NULL;
         pq->count--;
         pq->bytes -= m->body_len;
+        mem_unhold(pq, m);
     }
     pq_tidy(pq);
     /* ProcessQueue.removeMessage: the first key, or queueOffsetMax + 1 when empty. */
@@ -215,11 +238,14 @@ void rmq__pq_clear(rmq_pq_t *pq, void (*fn)(void *ud, rmq_msg_t *m), void *ud)
     for (uint32_t i = pq->head; i < pq->head + pq->n; i++) {
         rmq_msg_t *m = pq->v[i].m;
         pq->v[i].m = NULL;
-        if (m && fn) fn(ud, m);
+        if (!m) continue;
+        mem_unhold(pq, m);
+        if (fn) fn(ud, m);
     }
     pq->head = pq->n = 0;
     pq->count = 0;
     pq->bytes = 0;
+    pq->mem = 0;
     pq->queue_offset_max = 0;
     pq_tidy(pq);
 }

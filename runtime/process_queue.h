@@ -10,6 +10,10 @@
  * the distance between their offsets (a sparse tag subscription may hold messages billions of
  * offsets apart). Java keeps them in a TreeMap (ProcessQueue.msgTreeMap).
  *
+ * Memory: one unresolved message keeps its whole pull response alive (message.h: the set holds
+ * the frame), so besides Java's msgSize (body lengths) the queue counts the memory of the sets
+ * its messages pin, for flow control (pull_threshold_size_for_queue).
+ *
  * Ownership: the process queue borrows the rmq_msg_t views it holds; whoever inserted a message
  * keeps it alive until it is removed (the engine releases it after rmq__pq_remove()).
  * Threads: loop thread only, except `state`, which the loop thread writes atomically (through
@@ -39,6 +43,10 @@ typedef struct rmq_pq {
                                * held whenever count > 0, and n is 0 when count is 0 */
     int32_t count;            /* msgCount */
     int64_t bytes;            /* msgSize: sum of body lengths */
+    int64_t mem;              /* memory the held messages keep alive: the whole decoded set of
+                               * each (pulled frame, inflated bodies, views), counted once
+                               * while any of its messages is held; a message without a set
+                               * counts its body. Flow control uses this (>= bytes). */
     int64_t queue_offset_max; /* last newly inserted offset (Java queueOffsetMax) */
     int64_t acc_cnt;          /* msgAccCnt: MAX_OFFSET - offset of the last pulled message */
     int64_t last_pull_ms;     /* monotonic */

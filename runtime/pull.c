@@ -65,9 +65,11 @@ void rmq__pull_now(rmq_qent_t *q)
         rmq__pull_later(q, RMQ_FLOW_CONTROL_DELAY_MS);
         return;
     }
-    if (q->pq.bytes / MiB > c->thr_size_queue) {
-        rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, %" PRId64 " MiB cached", q->name,
-                q->pq.bytes / MiB);
+    /* Java compares msgSize (held bodies); one held message keeps its whole pull response
+     * in memory here, so the size threshold counts what the held messages pin. */
+    if (q->pq.mem / MiB > c->thr_size_queue) {
+        rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, %" PRId64 " MiB held (%" PRId64
+                " MiB of bodies)", q->name, q->pq.mem / MiB, q->pq.bytes / MiB);
         rmq__pull_later(q, RMQ_FLOW_CONTROL_DELAY_MS);
         return;
     }

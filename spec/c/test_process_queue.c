@@ -4,6 +4,7 @@
  * an unresolved message, gaps, duplicates and clear; memory that follows the number of held
  * messages however far apart their offsets are (sparse tag subscriptions).
  */
+#include "../../runtime/message.h"
 #include "../../runtime/process_queue.h"
 
 #include <stdio.h>
@@ -127,6 +128,58 @@ static void test_sparse_gaps(void)
     free(v);
 }
 
+/* Memory held: a held message pins its whole decoded set (the pulled frame); the set counts
+ * once however many of its messages are held, and goes when the last one is removed. */
+static void test_pinned_memory(void)
+{
+    rmq_buf_t body;
+    rmq__buf_init(&body);
+    char payload[1000];
+    memset(payload, 'p', sizeof(payload));
+    for (int i = 0; i < 4; i++) {
+        rmq_msg_t m;
+        memset(&m, 0, sizeof(m));
+        m.topic = "T";
+        m.topic_len = 1;
+        m.body = payload;
+        m.body_len = sizeof(payload);
+        m.queue_offset = 10 + i;
+        CHECK(rmq__msg_encode_stored(&body, &m) == 0);
+    }
+    rmq_rbuf_t *frame = rmq__rbuf_new(body.len + 500); /* a header before the body */
+    memcpy(frame->data + 500, body.data, body.len);
+    rmq_msgset_t *set = NULL;
+    char err[128];
+    CHECK(rmq__msgset_decode(frame, frame->data + 500, body.len, "b", 0, 14, &set, err,
+                             sizeof(err)) == 0);
+    rmq__rbuf_release(frame);
+    CHECK(set->n == 4);
+    CHECK(set->mem >= body.len + 500);
+    rmq_pq_t pq;
+    rmq__pq_init(&pq, "T@b#6");
+    rmq_msg_t *plain = mk(20, 7); /* no set: counts its body */
+    for (int i = 0; i < 4; i++) CHECK(rmq__pq_put(&pq, &set->msgs[i]) == 1);
+    CHECK(rmq__pq_put(&pq, plain) == 1);
+    CHECK(pq.bytes == 4 * 1000 + 7);
+    CHECK(pq.mem == (int64_t)set->mem + 7);
+    rmq_msg_t *first3[] = {&set->msgs[0], &set->msgs[1], &set->msgs[2]};
+    rmq__pq_remove(&pq, first3, 3);
+    /* One message left keeps the whole frame: 1000 bytes of body, the whole set held. */
+    CHECK(pq.bytes == 1000 + 7 && pq.mem == (int64_t)set->mem + 7);
+    rmq_msg_t *last = &set->msgs[3];
+    rmq__pq_remove(&pq, &last, 1);
+    CHECK(pq.bytes == 7 && pq.mem == 7);
+    CHECK(rmq__pq_put(&pq, &set->msgs[1]) == 1);
+    CHECK(pq.mem == (int64_t)set->mem + 7);
+    rmq__pq_clear(&pq, NULL, NULL);
+    CHECK(pq.mem == 0 && set->pq_held == 0);
+    rmq__pq_free(&pq);
+    for (int i = 0; i < 4; i++) rmq__msg_release(&set->msgs[i]);
+    rmq__msgset_release(set);
+    rmq__buf_free(&body);
+    free(plain);
+}
+
 static int cleared;
 static void on_clear(void *ud, rmq_msg_t *m)
 {
@@ -212,6 +265,7 @@ static void test_random_model(void)
             if (got != want) break;
         }
         CHECK(pq.count == nheld);
+        CHECK(pq.mem == pq.bytes); /* no decoded sets here: each message counts its body */
         CHECKF(pq.cap <= 8 * ((uint32_t)nheld + 32), "capacity %u for %d held", pq.cap, nheld);
         if (next >= N && nheld == 0) break;
     }
@@ -255,5 +309,6 @@ int main(void)
     test_clear_and_state();
     test_random_model();
     test_sparse_gaps();
+    test_pinned_memory();
     return test_report("test_process_queue");
 }
