@@ -173,6 +173,7 @@ struct rmq_consumer {
     int rb_outstanding;     /* async steps of the running rebalance */
     int rb_changed;
 
+    int64_t sub_hb_ms;      /* monotonic: last extra heartbeat for a SUBSCRIPTION_NOT_* pull */
     uv_timer_t t_route, t_heartbeat, t_rebalance, t_persist, t_stats, t_retry, t_drain,
         t_expire, t_lock;
     int drain_started;      /* shutdown: waiting for send-backs in flight */

@@ -272,12 +272,25 @@ static void on_pull_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         handle_illegal(q);
         break;
     case RMQ_RESP_SUBSCRIPTION_NOT_LATEST:
-    case RMQ_RESP_SUBSCRIPTION_NOT_EXIST:
-        rmq_log_warn("pull", "%s: %s (%s); heartbeat and retry", q->name,
-                     rmq_err_name(resp->code), resp->remark ? resp->remark : "");
-        rmq__c_heartbeat_all(c);
+    case RMQ_RESP_SUBSCRIPTION_NOT_EXIST: {
+        /* Java (DefaultMQPushConsumerImpl.pullMessage, onException) only retries the pull
+         * after pullTimeDelayMillsWhenException; the heartbeat timer registers the
+         * subscription again. A heartbeat round per failing pull (one per owned queue per
+         * retry) flipped the broker's subscription table in a group whose members disagree:
+         * at most one extra round per heartbeat_broker_interval lets a broker that lost the
+         * subscription (a restart) learn it sooner. */
+        int64_t now = rmq__mono_ms();
+        int hb = c->sub_hb_ms == 0 || now - c->sub_hb_ms >= c->conf->heartbeat_broker_interval;
+        rmq_log_warn("pull", "%s: %s (%s); retry in %" PRId64 " ms%s", q->name,
+                     rmq_err_name(resp->code), resp->remark ? resp->remark : "",
+                     c->conf->pull_time_delay_mills_when_exception, hb ? ", heartbeat now" : "");
+        if (hb) {
+            c->sub_hb_ms = now;
+            rmq__c_heartbeat_all(c);
+        }
         exception_later(q);
         break;
+    }
     default:
         rmq_log_warn("pull", "%s: pull answered %s: %s", q->name, rmq_err_name(resp->code),
                      resp->remark ? resp->remark : "");
