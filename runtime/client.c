@@ -73,6 +73,57 @@ static char *ns_wrap(const char *ns, const char *r)
     return b.data;
 }
 
+/* Length of the retry / DLQ prefix of r (NamespaceUtil.withOutRetryAndDLQ). */
+static size_t rd_prefix(const char *r, size_t len)
+{
+    if (len >= 7 && !memcmp(r, "%RETRY%", 7)) return 7;
+    if (len >= 5 && !memcmp(r, "%DLQ%", 5)) return 5;
+    return 0;
+}
+
+/*
+ * Before the handler runs: NamespaceUtil.withoutNamespace(msg.getTopic(), namespace), as
+ * ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService do in
+ * resetRetryAndNamespace after the retry topic was restored: "ns%T" -> "T",
+ * "%RETRY%ns%G" -> "%RETRY%G". m->store_topic is left as stored.
+ */
+void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m)
+{
+    const char *ns = c->conf->namespace;
+    if (!ns || !*ns || m->topic_len == 0) return;
+    size_t nl = strlen(ns), pl = rd_prefix(m->topic, m->topic_len);
+    const char *s = m->topic + pl;
+    size_t sl = m->topic_len - pl;
+    if (sl <= nl || memcmp(s, ns, nl) != 0 || s[nl] != '%') return;
+    nl = (size_t)((const char *)memchr(s, '%', sl) - s); /* Java cuts at the first '%' */
+    if (nl == 0) return;
+    char name[256];
+    if (m->topic_len < sizeof(name)) { /* withoutNamespace(r): not for system resources */
+        memcpy(name, m->topic, m->topic_len);
+        name[m->topic_len] = 0;
+        if (is_system(name)) return;
+    }
+    if (pl == 0) { /* a suffix of the same bytes */
+        m->topic += nl + 1;
+        m->topic_len -= (uint32_t)(nl + 1);
+        return;
+    }
+    size_t rest = sl - nl - 1;
+    char *t = rmq__msgset_alloc(m->owner, pl + rest);
+    memcpy(t, m->topic, pl);
+    memcpy(t + pl, s + nl + 1, rest);
+    m->topic = t;
+    m->topic_len = (uint32_t)(pl + rest);
+}
+
+char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m)
+{
+    char *t = rmq__xstrndup(m->topic, m->topic_len);
+    char *w = ns_wrap(c->conf->namespace, t);
+    free(t);
+    return w;
+}
+
 /* ---- subscriptions and addresses -------------------------------------------------------------- */
 
 
@@ -838,6 +889,7 @@ static void h_consume_directly(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     for (int i = 1; i < set->n; i++) rmq__msg_release(&set->msgs[i]);
     rmq_msg_t *m = &set->msgs[0];
     rmq__msg_restore_retry_topic_for(m, c->retry_topic, strlen(c->retry_topic));
+    rmq__c_strip_namespace(c, m);
     struct rmq_direct *d = rmq__xcalloc(1, sizeof(*d));
     d->conn = rmq__conn_keep(conn);
     d->req.opaque = req->opaque;

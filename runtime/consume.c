@@ -73,6 +73,7 @@ void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int
             continue;
         }
         rmq__msg_restore_retry_topic_for(m, c->retry_topic, rlen);
+        rmq__c_strip_namespace(c, m);
         msgs[k++] = m;
     }
     if (c->orderly) {
@@ -209,16 +210,15 @@ static void fallback(sendback_t *sb)
         sendback_finish(sb, 0);
         return;
     }
-    char id[64], topic[512], err[256];
+    char id[64], err[256];
     msg_id_of(m, id);
-    size_t tl = m->topic_len < sizeof(topic) - 1 ? m->topic_len : sizeof(topic) - 1;
-    memcpy(topic, m->topic, tl);
-    topic[tl] = 0;
+    char *topic = rmq__c_wire_topic(c, m);
     int rt = m->reconsume_times;
     if (sb->delay_level < 0 && rt < c->max_reconsume - 1) rt = c->max_reconsume - 1; /* DLQ */
     int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len, m->flag,
                                       m->props, m->props_len, id, rt, c->max_reconsume,
                                       on_fallback, sb, err, sizeof(err));
+    free(topic);
     if (rc) {
         rmq_log_warn("consume", "%s: cannot re-send offset %" PRId64 ": %s", sb->q->name,
                      m->queue_offset, err);
@@ -261,7 +261,7 @@ static void send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, int delay_
     rmq__cmd_set_ext(&cmd, "group", c->group);
     rmq__cmd_set_ext_i64(&cmd, "delayLevel", delay_level);
     rmq__cmd_set_ext(&cmd, "originMsgId", id);
-    char *topic = rmq__xstrndup(m->topic, m->topic_len);
+    char *topic = rmq__c_wire_topic(c, m);
     rmq__cmd_set_ext(&cmd, "originTopic", topic);
     free(topic);
     rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);
@@ -338,7 +338,7 @@ static void expire_send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, con
     rmq__cmd_set_ext(&cmd, "group", c->group);
     rmq__cmd_set_ext_i64(&cmd, "delayLevel", 3);
     rmq__cmd_set_ext(&cmd, "originMsgId", id);
-    char *topic = rmq__xstrndup(m->topic, m->topic_len);
+    char *topic = rmq__c_wire_topic(c, m);
     rmq__cmd_set_ext(&cmd, "originTopic", topic);
     free(topic);
     rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);

@@ -408,16 +408,14 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
             m->reconsume_times++;
             continue;
         }
-        char id[64], topic[512], err[256];
+        char id[64], err[256];
         if (m->uniq_key_len > 0 && m->uniq_key_len < 57) {
             memcpy(id, m->uniq_key, m->uniq_key_len);
             id[m->uniq_key_len] = 0;
         } else {
             rmq_msg_offset_msg_id(m, id);
         }
-        size_t tl = m->topic_len < sizeof(topic) - 1 ? m->topic_len : sizeof(topic) - 1;
-        memcpy(topic, m->topic, tl);
-        topic[tl] = 0;
+        char *topic = rmq__c_wire_topic(c, m);
         /* RECONSUME_TIME >= max makes the broker store it in %DLQ%<group>. */
         int rt = m->reconsume_times > c->max_reconsume ? m->reconsume_times : c->max_reconsume;
         dlq_one_t *o = rmq__xcalloc(1, sizeof(*o));
@@ -426,6 +424,7 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len,
                                           m->flag, m->props, m->props_len, id, rt - 1,
                                           c->max_reconsume, on_dlq_sent, o, err, sizeof(err));
+        free(topic);
         if (rc) {
             rmq_log_warn("orderly", "%s: cannot send offset %" PRId64 " to the DLQ: %s",
                          q->name, m->queue_offset, err);

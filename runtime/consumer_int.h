@@ -203,6 +203,12 @@ const char *rmq__c_sub_addr(rmq_consumer_t *c, const char *broker_name, int64_t 
 /* Any address of some broker serving topic (random BrokerData, master preferred), or NULL. */
 const char *rmq__c_topic_addr(rmq_consumer_t *c, const char *topic);
 void rmq__c_heartbeat_all(rmq_consumer_t *c);
+/* resetRetryAndNamespace's second half: strip the namespace from m->topic (loop thread, before
+ * the message is handed to a consume thread). */
+void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m);
+/* The topic a message is sent back under: m->topic wrapped with the namespace again (Java's
+ * sendMessageBack: msg.setTopic(withNamespace(msg.getTopic()))). A new string. */
+char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m);
 void rmq__c_refresh_routes(rmq_consumer_t *c);
 int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
 

@@ -145,6 +145,16 @@ void rmq__msg_release(rmq_msg_t *m)
     rmq__msgset_release((rmq_msgset_t *)m->owner);
 }
 
+char *rmq__msgset_alloc(rmq_msgset_t *set, size_t n)
+{
+    rmq_msgset_infl_t *node = rmq__xmalloc(sizeof(*node) + n);
+    node->len = n;
+    node->next = set->infl;
+    set->infl = node;
+    set->mem += sizeof(*node) + n;
+    return node->data;
+}
+
 /* Inflate a zlib stream into a new node linked into the set. 0 or an error with errstr set. */
 static int inflate_body(rmq_msgset_t *set, const char *src, size_t len, const char **out,
                         uint32_t *out_len, char *err, size_t errsz)

@@ -82,6 +82,10 @@ int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const
                           int64_t min_offset, int64_t max_offset, int flags, rmq_msgset_t **out,
                           char *errstr, size_t errstr_size);
 
+/* n bytes that live as long as set (freed with it); loop thread, before its messages are handed
+ * to a consume thread. Aborts when out of memory (small strings only). */
+char *rmq__msgset_alloc(rmq_msgset_t *set, size_t n);
+
 rmq_msgset_t *rmq__msgset_keep(rmq_msgset_t *set);
 /* Drop one reference; the last one frees the set, its inflated bodies and its frame reference. */
 void rmq__msgset_release(rmq_msgset_t *set);
