@@ -1093,6 +1093,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     timer_init(c, &c->t_drain);
     timer_init(c, &c->t_expire);
     timer_init(c, &c->t_lock);
+    timer_init(c, &c->t_bad);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_NOTIFY_CONSUMER_IDS_CHANGED, h_notify, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_RUNNING_INFO, h_running_info, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_STATUS_FROM_CLIENT, h_consumer_status,
@@ -1174,6 +1175,7 @@ static void shutdown_begin(rmq_consumer_t *c)
     uv_timer_stop(&c->t_expire);
     uv_timer_stop(&c->t_lock);
     rmq__consume_abandon_retries(c);
+    rmq__undecodable_abandon(c);
     if (c->pool)
         rmq__pool_stop(c->pool, c->conf->await_termination_millis_when_shutdown, on_pool_closed,
                        c);
@@ -1265,6 +1267,7 @@ static void shutdown_finish(rmq_consumer_t *c)
     uv_close((uv_handle_t *)&c->t_drain, NULL);
     uv_close((uv_handle_t *)&c->t_expire, NULL);
     uv_close((uv_handle_t *)&c->t_lock, NULL);
+    uv_close((uv_handle_t *)&c->t_bad, NULL);
     if (c->producer) rmq__producer_destroy(c->producer);
     c->producer = NULL;
     rmq__client_set_state(c, RMQ_CLIENT_STOPPED);

@@ -277,6 +277,14 @@ void rmq__orderly_dispatch(rmq_qent_t *q)
     rmq_msg_t *stack[64];
     rmq_msg_t **take = bs <= 64 ? stack : rmq__xmalloc(sizeof(*take) * (size_t)bs);
     int n = rmq__pq_peek(&q->pq, take, bs);
+    /* An undecodable message on its way to the DLQ (undecodable.c) ends the batch; at the
+     * front, the queue waits for it (order kept, the offset never passes it). */
+    for (int i = 0; i < n; i++)
+        if (rmq__msg_undecodable(take[i])) n = i;
+    if (n == 0) {
+        if (take != stack) free(take);
+        return;
+    }
     rmq_cbatch_t *cb = rmq__cbatch_new(q, take, n);
     if (take != stack) free(take);
     cb->b.orderly = 1;

@@ -1,7 +1,7 @@
 /*
  * consumer_int.h -- private state of the push consumer engine, shared by client.c (instance,
- * routes, heartbeats, broker requests, start/stop), rebalance.c, pull.c, consume.c and
- * offset_store.c.
+ * routes, heartbeats, broker requests, start/stop), rebalance.c, pull.c, undecodable.c,
+ * consume.c and offset_store.c.
  *
  * Ownership: the consumer owns everything reachable from rmq_consumer_t. An owned queue
  * (rmq_qent_t) is reference-counted: one reference for the queue table, one per pull in flight,
@@ -174,6 +174,8 @@ struct rmq_consumer {
     int rb_changed;
 
     int64_t sub_hb_ms;      /* monotonic: last extra heartbeat for a SUBSCRIPTION_NOT_* pull */
+    struct rmq_bad *bad_list; /* undecodable messages waiting to be sent again (undecodable.c) */
+    uv_timer_t t_bad;
     uv_timer_t t_route, t_heartbeat, t_rebalance, t_persist, t_stats, t_retry, t_drain,
         t_expire, t_lock;
     int drain_started;      /* shutdown: waiting for send-backs in flight */
@@ -226,6 +228,13 @@ void rmq__qent_release(rmq_qent_t *q);
 /* pull.c */
 void rmq__pull_now(rmq_qent_t *q);
 void rmq__pull_later(rmq_qent_t *q, int64_t delay_ms);
+
+/* undecodable.c: a message of a pull response that could not be decoded (set->bad) goes to
+ * %DLQ%<group>; takes its reference. */
+void rmq__undecodable_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m);
+void rmq__undecodable_timer(uv_timer_t *t);
+/* Shutdown: forget those waiting to be sent again (their messages stay held). */
+void rmq__undecodable_abandon(rmq_consumer_t *c);
 
 /* consume.c */
 /* Put pulled messages into q's process queue and submit them in batches; takes the messages'
