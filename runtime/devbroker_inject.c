@@ -1,7 +1,8 @@
 /*
  * devbroker_inject.c -- development broker controls that shape stored data for tests: gaps in a
- * queue's offsets (a queue whose messages a subscription filters lie billions of offsets apart)
- * and corrupted bytes in a stored message (what a consumer must survive).
+ * queue's offsets (a queue whose messages a subscription filters lie billions of offsets apart;
+ * its slaves get the same gap) and corrupted bytes in a stored message (what a consumer must
+ * survive; only the named broker's copy).
  *
  * Ownership: the store's (devbroker_store.c); these only change what it holds.
  * Threads: the exported functions are called from any thread but the broker's; each posts its
@@ -19,9 +20,8 @@ typedef struct {
     int64_t result;
 } inject_args_t;
 
-static db_queue_t *queue_of(rmq_devbroker_t *db, inject_args_t *a, int create)
+static db_queue_t *queue_of(db_broker_t *b, inject_args_t *a, int create)
 {
-    db_broker_t *b = db->brokers[a->broker];
     db_topic_t *t = rmq__db_topic_get(b, a->topic);
     if (!t && create) t = rmq__db_topic_create(b, a->topic, 0, 0, 6);
     return t ? rmq__db_queue(t, a->queue_id) : NULL;
@@ -30,14 +30,18 @@ static db_queue_t *queue_of(rmq_devbroker_t *db, inject_args_t *a, int create)
 static void op_skip(rmq_devbroker_t *db, void *arg)
 {
     inject_args_t *a = arg;
-    db_queue_t *q = queue_of(db, a, 1);
-    if (!q) {
-        a->result = RMQ_ERR_INVALID;
-        return;
+    db_broker_t *b = db->brokers[a->broker];
+    a->result = RMQ_ERR_INVALID;
+    /* The master and its slaves (devbroker_slave.c) keep the same queue offsets. */
+    for (int i = 0; i < db->n_brokers; i++) {
+        db_broker_t *x = db->brokers[i];
+        if (x != b && x->master != b) continue;
+        db_queue_t *q = queue_of(x, a, 1);
+        if (!q) return;
+        q->max_off += a->n;
+        q->gaps = 1;
+        if (x == b) a->result = q->max_off;
     }
-    q->max_off += a->n;
-    q->gaps = 1;
-    a->result = q->max_off;
 }
 
 RMQ_EXPORT int64_t rmq_devbroker_skip_offsets(rmq_devbroker_t *db, int broker, const char *topic,
@@ -55,7 +59,7 @@ RMQ_EXPORT int64_t rmq_devbroker_skip_offsets(rmq_devbroker_t *db, int broker, c
 static void op_corrupt(rmq_devbroker_t *db, void *arg)
 {
     inject_args_t *a = arg;
-    db_queue_t *q = queue_of(db, a, 0);
+    db_queue_t *q = queue_of(db->brokers[a->broker], a, 0);
     db_msg_t *m = q ? rmq__db_qget(q, a->offset) : NULL;
     if (!m || a->pos >= m->size) {
         a->result = RMQ_ERR_INVALID;
