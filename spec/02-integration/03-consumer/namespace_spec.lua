@@ -61,7 +61,8 @@ describe("consumer: namespace", function()
     for l in io.lines(out) do
       local body, qt = l:match("^Q (%S+) (%S+)$")
       if body then
-        assert.equal(body == "bare" and "%RETRY%" .. GROUP or TOPIC, qt, "ctx.queue.topic of " .. body)
+        local want = body == "bare" and "%RETRY%" .. GROUP or TOPIC
+        assert.equal(want, qt, "ctx.queue.topic of " .. body)
       end
     end
     -- The send back of n3 named the wrapped topic.

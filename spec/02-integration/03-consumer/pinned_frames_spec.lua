@@ -56,7 +56,8 @@ return {
 ]], out, release, GROUP, ns, TOPIC, PER_FRAME))
     f:close()
     local log = dir .. "/run.log"
-    local pid = helpers.spawn(helpers.bin .. " run --log-debug pull " .. script, { log = log, rc = log .. ".rc" })
+    local pid = helpers.spawn(helpers.bin .. " run --log-debug pull " .. script,
+      { log = log, rc = log .. ".rc" })
 
     -- Either the consumer stops pulling for the size of what it holds, or it pulls it all.
     helpers.wait_until(function()
