@@ -74,32 +74,55 @@ char *rmq__c_ns_wrap(const char *ns, const char *r)
     return b.data;
 }
 
-/* ConsumeMessageConcurrentlyService.resetRetryAndNamespace (PROTOCOL.md 6.12): the handler sees
- * the retry message's original topic, without the namespace. A "%RETRY%ns%" / "%DLQ%ns%" topic
- * consumed as such keeps its namespace (the view cannot drop text from its middle). */
-void rmq__c_reset_retry_and_namespace(rmq_consumer_t *c, rmq_msg_t *m)
+/* Length of the retry / DLQ prefix of r (NamespaceUtil.withOutRetryAndDLQ). */
+static size_t rd_prefix(const char *r, size_t len)
 {
-    rmq__msg_restore_retry_topic_for(m, c->retry_topic, c->retry_topic_len);
-    const char *ns = c->conf->namespace;
-    if (!ns || !*ns) return;
-    size_t nl = strlen(ns);
-    if (m->topic_len > nl + 1 && !memcmp(m->topic, ns, nl) && m->topic[nl] == '%') {
-        m->topic += nl + 1;
-        m->topic_len -= (uint32_t)(nl + 1);
-    }
+    if (len >= 7 && !memcmp(r, "%RETRY%", 7)) return 7;
+    if (len >= 5 && !memcmp(r, "%DLQ%", 5)) return 5;
+    return 0;
 }
 
-/* The topic of m as the broker knows it (the namespace wrapped back on), into buf. */
-void rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m, char *buf, size_t size)
+/*
+ * Before the handler runs: NamespaceUtil.withoutNamespace(msg.getTopic(), namespace), as
+ * ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService do in
+ * resetRetryAndNamespace after the retry topic was restored: "ns%T" -> "T",
+ * "%RETRY%ns%G" -> "%RETRY%G". m->store_topic is left as stored.
+ */
+void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m)
 {
-    size_t tl = m->topic_len < size - 1 ? m->topic_len : size - 1;
-    memcpy(buf, m->topic, tl);
-    buf[tl] = 0;
-    if (c->conf->namespace && *c->conf->namespace) {
-        char *w = rmq__c_ns_wrap(c->conf->namespace, buf);
-        snprintf(buf, size, "%s", w);
-        free(w);
+    const char *ns = c->conf->namespace;
+    if (!ns || !*ns || m->topic_len == 0) return;
+    size_t nl = strlen(ns), pl = rd_prefix(m->topic, m->topic_len);
+    const char *s = m->topic + pl;
+    size_t sl = m->topic_len - pl;
+    if (sl <= nl || memcmp(s, ns, nl) != 0 || s[nl] != '%') return;
+    nl = (size_t)((const char *)memchr(s, '%', sl) - s); /* Java cuts at the first '%' */
+    if (nl == 0) return;
+    char name[256];
+    if (m->topic_len < sizeof(name)) { /* withoutNamespace(r): not for system resources */
+        memcpy(name, m->topic, m->topic_len);
+        name[m->topic_len] = 0;
+        if (is_system(name)) return;
     }
+    if (pl == 0) { /* a suffix of the same bytes */
+        m->topic += nl + 1;
+        m->topic_len -= (uint32_t)(nl + 1);
+        return;
+    }
+    size_t rest = sl - nl - 1;
+    char *t = rmq__msgset_alloc(m->owner, pl + rest);
+    memcpy(t, m->topic, pl);
+    memcpy(t + pl, s + nl + 1, rest);
+    m->topic = t;
+    m->topic_len = (uint32_t)(pl + rest);
+}
+
+char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m)
+{
+    char *t = rmq__xstrndup(m->topic, m->topic_len);
+    char *w = rmq__c_ns_wrap(c->conf->namespace, t);
+    free(t);
+    return w;
 }
 
 /* ---- subscriptions and addresses -------------------------------------------------------------- */
@@ -514,7 +537,7 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
         rmq_qent_t *q = qs[i];
         rmq_fj_t *pi = rmq__fj_new_obj(d);
         rmq_msg_t *first = rmq__pq_first(&q->pq);
-        int64_t maxo = q->pq.count ? q->pq.hi - 1 : 0;
+        int64_t maxo = rmq__pq_last_offset(&q->pq);
         rmq__fj_obj_set(d, pi, "cachedMsgCount", rmq__fj_new_i64(d, q->pq.count));
         rmq__fj_obj_set(d, pi, "cachedMsgMaxOffset", rmq__fj_new_i64(d, maxo));
         rmq__fj_obj_set(d, pi, "cachedMsgMinOffset",
@@ -873,7 +896,8 @@ static void h_consume_directly(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     }
     for (int i = 1; i < set->n; i++) rmq__msg_release(&set->msgs[i]);
     rmq_msg_t *m = &set->msgs[0];
-    rmq__c_reset_retry_and_namespace(c, m);
+    rmq__msg_restore_retry_topic_for(m, c->retry_topic, c->retry_topic_len);
+    rmq__c_strip_namespace(c, m);
     struct rmq_direct *d = rmq__xcalloc(1, sizeof(*d));
     d->conn = rmq__conn_keep(conn);
     d->req.opaque = req->opaque;
@@ -1117,6 +1141,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     timer_init(c, &c->t_drain);
     timer_init(c, &c->t_expire);
     timer_init(c, &c->t_lock);
+    timer_init(c, &c->t_bad);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_NOTIFY_CONSUMER_IDS_CHANGED, h_notify, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_RUNNING_INFO, h_running_info, c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_STATUS_FROM_CLIENT, h_consumer_status,
@@ -1202,6 +1227,7 @@ static void shutdown_begin(rmq_consumer_t *c)
     uv_timer_stop(&c->t_expire);
     uv_timer_stop(&c->t_lock);
     rmq__consume_abandon_retries(c);
+    rmq__undecodable_abandon(c);
     if (c->pool)
         rmq__pool_stop(c->pool, c->conf->await_termination_millis_when_shutdown, on_pool_closed,
                        c);
@@ -1293,6 +1319,7 @@ static void shutdown_finish(rmq_consumer_t *c)
     uv_close((uv_handle_t *)&c->t_drain, NULL);
     uv_close((uv_handle_t *)&c->t_expire, NULL);
     uv_close((uv_handle_t *)&c->t_lock, NULL);
+    uv_close((uv_handle_t *)&c->t_bad, NULL);
     if (c->producer) rmq__producer_destroy(c->producer);
     c->producer = NULL;
     rmq__client_set_state(c, RMQ_CLIENT_STOPPED);

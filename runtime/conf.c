@@ -242,7 +242,8 @@ static const rmq_conf_prop_t props[] = {
      "Flow control: cached messages per queue."},
     {"pull_threshold_size_for_queue", "pullThresholdSizeForQueue", RMQ_CONF_INT,
      OFF(pull_threshold_size_for_queue), "100", 1, 1024, NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
-     "Flow control: cached message bodies per queue, MiB."},
+     "Flow control: memory the cached messages of a queue hold, MiB (the whole pulled "
+     "frame of each, not only its body)."},
     {"pull_threshold_for_topic", "pullThresholdForTopic", RMQ_CONF_INT,
      OFF(pull_threshold_for_topic), "-1", -1, 6553500, "-1 (off) or 1..6553500", NULL, NULL,
      RMQ_CONF_F_JAVA_CHECK,

@@ -67,15 +67,12 @@ void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int
     int k = 0;
     for (int i = 0; i < n; i++) {
         rmq_msg_t *m = msgs[i];
-        int rc = rmq__pq_put(&q->pq, m);
-        if (rc != 1) {
-            if (rc < 0)
-                rmq_log_error("consume", "%s: cannot index offset %" PRId64 ": %s", q->name,
-                              m->queue_offset, rmq_err_str(rc));
+        if (rmq__pq_put(&q->pq, m) != 1) { /* that offset is held already */
             rmq__msg_release(m);
             continue;
         }
-        rmq__c_reset_retry_and_namespace(c, m);
+        rmq__msg_restore_retry_topic_for(m, c->retry_topic, c->retry_topic_len);
+        rmq__c_strip_namespace(c, m);
         msgs[k++] = m;
     }
     if (c->orderly) {
@@ -212,14 +209,15 @@ static void fallback(sendback_t *sb)
         sendback_finish(sb, 0);
         return;
     }
-    char id[64], topic[512], err[256];
+    char id[64], err[256];
     msg_id_of(m, id);
-    rmq__c_wire_topic(c, m, topic, sizeof topic);
+    char *topic = rmq__c_wire_topic(c, m);
     int rt = m->reconsume_times;
     if (sb->delay_level < 0 && rt < c->max_reconsume - 1) rt = c->max_reconsume - 1; /* DLQ */
     int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len, m->flag,
                                       m->props, m->props_len, id, rt, c->max_reconsume,
                                       on_fallback, sb, err, sizeof(err));
+    free(topic);
     if (rc) {
         rmq_log_warn("consume", "%s: cannot re-send offset %" PRId64 ": %s", sb->q->name,
                      m->queue_offset, err);
@@ -262,10 +260,10 @@ static void send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, int delay_
     rmq__cmd_set_ext(&cmd, "group", c->group);
     rmq__cmd_set_ext_i64(&cmd, "delayLevel", delay_level);
     rmq__cmd_set_ext(&cmd, "originMsgId", id);
-    char topic[512];
-    rmq__c_wire_topic(c, m, topic, sizeof topic); /* Java re-wraps msg.topic before sending */
+    char *topic = rmq__c_wire_topic(c, m);
     rmq__cmd_set_ext(&cmd, "originTopic", topic);
-    rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);
+    free(topic);
+    rmq__cmd_set_ext_bool(&cmd, "unitMode", c->conf->unit_mode != 0); /* ClientConfig.isUnitMode() */
     rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
     int rc = rmq__remoting_request(c->rt, addr, &cmd, RMQ_SENDBACK_TIMEOUT_MS, on_sendback, sb);
     rmq__cmd_free(&cmd);
@@ -339,10 +337,10 @@ static void expire_send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, con
     rmq__cmd_set_ext(&cmd, "group", c->group);
     rmq__cmd_set_ext_i64(&cmd, "delayLevel", 3);
     rmq__cmd_set_ext(&cmd, "originMsgId", id);
-    char topic[512];
-    rmq__c_wire_topic(c, m, topic, sizeof topic);
+    char *topic = rmq__c_wire_topic(c, m);
     rmq__cmd_set_ext(&cmd, "originTopic", topic);
-    rmq__cmd_set_ext_bool(&cmd, "unitMode", 0);
+    free(topic);
+    rmq__cmd_set_ext_bool(&cmd, "unitMode", c->conf->unit_mode != 0); /* ClientConfig.isUnitMode() */
     rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
     expire_sb_t *x = rmq__xcalloc(1, sizeof(*x));
     x->c = c;

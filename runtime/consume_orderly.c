@@ -276,10 +276,14 @@ void rmq__orderly_dispatch(rmq_qent_t *q)
     if (bs < 1) bs = 1;
     rmq_msg_t *stack[64];
     rmq_msg_t **take = bs <= 64 ? stack : rmq__xmalloc(sizeof(*take) * (size_t)bs);
-    int n = 0;
-    for (int64_t off = q->pq.lo; off < q->pq.hi && n < bs; off++) {
-        rmq_msg_t *m = rmq__pq_get(&q->pq, off);
-        if (m) take[n++] = m;
+    int n = rmq__pq_peek(&q->pq, take, bs);
+    /* An undecodable message on its way to the DLQ (undecodable.c) ends the batch; at the
+     * front, the queue waits for it (order kept, the offset never passes it). */
+    for (int i = 0; i < n; i++)
+        if (rmq__msg_undecodable(take[i])) n = i;
+    if (n == 0) {
+        if (take != stack) free(take);
+        return;
     }
     rmq_cbatch_t *cb = rmq__cbatch_new(q, take, n);
     if (take != stack) free(take);
@@ -412,14 +416,14 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
             m->reconsume_times++;
             continue;
         }
-        char id[64], topic[512], err[256];
+        char id[64], err[256];
         if (m->uniq_key_len > 0 && m->uniq_key_len < 57) {
             memcpy(id, m->uniq_key, m->uniq_key_len);
             id[m->uniq_key_len] = 0;
         } else {
             rmq_msg_offset_msg_id(m, id);
         }
-        rmq__c_wire_topic(c, m, topic, sizeof topic);
+        char *topic = rmq__c_wire_topic(c, m);
         /* RECONSUME_TIME >= max makes the broker store it in %DLQ%<group>. */
         int rt = m->reconsume_times > c->max_reconsume ? m->reconsume_times : c->max_reconsume;
         dlq_one_t *o = rmq__xcalloc(1, sizeof(*o));
@@ -428,6 +432,7 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len,
                                           m->flag, m->props, m->props_len, id, rt - 1,
                                           c->max_reconsume, on_dlq_sent, o, err, sizeof(err));
+        free(topic);
         if (rc) {
             rmq_log_warn("orderly", "%s: cannot send offset %" PRId64 " to the DLQ: %s",
                          q->name, m->queue_offset, err);

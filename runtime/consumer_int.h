@@ -1,7 +1,7 @@
 /*
  * consumer_int.h -- private state of the push consumer engine, shared by client.c (instance,
- * routes, heartbeats, broker requests, start/stop), rebalance.c, pull.c, consume.c and
- * offset_store.c.
+ * routes, heartbeats, broker requests, start/stop), rebalance.c, pull.c, undecodable.c,
+ * consume.c and offset_store.c.
  *
  * Ownership: the consumer owns everything reachable from rmq_consumer_t. An owned queue
  * (rmq_qent_t) is reference-counted: one reference for the queue table, one per pull in flight,
@@ -182,6 +182,9 @@ struct rmq_consumer {
     int rb_outstanding;     /* async steps of the running rebalance */
     int rb_changed;
 
+    int64_t sub_hb_ms;      /* monotonic: last extra heartbeat for a SUBSCRIPTION_NOT_* pull */
+    struct rmq_bad *bad_list; /* undecodable messages waiting to be sent again (undecodable.c) */
+    uv_timer_t t_bad;
     uv_timer_t t_route, t_heartbeat, t_rebalance, t_persist, t_stats, t_retry, t_drain,
         t_expire, t_lock;
     int drain_started;      /* shutdown: waiting for send-backs in flight */
@@ -211,14 +214,16 @@ const char *rmq__c_sub_addr(rmq_consumer_t *c, const char *broker_name, int64_t 
 /* Any address of some broker serving topic (random BrokerData, master preferred), or NULL. */
 const char *rmq__c_topic_addr(rmq_consumer_t *c, const char *topic);
 void rmq__c_heartbeat_all(rmq_consumer_t *c);
+/* resetRetryAndNamespace's second half: strip the namespace from m->topic (loop thread, before
+ * the message is handed to a consume thread). */
+void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m);
+/* The topic a message is sent back under: m->topic wrapped with the namespace again (Java's
+ * sendMessageBack: msg.setTopic(withNamespace(msg.getTopic()))). A new string. */
+char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m);
 void rmq__c_refresh_routes(rmq_consumer_t *c);
 int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
 /* wrapNamespace(ns, r) (PROTOCOL.md 9): a new string. */
 char *rmq__c_ns_wrap(const char *ns, const char *r);
-/* Before the handler: the retry topic restored, the namespace stripped (PROTOCOL.md 6.12). */
-void rmq__c_reset_retry_and_namespace(rmq_consumer_t *c, rmq_msg_t *m);
-/* m's topic with the namespace wrapped back on (send-back, re-send, DLQ), NUL-terminated. */
-void rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m, char *buf, size_t size);
 
 /* rebalance.c */
 void rmq__rb_wakeup(rmq_consumer_t *c);
@@ -234,6 +239,13 @@ void rmq__qent_release(rmq_qent_t *q);
 /* pull.c */
 void rmq__pull_now(rmq_qent_t *q);
 void rmq__pull_later(rmq_qent_t *q, int64_t delay_ms);
+
+/* undecodable.c: a message of a pull response that could not be decoded (set->bad) goes to
+ * %DLQ%<group>; takes its reference. */
+void rmq__undecodable_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m);
+void rmq__undecodable_timer(uv_timer_t *t);
+/* Shutdown: forget those waiting to be sent again (their messages stay held). */
+void rmq__undecodable_abandon(rmq_consumer_t *c);
 
 /* consume.c */
 /* Put pulled messages into q's process queue and submit them in batches; takes the messages'

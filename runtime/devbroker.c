@@ -575,6 +575,11 @@ static void run_sync(rmq_devbroker_t *db, void (*fn)(rmq_devbroker_t *, void *),
     uv_mutex_unlock(&db->mu);
 }
 
+void rmq__db_run_sync(rmq_devbroker_t *db, void (*fn)(rmq_devbroker_t *, void *), void *arg)
+{
+    run_sync(db, fn, arg);
+}
+
 static void on_scan(uv_timer_t *t)
 {
     rmq_devbroker_t *db = t->data;

@@ -18,7 +18,8 @@
  *
  * Files: devbroker.c (options, thread, request gate, controls), devbroker_ns.c (name server),
  * devbroker_broker.c (broker requests), devbroker_store.c (topics, queues, messages),
- * devbroker_file.c (--store), devbroker_slave.c (--slaves), devbroker_int.h (shared internals).
+ * devbroker_file.c (--store), devbroker_slave.c (--slaves), devbroker_inject.c (offset gaps,
+ * corrupted messages), devbroker_int.h (shared internals).
  *
  * Running: rmq__devbroker_start() starts its own thread and libuv loop; everything the
  * broker owns (sockets, store, groups) lives on that thread. The control functions below are
@@ -170,6 +171,18 @@ RMQ_EXPORT int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const
 RMQ_EXPORT int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const char *topic,
                                          int queue_id, const char *tags, const char *keys,
                                          const char *body, size_t body_len);
+/*
+ * Test data shaping (devbroker_inject.c). rmq_devbroker_skip_offsets(): the queue's next
+ * message gets an offset n higher than it would have: n offsets with nothing stored (as if
+ * messages a subscription filters out had been stored and cleaned), which a pull scans past at
+ * once. Returns the new max offset or an error. rmq_devbroker_corrupt(): XOR byte pos of the
+ * stored form (PROTOCOL 4.1) of the message at offset with mask (1..255); every later pull sees
+ * it. Returns 0 or RMQ_ERR_INVALID (no such message or byte).
+ */
+RMQ_EXPORT int64_t rmq_devbroker_skip_offsets(rmq_devbroker_t *db, int broker, const char *topic,
+                                              int queue_id, int64_t n);
+RMQ_EXPORT int rmq_devbroker_corrupt(rmq_devbroker_t *db, int broker, const char *topic,
+                                     int queue_id, int64_t offset, size_t pos, unsigned mask);
 /* Max / min queue offset, or the committed offset of group (-1 when none); < -1 on errors. */
 RMQ_EXPORT int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic,
                                             int queue_id);

@@ -621,15 +621,30 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
         int64_t scan_cap = max_nums > 800 ? max_nums : 800;
         int64_t file_end = (offset / CQ_FILE_ENTRIES + 1) * CQ_FILE_ENTRIES;
         int64_t end = max < file_end ? max : file_end;
-        int64_t i = offset;
+        int64_t i = offset, scanned = 0;
         size_t bytes = 0;
-        for (; i < end && i - offset < scan_cap; i++) {
+        while (i < end && scanned < scan_cap) {
             db_msg_t *m = rmq__db_qget(q, i);
+            if (!m) {
+                /* Offsets skipped by rmq_devbroker_skip_offsets have no entries to scan: go
+                 * straight to the next message (a broker would answer NO_MATCHED_MSG per file
+                 * of filtered entries on the way, ending at the same place). */
+                m = rmq__db_qnext(q, i);
+                if (!m) {
+                    i = max;
+                    break;
+                }
+                i = m->qoff;
+                file_end = (i / CQ_FILE_ENTRIES + 1) * CQ_FILE_ENTRIES;
+                end = max < file_end ? max : file_end;
+            }
             if (n > 0 && bytes > 0) {
                 if (max_nums <= n || bytes + m->size > MAX_TRANSFER_BYTES ||
                     n > MAX_TRANSFER_COUNT - 1)
                     break;
             }
+            scanned++;
+            i++;
             if (!sub_match(sub, m)) continue;
             found[n++] = m;
             bytes += m->size;

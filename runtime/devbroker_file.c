@@ -189,8 +189,9 @@ static db_msg_t *recover_one(db_broker_t *b, const uint8_t *p, size_t avail, int
         dq = rmq__db_queue(t, qid);
     }
     if (!dq) return NULL;
-    if (dq->n == 0 && dq->min_off == 0 && qoff > 0) dq->min_off = qoff; /* head trimmed */
-    if (qoff != rmq__db_qmax(dq)) {
+    if (dq->n == 0 && dq->max_off == 0 && qoff > 0) /* head trimmed */
+        dq->min_off = dq->max_off = qoff;
+    if (qoff < rmq__db_qmax(dq)) { /* above it: offsets were skipped (a gap) */
         rmq_log_warn(DB_LOG,
                      "%s: commit log offset %lld: queue offset %lld of %s/%d, expected "
                      "%lld; message skipped",

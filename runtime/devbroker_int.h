@@ -71,9 +71,12 @@ typedef struct db_msg {
 struct db_queue {
     struct db_topic *topic;
     int id;
-    db_msg_t **ring; /* n messages starting at ring[head % cap] */
+    db_msg_t **ring; /* n messages starting at ring[head % cap], ascending qoff */
     size_t cap, head, n;
     int64_t min_off;        /* queue offset of the first retained message */
+    int64_t max_off;        /* queue offset the next message gets */
+    int gaps;               /* offsets were skipped (rmq_devbroker_skip_offsets): the ring is
+                             * not dense, lookups search it */
     struct db_park *parked; /* long-polling pulls waiting on this queue */
     db_chunk_t *cur;        /* chunk new messages go into */
 };
@@ -271,9 +274,11 @@ db_topic_t *rmq__db_topic_create(db_broker_t *b, const char *name, int read_q, i
 db_queue_t *rmq__db_queue(db_topic_t *t, int qid); /* NULL when qid out of range */
 static inline int64_t rmq__db_qmax(const db_queue_t *q)
 {
-    return q->min_off + (int64_t)q->n;
+    return q->max_off;
 }
 db_msg_t *rmq__db_qget(const db_queue_t *q, int64_t off); /* NULL when not retained */
+/* The retained message with the smallest queue offset >= off, or NULL. */
+db_msg_t *rmq__db_qnext(const db_queue_t *q, int64_t off);
 db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys);
 void rmq__db_msg_release(db_msg_t *m);
 /* A new message record with size bytes of data in q's current chunk (refs 1). */
@@ -358,6 +363,10 @@ void rmq__db_ns_free(struct rmq_devbroker *db);
 int rmq__db_node_init(struct rmq_devbroker *db, db_node_t *node, int idx, const char *addr,
                       char *errstr, size_t errstr_size);
 int rmq__db_node_up(db_node_t *node, char *errstr, size_t errstr_size);
+
+/* devbroker.c: run fn(db, arg) on the broker's loop and wait for it (control functions). */
+void rmq__db_run_sync(struct rmq_devbroker *db, void (*fn)(struct rmq_devbroker *, void *),
+                      void *arg);
 
 /* devbroker.c: the common request gate (record, faults, latency). */
 typedef void (*db_handler_fn)(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req);

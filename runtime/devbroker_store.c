@@ -162,10 +162,41 @@ db_topic_t *rmq__db_topic_create(db_broker_t *b, const char *name, int read_q, i
     return t;
 }
 
+/* The i-th retained message of q (0 = the oldest). */
+static db_msg_t *qat(const db_queue_t *q, size_t i)
+{
+    return q->ring[(q->head + i) % q->cap];
+}
+
+/* Index of the first retained message with qoff >= off (q->n when none). */
+static size_t qlower(const db_queue_t *q, int64_t off)
+{
+    size_t lo = 0, hi = q->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (qat(q, mid)->qoff < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 db_msg_t *rmq__db_qget(const db_queue_t *q, int64_t off)
 {
-    if (off < q->min_off || off >= rmq__db_qmax(q)) return NULL;
-    return q->ring[(q->head + (size_t)(off - q->min_off)) % q->cap];
+    if (q->n == 0 || off < q->min_off || off >= rmq__db_qmax(q)) return NULL;
+    if (!q->gaps) return qat(q, (size_t)(off - q->min_off));
+    size_t i = qlower(q, off);
+    return i < q->n && qat(q, i)->qoff == off ? qat(q, i) : NULL;
+}
+
+db_msg_t *rmq__db_qnext(const db_queue_t *q, int64_t off)
+{
+    if (q->n == 0 || off >= rmq__db_qmax(q)) return NULL;
+    if (off <= q->min_off) return qat(q, 0);
+    if (!q->gaps) return qat(q, (size_t)(off - q->min_off));
+    size_t i = qlower(q, off);
+    return i < q->n ? qat(q, i) : NULL;
 }
 
 static void ring_push(db_msg_t ***ring, size_t *cap, size_t *head, size_t *n, db_msg_t *m)
@@ -270,26 +301,26 @@ int64_t rmq__db_search_time(const db_queue_t *q, int64_t ts)
 {
     if (q->n == 0) return 0;
     size_t lo = 0, hi = q->n - 1;
-    const db_msg_t *first = rmq__db_qget(q, q->min_off);
-    const db_msg_t *last = rmq__db_qget(q, rmq__db_qmax(q) - 1);
+    const db_msg_t *first = qat(q, 0);
+    const db_msg_t *last = qat(q, q->n - 1);
     if (ts <= first->store_ts) return first->qoff;
     if (ts >= last->store_ts) return last->qoff;
     /* Largest index with store_ts <= ts. */
     while (lo < hi) {
         size_t mid = lo + (hi - lo + 1) / 2;
-        if (rmq__db_qget(q, q->min_off + (int64_t)mid)->store_ts <= ts)
+        if (qat(q, mid)->store_ts <= ts)
             lo = mid;
         else
             hi = mid - 1;
     }
-    const db_msg_t *left = rmq__db_qget(q, q->min_off + (int64_t)lo);
+    const db_msg_t *left = qat(q, lo);
     if (left->store_ts == ts) {
         /* The first of equal timestamps. */
-        while (lo > 0 && rmq__db_qget(q, q->min_off + (int64_t)lo - 1)->store_ts == ts)
+        while (lo > 0 && qat(q, lo - 1)->store_ts == ts)
             lo--;
-        return q->min_off + (int64_t)lo;
+        return qat(q, lo)->qoff;
     }
-    const db_msg_t *right = rmq__db_qget(q, q->min_off + (int64_t)lo + 1);
+    const db_msg_t *right = lo + 1 < q->n ? qat(q, lo + 1) : NULL;
     if (!right) return left->qoff;
     return (ts - left->store_ts) <= (right->store_ts - ts) ? left->qoff : right->qoff;
 }
@@ -307,7 +338,7 @@ static void evict(db_broker_t *b)
         if (q->n && q->ring[q->head] == m) {
             q->head = (q->head + 1) % q->cap;
             q->n--;
-            q->min_off++;
+            q->min_off = q->n ? qat(q, 0)->qoff : q->max_off;
         }
         b->bytes -= m->size;
         rmq__db_msg_release(m);
@@ -381,6 +412,9 @@ void rmq__db_attach(db_broker_t *b, db_msg_t *m)
     db_queue_t *q = m->q;
     b->next_phys = m->phys + m->size;
     b->bytes += m->size;
+    if (m->qoff > q->max_off) q->gaps = 1; /* replayed from a --store log with a gap */
+    if (q->n == 0 && q->max_off == 0) q->min_off = m->qoff;
+    q->max_off = m->qoff + 1;
     ring_push(&q->ring, &q->cap, &q->head, &q->n, m);
     ring_push(&b->log, &b->log_cap, &b->log_head, &b->log_n, m);
     q->topic->sent++;

@@ -16,7 +16,9 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+#include <lz4frame.h>
 #include <zlib.h>
+#include <zstd.h>
 
 struct rmq_msgset_infl {
     rmq_msgset_infl_t *next;
@@ -145,67 +147,200 @@ void rmq__msg_release(rmq_msg_t *m)
     rmq__msgset_release((rmq_msgset_t *)m->owner);
 }
 
-/* Inflate a zlib stream into a new node linked into the set. 0 or an error with errstr set. */
-static int inflate_body(rmq_msgset_t *set, const char *src, size_t len, const char **out,
-                        uint32_t *out_len, char *err, size_t errsz)
+int rmq__msg_undecodable(const rmq_msg_t *m)
 {
-    size_t cap = len < 64 ? 256 : len * 4;
-    rmq_msgset_infl_t *node = malloc(sizeof(*node) + cap);
-    z_stream zs;
-    int zrc;
-    if (!node) return RMQ_ERR_NOMEM;
-    memset(&zs, 0, sizeof(zs));
-    if (inflateInit(&zs) != Z_OK) {
-        free(node);
-        return RMQ_ERR_NOMEM;
+    const rmq_msgset_t *set = m->owner;
+    return set && set->n_bad > 0 && m >= set->bad && m < set->bad + set->n_bad;
+}
+
+const char *rmq__msg_undecodable_why(const rmq_msg_t *m)
+{
+    if (!rmq__msg_undecodable(m)) return NULL;
+    const rmq_msgset_t *set = m->owner;
+    return set->bad_why[m - set->bad];
+}
+
+char *rmq__msgset_alloc(rmq_msgset_t *set, size_t n)
+{
+    rmq_msgset_infl_t *node = rmq__xmalloc(sizeof(*node) + n);
+    node->len = n;
+    node->next = set->infl;
+    set->infl = node;
+    set->mem += sizeof(*node) + n;
+    return node->data;
+}
+
+/* ---- compressed bodies (PROTOCOL 4.3; RocketMQ 5.x CompressionType) --------------------- */
+
+/* An output buffer that grows by doubling up to INFLATE_MAX; becomes a node of the set. */
+typedef struct {
+    rmq_msgset_infl_t *node;
+    size_t cap, len;
+} outbuf_t;
+
+static int out_init(outbuf_t *o, size_t src_len)
+{
+    o->cap = src_len < 64 ? 256 : src_len * 4;
+    o->len = 0;
+    o->node = malloc(sizeof(*o->node) + o->cap);
+    return o->node ? 0 : RMQ_ERR_NOMEM;
+}
+
+/* Room for more output: 0, RMQ_ERR_NOMEM, or RMQ_ERR_BAD_MESSAGE past INFLATE_MAX. */
+static int out_grow(outbuf_t *o, char *err, size_t errsz)
+{
+    if (o->cap >= INFLATE_MAX) {
+        rmq__seterr(err, errsz, "decompressed body larger than %zu bytes", INFLATE_MAX);
+        return RMQ_ERR_BAD_MESSAGE;
     }
+    rmq_msgset_infl_t *bigger = realloc(o->node, sizeof(*o->node) + o->cap * 2);
+    if (!bigger) return RMQ_ERR_NOMEM;
+    o->node = bigger;
+    o->cap *= 2;
+    return 0;
+}
+
+/* Link the finished output into the set as the message's body. */
+static int out_done(outbuf_t *o, rmq_msgset_t *set, const char **out, uint32_t *out_len,
+                    char *err, size_t errsz)
+{
+    if (o->len > UINT32_MAX) {
+        free(o->node);
+        rmq__seterr(err, errsz, "decompressed body too large");
+        return RMQ_ERR_BAD_MESSAGE;
+    }
+    o->node->len = o->len;
+    o->node->next = set->infl;
+    set->infl = o->node;
+    set->mem += sizeof(*o->node) + o->cap;
+    *out = o->node->data;
+    *out_len = (uint32_t)o->len;
+    return 0;
+}
+
+/* ZLIB (type 0 or 3): a zlib stream (Java's Deflater / InflaterInputStream). */
+static int inflate_zlib(outbuf_t *o, const char *src, size_t len, char *err, size_t errsz)
+{
+    z_stream zs;
+    int zrc, rc = 0;
+    memset(&zs, 0, sizeof(zs));
+    if (inflateInit(&zs) != Z_OK) return RMQ_ERR_NOMEM;
     zs.next_in = (Bytef *)src;
     zs.avail_in = (uInt)len;
     for (;;) {
-        zs.next_out = (Bytef *)node->data + zs.total_out;
-        zs.avail_out = (uInt)(cap - zs.total_out);
+        zs.next_out = (Bytef *)o->node->data + zs.total_out;
+        zs.avail_out = (uInt)(o->cap - zs.total_out);
         zrc = inflate(&zs, Z_NO_FLUSH);
         if (zrc == Z_STREAM_END) break;
         if (zrc == Z_BUF_ERROR && zs.avail_in == 0) {
             rmq__seterr(err, errsz, "zlib body truncated (stream ends early)");
-            goto fail;
+            rc = RMQ_ERR_BAD_MESSAGE;
+            break;
         }
         if (zrc != Z_OK && zrc != Z_BUF_ERROR) {
             rmq__seterr(err, errsz, "zlib body corrupt: %s", zs.msg ? zs.msg : "inflate error");
-            goto fail;
+            rc = RMQ_ERR_BAD_MESSAGE;
+            break;
         }
-        if (zs.avail_out == 0) {
-            rmq_msgset_infl_t *bigger;
-            if (cap >= INFLATE_MAX) {
-                rmq__seterr(err, errsz, "inflated body larger than %zu bytes", INFLATE_MAX);
-                goto fail;
-            }
-            cap *= 2;
-            bigger = realloc(node, sizeof(*node) + cap);
-            if (!bigger) {
-                inflateEnd(&zs);
-                free(node);
-                return RMQ_ERR_NOMEM;
-            }
-            node = bigger;
+        if (zs.avail_out == 0 && (rc = out_grow(o, err, errsz)) != 0) break;
+    }
+    o->len = zs.total_out;
+    inflateEnd(&zs);
+    return rc;
+}
+
+/* LZ4 (type 1): LZ4 frames (lz4-java's LZ4FrameOutputStream, which Lz4Compressor uses; its
+ * LZ4FrameInputStream reads concatenated frames, so do we). */
+static int inflate_lz4(outbuf_t *o, const char *src, size_t len, char *err, size_t errsz)
+{
+    LZ4F_dctx *dctx = NULL;
+    size_t in = 0, hint = 1;
+    int rc = 0;
+    if (LZ4F_isError(LZ4F_createDecompressionContext(&dctx, LZ4F_VERSION))) return RMQ_ERR_NOMEM;
+    while (in < len || hint != 0) {
+        if (o->len == o->cap && (rc = out_grow(o, err, errsz)) != 0) break;
+        size_t dst = o->cap - o->len, srcn = len - in;
+        hint = LZ4F_decompress(dctx, o->node->data + o->len, &dst, src + in, &srcn, NULL);
+        if (LZ4F_isError(hint)) {
+            rmq__seterr(err, errsz, "LZ4 body corrupt: %s", LZ4F_getErrorName(hint));
+            rc = RMQ_ERR_BAD_MESSAGE;
+            break;
+        }
+        in += srcn;
+        o->len += dst;
+        if (srcn == 0 && dst == 0) { /* there was room for output: no progress is possible */
+            rmq__seterr(err, errsz, in == len ? "LZ4 body truncated (frame ends early)"
+                                              : "LZ4 body corrupt (no progress)");
+            rc = RMQ_ERR_BAD_MESSAGE;
+            break;
         }
     }
-    inflateEnd(&zs);
-    if (zs.total_out > UINT32_MAX) {
-        free(node);
-        rmq__seterr(err, errsz, "inflated body too large");
-        return RMQ_ERR_BAD_MESSAGE;
+    LZ4F_freeDecompressionContext(dctx);
+    return rc;
+}
+
+/* ZSTD (type 2): zstd frames (zstd-jni's ZstdOutputStream, which ZstdCompressor uses). */
+static int inflate_zstd(outbuf_t *o, const char *src, size_t len, char *err, size_t errsz)
+{
+    ZSTD_DStream *ds = ZSTD_createDStream();
+    ZSTD_inBuffer ib = {src, len, 0};
+    size_t ret = 1;
+    int rc = 0;
+    if (!ds) return RMQ_ERR_NOMEM;
+    while (ib.pos < ib.size || ret != 0) {
+        if (o->len == o->cap && (rc = out_grow(o, err, errsz)) != 0) break;
+        ZSTD_outBuffer ob = {o->node->data, o->cap, o->len};
+        size_t before_in = ib.pos;
+        ret = ZSTD_decompressStream(ds, &ob, &ib);
+        if (ZSTD_isError(ret)) {
+            rmq__seterr(err, errsz, "ZSTD body corrupt: %s", ZSTD_getErrorName(ret));
+            rc = RMQ_ERR_BAD_MESSAGE;
+            break;
+        }
+        int progress = ob.pos > o->len || ib.pos > before_in;
+        o->len = ob.pos;
+        if (!progress) { /* there was room for output: no progress is possible */
+            rmq__seterr(err, errsz, ib.pos == ib.size ? "ZSTD body truncated (frame ends early)"
+                                                      : "ZSTD body corrupt (no progress)");
+            rc = RMQ_ERR_BAD_MESSAGE;
+            break;
+        }
     }
-    node->len = zs.total_out;
-    node->next = set->infl;
-    set->infl = node;
-    *out = node->data;
-    *out_len = (uint32_t)zs.total_out;
-    return 0;
-fail:
-    inflateEnd(&zs);
-    free(node);
-    return RMQ_ERR_BAD_MESSAGE;
+    ZSTD_freeDStream(ds);
+    return rc;
+}
+
+/*
+ * Decompress a body of compression type `type` ((sysFlag & 0x700) >> 8: 0 or 3 zlib, 1 LZ4,
+ * 2 ZSTD, as CompressionType.findByValue) into a new node of the set. 0, or an error with err.
+ */
+static int decompress_body(rmq_msgset_t *set, int type, const char *src, size_t len,
+                           const char **out, uint32_t *out_len, char *err, size_t errsz)
+{
+    outbuf_t o;
+    int rc;
+    if (out_init(&o, len)) return RMQ_ERR_NOMEM;
+    switch (type) {
+    case 0:
+    case 3:
+        rc = inflate_zlib(&o, src, len, err, errsz);
+        break;
+    case 1:
+        rc = inflate_lz4(&o, src, len, err, errsz);
+        break;
+    case 2:
+        rc = inflate_zstd(&o, src, len, err, errsz);
+        break;
+    default:
+        rmq__seterr(err, errsz, "unknown compression type %d", type);
+        rc = RMQ_ERR_BAD_MESSAGE;
+        break;
+    }
+    if (rc) {
+        free(o.node);
+        return rc;
+    }
+    return out_done(&o, set, out, out_len, err, errsz);
 }
 
 /*
@@ -294,18 +429,12 @@ static int decode_one(rmq_msgset_t *set, const char *p, size_t t, int flags, rmq
     if ((m->sys_flag & RMQ_SYSFLAG_COMPRESSED) && bodylen > 0 && !(flags & RMQ_DECODE_RAW_BODY)) {
         int type = (m->sys_flag & RMQ_SYSFLAG_COMPRESSION_MASK) >> 8;
         int rc;
-        if (type == 1 || type == 2) {
-            rmq__seterr(err, errsz,
-                        "%s-compressed body (sysFlag 0x%x) is not supported: only zlib is",
-                        type == 1 ? "LZ4" : "ZSTD", (unsigned)m->sys_flag);
-            return RMQ_ERR_BAD_MESSAGE;
-        }
-        if (type != 0 && type != 3) {
+        if (type > 3) {
             rmq__seterr(err, errsz, "unknown compression type %d (sysFlag 0x%x)", type,
                         (unsigned)m->sys_flag);
             return RMQ_ERR_BAD_MESSAGE;
         }
-        rc = inflate_body(set, m->body, bodylen, &m->body, &m->body_len, err, errsz);
+        rc = decompress_body(set, type, m->body, bodylen, &m->body, &m->body_len, err, errsz);
         if (rc) return rc;
     }
     return 0;
@@ -313,6 +442,39 @@ static int decode_one(rmq_msgset_t *set, const char *p, size_t t, int flags, rmq
 overrun:
     rmq__seterr(err, errsz, "%s at byte %zu runs past TOTALSIZE %zu", what, pos, t);
     return RMQ_ERR_BAD_MESSAGE;
+}
+
+/*
+ * RMQ_DECODE_KEEP_BAD: move the message that failed to decode (at msgs[set->n], its header
+ * fields as far as they were read) to the back of the array (slot nmax - 1 - n_bad), without
+ * strings or body, with a copy of why.
+ */
+static void keep_bad(rmq_msgset_t *set, size_t nmax, const rmq_msg_t *m, const char *why,
+                     const char *broker_name, size_t bnlen, int64_t min_offset,
+                     int64_t max_offset)
+{
+    if (!set->bad_why)
+        set->bad_why = (const char **)(void *)rmq__msgset_alloc(set, nmax * sizeof(char *));
+    rmq_msg_t *b = &set->msgs[nmax - 1 - (size_t)set->n_bad];
+    *b = *m;
+    b->topic = b->store_topic = b->tags = b->keys = b->body = b->props = b->uniq_key = NULL;
+    b->topic_len = b->store_topic_len = b->tags_len = b->keys_len = b->body_len = b->props_len =
+        b->uniq_key_len = 0;
+    b->broker_name = broker_name ? set->broker_name : NULL;
+    b->broker_name_len = (uint32_t)bnlen;
+    b->min_offset = min_offset;
+    b->max_offset = max_offset;
+    b->owner = set;
+    size_t wl = strlen(why);
+    char *w = rmq__msgset_alloc(set, wl + 1);
+    memcpy(w, why, wl + 1);
+    set->bad_why[set->n_bad++] = w;
+}
+
+/* NOMEM while decoding: forget the kept bad messages (they hold no reference yet). */
+static void keep_bad_release(rmq_msgset_t *set)
+{
+    set->n_bad = 0;
 }
 
 int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const char *broker_name,
@@ -335,10 +497,19 @@ int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const
     head = (sizeof(rmq_msgset_t) + 15) & ~(size_t)15;
     set = malloc(head + nmax * sizeof(rmq_msg_t) + bnlen + 1);
     if (!set) return RMQ_ERR_NOMEM;
+    set->mem = head + nmax * sizeof(rmq_msg_t) + bnlen + 1 +
+               (frame ? sizeof(rmq_rbuf_t) + frame->len : 0);
+    set->pq_held = 0;
     set->refs = 1;
     set->frame = frame ? rmq__rbuf_keep(frame) : NULL;
     set->n = 0;
     set->msgs = (rmq_msg_t *)((char *)set + head);
+    set->n_bad = 0;
+    set->bad = NULL;
+    set->bad_why = NULL;
+    set->lost = 0;
+    set->lost_at = len;
+    set->lost_queue_offset = -1;
     set->infl = NULL;
     set->broker_name = (char *)(set->msgs + nmax);
     if (bnlen) memcpy(set->broker_name, broker_name, bnlen);
@@ -358,12 +529,15 @@ int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const
             break;
         }
         t = rmq__rd32(body + off);
-        if (t < RMQ_MSG_MIN_SIZE || t > len - off || set->n >= (int)nmax) {
+        if (t < RMQ_MSG_MIN_SIZE || t > len - off || set->n + set->n_bad >= (int)nmax) {
             rmq__seterr(errstr, errstr_size,
-                        "message %d at body offset %zu: TOTALSIZE %d %s (%zu bytes left)", set->n,
-                        off, (int32_t)t, t < RMQ_MSG_MIN_SIZE ? "too small" : "past the body",
-                        len - off);
+                        "message %d at body offset %zu: TOTALSIZE %d %s (%zu bytes left)",
+                        set->n + set->n_bad, off, (int32_t)t,
+                        t < RMQ_MSG_MIN_SIZE ? "too small" : "past the body", len - off);
             rc = RMQ_ERR_BAD_MESSAGE;
+            set->lost = 1;
+            set->lost_at = off;
+            if (len - off >= 28) set->lost_queue_offset = (int64_t)rmq__rd64(body + off + 20);
             break;
         }
         m = &set->msgs[set->n];
@@ -371,14 +545,20 @@ int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const
         r = decode_one(set, body + off, t, flags, m, why, sizeof(why));
         if (r == RMQ_ERR_NOMEM) {
             set->n = 0;
+            keep_bad_release(set);
             rmq__msgset_release(set);
             return RMQ_ERR_NOMEM;
         }
         if (r) {
-            rmq__seterr(errstr, errstr_size, "message %d at body offset %zu (queueOffset %lld): %s",
-                        set->n, off, (long long)m->queue_offset, why);
+            if (rc == RMQ_OK)
+                rmq__seterr(errstr, errstr_size,
+                            "message %d at body offset %zu (queueOffset %lld): %s",
+                            set->n + set->n_bad, off, (long long)m->queue_offset, why);
             rc = RMQ_ERR_BAD_MESSAGE;
-            break;
+            if (!(flags & RMQ_DECODE_KEEP_BAD)) break;
+            keep_bad(set, nmax, m, why, broker_name, bnlen, min_offset, max_offset);
+            off += t;
+            continue;
         }
         m->broker_name = broker_name ? set->broker_name : NULL;
         m->broker_name_len = (uint32_t)bnlen;
@@ -388,7 +568,18 @@ int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const
         set->n++;
         off += t;
     }
-    set->refs = set->n + 1;
+    if (set->n_bad > 0) { /* kept from the end of the array backwards: put in body order */
+        set->bad = set->msgs + nmax - set->n_bad;
+        for (int i = 0, j = set->n_bad - 1; i < j; i++, j--) {
+            rmq_msg_t tm = set->bad[i];
+            set->bad[i] = set->bad[j];
+            set->bad[j] = tm;
+            const char *tw = set->bad_why[i];
+            set->bad_why[i] = set->bad_why[j];
+            set->bad_why[j] = tw;
+        }
+    }
+    set->refs = set->n + set->n_bad + 1;
     *out = set;
     return rc;
 }

@@ -10,6 +10,7 @@
  * reference-counted: it starts with one reference per decoded message plus one for the caller
  * (the "creator reference"). rmq__msg_release(m) drops the reference of message m;
  * rmq__msgset_release(set) drops any other reference (first of all the creator reference).
+ * Messages in set->bad (RMQ_DECODE_KEEP_BAD) hold a reference each too.
  * When the count reaches zero the inflated bodies, the frame reference and the set are freed.
  * Threads: decoding happens on the loop thread; a set's reference count is atomic, so messages
  * may be released from any thread. Views are read by one thread at a time (the batch rule of
@@ -49,12 +50,28 @@ typedef struct rmq_msgset {
     rmq_rbuf_t *frame;       /* one reference, released with the set */
     int n;                   /* decoded messages */
     rmq_msg_t *msgs;         /* n views, in the same allocation as the set */
+    /* RMQ_DECODE_KEEP_BAD: messages whose framing (TOTALSIZE) holds but that cannot be decoded.
+     * Each keeps the fixed header fields that could be read (queue_offset, commit_log_offset,
+     * sys_flag, hosts...) and has no strings or body; bad_why[i] says why (owned by the set). */
+    int n_bad;
+    rmq_msg_t *bad;          /* n_bad views, in body order, in the same allocation */
+    const char **bad_why;
+    /* Framing lost: TOTALSIZE at body offset lost_at (< the body length) is unusable, and
+     * nothing after it could be split into messages; lost_queue_offset is the QUEUEOFFSET
+     * field there when one can be read, else -1. */
+    int lost;
+    size_t lost_at;
+    int64_t lost_queue_offset;
     rmq_msgset_infl_t *infl; /* inflated bodies (singly linked), owned */
     char *broker_name;       /* NUL-terminated copy, in the same allocation */
+    size_t mem;              /* bytes the set keeps alive: its frame, its allocation and the
+                              * inflated bodies (what flow control counts, process_queue.h) */
+    int pq_held;             /* its messages held in a process queue (loop thread only) */
 } rmq_msgset_t;
 
 /* rmq__msgset_decode_ex() flags. */
 #define RMQ_DECODE_RAW_BODY 0x1 /* keep compressed bodies as stored (no inflate): dev broker */
+#define RMQ_DECODE_KEEP_BAD 0x2 /* go past messages that cannot be decoded, into set->bad */
 
 /*
  * Decode a PULL_MESSAGE (or CONSUME_MESSAGE_DIRECTLY) body of len bytes at body, which lies
@@ -65,9 +82,12 @@ typedef struct rmq_msgset {
  * (creator reference + one per message).
  *
  * Returns RMQ_OK when the whole body decoded. Returns RMQ_ERR_BAD_MESSAGE when decoding stopped
- * early (truncated body, fields overrunning TOTALSIZE, LZ4/ZSTD/unknown compression, a corrupt
- * zlib stream): *out then holds the messages before the fault, like Java's
- * MessageDecoder.decodes(), and errstr names the message and the field at fault.
+ * early (truncated body, fields overrunning TOTALSIZE, an unknown compression type, a corrupt
+ * zlib, LZ4 or ZSTD stream): *out then holds the messages before the fault, like Java's
+ * MessageDecoder.decodes(), and errstr names the message and the field at fault. With
+ * RMQ_DECODE_KEEP_BAD, a message whose TOTALSIZE is usable but whose content is not goes to
+ * set->bad (one reference each, like the decoded ones) and decoding goes on after it; it still
+ * stops where TOTALSIZE is unusable (set->lost). RMQ_ERR_BAD_MESSAGE then means either.
  * Returns RMQ_ERR_NOMEM with *out = NULL. Never reads outside [body, body + len).
  * Loop thread (or any single thread); frame gets one more reference, the caller keeps its own.
  * The set's messages are in body order; message i is set->msgs[i].
@@ -79,11 +99,19 @@ int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const
                           int64_t min_offset, int64_t max_offset, int flags, rmq_msgset_t **out,
                           char *errstr, size_t errstr_size);
 
+/* n bytes that live as long as set (freed with it); loop thread, before its messages are handed
+ * to a consume thread. Aborts when out of memory (small strings only). */
+char *rmq__msgset_alloc(rmq_msgset_t *set, size_t n);
+
 rmq_msgset_t *rmq__msgset_keep(rmq_msgset_t *set);
 /* Drop one reference; the last one frees the set, its inflated bodies and its frame reference. */
 void rmq__msgset_release(rmq_msgset_t *set);
 /* Drop the reference held by message m (m->owner); m must not be used afterwards. */
 void rmq__msg_release(rmq_msg_t *m);
+/* 1 when m is one of its set's undecodable messages (set->bad), else 0. */
+int rmq__msg_undecodable(const rmq_msg_t *m);
+/* Why m could not be decoded (m undecodable), else NULL. */
+const char *rmq__msg_undecodable_why(const rmq_msg_t *m);
 
 /*
  * Look up a property with Java's string2messageProperties rules (PROTOCOL 4.4): segments split at

@@ -1,12 +1,17 @@
 /*
- * process_queue.c -- offset-ordered ring of pulled messages (see process_queue.h).
+ * process_queue.c -- the offset-sorted index of pulled messages (see process_queue.h).
  *
- * Ownership: borrows message views; owns only its ring.
+ * Ownership: borrows message views; owns only its entry array.
  * Threads: loop thread only.
  */
 #include "process_queue.h"
 
+#include "message.h"
+
+#include <stdio.h>
 #include <stdlib.h>
+
+#define PQ_MIN_CAP 64u
 
 static const char *pq_state_names[] = {"STARTING", "ACTIVE", "DROPPED"};
 
@@ -32,53 +37,113 @@ void rmq__pq_init(rmq_pq_t *pq, const char *name)
 
 void rmq__pq_free(rmq_pq_t *pq)
 {
-    free(pq->slots);
-    pq->slots = NULL;
-    pq->cap = 0;
+    free(pq->v);
+    pq->v = NULL;
+    pq->cap = pq->head = pq->n = 0;
     pq->count = 0;
 }
 
-/* Make the ring hold [lo, hi) with room for offset off. Returns 0 or RMQ_ERR_NOMEM. */
-static int pq_fit(rmq_pq_t *pq, int64_t lo, int64_t end)
+/* Move the entries to the front of an array of ncap entries (>= n), reallocating it. */
+static void pq_resize(rmq_pq_t *pq, uint32_t ncap)
 {
-    uint64_t need = (uint64_t)(end - lo);
-    if (need <= pq->cap) return 0;
-    uint64_t ncap = pq->cap ? pq->cap : 64;
-    while (ncap < need) ncap <<= 1;
-    if (ncap > (1u << 30)) return RMQ_ERR_NOMEM;
-    rmq_msg_t **ns = calloc((size_t)ncap, sizeof(*ns));
-    if (!ns) return RMQ_ERR_NOMEM;
-    if (pq->count > 0) {
-        for (int64_t o = pq->lo; o < pq->hi; o++)
-            ns[(uint64_t)o & (ncap - 1)] = pq->slots[(uint64_t)o & (pq->cap - 1)];
+    if (pq->head) {
+        memmove(pq->v, pq->v + pq->head, sizeof(*pq->v) * pq->n);
+        pq->head = 0;
     }
-    free(pq->slots);
-    pq->slots = ns;
-    pq->cap = (uint32_t)ncap;
-    return 0;
+    if (ncap == pq->cap) return;
+    rmq_pq_ent_t *nv = realloc(pq->v, sizeof(*nv) * ncap);
+    if (!nv) {
+        if (ncap < pq->cap) return; /* keep the bigger array */
+        fprintf(stderr, "rmqlua: out of memory growing a process queue to %u entries\n", ncap);
+        abort();
+    }
+    pq->v = nv;
+    pq->cap = ncap;
+}
+
+/* Room for one more entry after the last one. Sliding the entries to the front costs n moves,
+ * paid for by the head's n or more advances since the last slide. */
+static void pq_room_at_end(rmq_pq_t *pq)
+{
+    if (pq->head + pq->n < pq->cap) return;
+    if (pq->head >= pq->n && pq->head > 0)
+        pq_resize(pq, pq->cap);
+    else
+        pq_resize(pq, pq->cap ? pq->cap * 2 : PQ_MIN_CAP);
+}
+
+/* Index (absolute) of the first entry with offset >= off, in [head, head + n]. */
+static uint32_t pq_lower_bound(const rmq_pq_t *pq, int64_t off)
+{
+    uint32_t lo = pq->head, hi = pq->head + pq->n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (pq->v[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The entry holding offset off (held or removed), or NULL. */
+static rmq_pq_ent_t *pq_find(const rmq_pq_t *pq, int64_t off)
+{
+    if (pq->n == 0 || off < pq->v[pq->head].off || off > pq->v[pq->head + pq->n - 1].off)
+        return NULL;
+    uint32_t i = pq_lower_bound(pq, off);
+    return i < pq->head + pq->n && pq->v[i].off == off ? &pq->v[i] : NULL;
+}
+
+/* A message becomes held / stops being held: account the memory it pins (see pq->mem). */
+static void mem_hold(rmq_pq_t *pq, const rmq_msg_t *m)
+{
+    rmq_msgset_t *set = m->owner;
+    if (!set)
+        pq->mem += m->body_len;
+    else if (set->pq_held++ == 0)
+        pq->mem += (int64_t)set->mem;
+}
+
+static void mem_unhold(rmq_pq_t *pq, const rmq_msg_t *m)
+{
+    rmq_msgset_t *set = m->owner;
+    if (!set)
+        pq->mem -= m->body_len;
+    else if (--set->pq_held == 0)
+        pq->mem -= (int64_t)set->mem;
 }
 
 int rmq__pq_put(rmq_pq_t *pq, rmq_msg_t *m)
 {
     int64_t off = m->queue_offset;
-    if (pq->count == 0) {
-        if (pq_fit(pq, off, off + 1)) return RMQ_ERR_NOMEM;
-        pq->lo = off;
-        pq->hi = off + 1;
+    if (pq->n == 0 || off > pq->v[pq->head + pq->n - 1].off) {
+        /* The usual case: a pull returns offsets above everything held. */
+        pq_room_at_end(pq);
+        pq->v[pq->head + pq->n] = (rmq_pq_ent_t){off, m};
+        pq->n++;
     } else {
-        int64_t lo = off < pq->lo ? off : pq->lo;
-        int64_t hi = off >= pq->hi ? off + 1 : pq->hi;
-        if (pq_fit(pq, lo, hi)) return RMQ_ERR_NOMEM;
-        if (off >= pq->lo && off < pq->hi && pq->slots[(uint64_t)off & (pq->cap - 1)]) return 0;
-        /* Slots between the old range and the new offset are empty: clear them. */
-        for (int64_t o = hi - 1; o >= pq->hi; o--) pq->slots[(uint64_t)o & (pq->cap - 1)] = NULL;
-        for (int64_t o = lo; o < pq->lo; o++) pq->slots[(uint64_t)o & (pq->cap - 1)] = NULL;
-        pq->lo = lo;
-        pq->hi = hi;
+        uint32_t i = pq_lower_bound(pq, off);
+        if (pq->v[i].off == off) {
+            if (pq->v[i].m) return 0;
+            pq->v[i].m = m; /* a removed entry not compacted yet */
+        } else if (i == pq->head && pq->head > 0) {
+            pq->head--;
+            pq->v[pq->head] = (rmq_pq_ent_t){off, m};
+            pq->n++;
+        } else {
+            /* An older offset put back in the middle: O(n), rare. */
+            uint32_t rel = i - pq->head;
+            pq_room_at_end(pq);
+            i = pq->head + rel;
+            memmove(pq->v + i + 1, pq->v + i, sizeof(*pq->v) * (pq->head + pq->n - i));
+            pq->v[i] = (rmq_pq_ent_t){off, m};
+            pq->n++;
+        }
     }
-    pq->slots[(uint64_t)off & (pq->cap - 1)] = m;
     pq->count++;
     pq->bytes += m->body_len;
+    mem_hold(pq, m);
     pq->queue_offset_max = off;
     if (m->max_offset > 0) {
         int64_t acc = m->max_offset - off;
@@ -89,28 +154,64 @@ int rmq__pq_put(rmq_pq_t *pq, rmq_msg_t *m)
 
 rmq_msg_t *rmq__pq_get(const rmq_pq_t *pq, int64_t off)
 {
-    if (pq->count == 0 || off < pq->lo || off >= pq->hi) return NULL;
-    return pq->slots[(uint64_t)off & (pq->cap - 1)];
+    const rmq_pq_ent_t *e = pq_find(pq, off);
+    return e ? e->m : NULL;
 }
 
 rmq_msg_t *rmq__pq_first(const rmq_pq_t *pq)
 {
-    return pq->count ? pq->slots[(uint64_t)pq->lo & (pq->cap - 1)] : NULL;
+    return pq->count ? pq->v[pq->head].m : NULL;
+}
+
+int64_t rmq__pq_last_offset(const rmq_pq_t *pq)
+{
+    return pq->count ? pq->v[pq->head + pq->n - 1].off : 0;
 }
 
 rmq_msg_t *rmq__pq_next(const rmq_pq_t *pq, int64_t off)
 {
-    if (pq->count == 0) return NULL;
-    for (int64_t o = off < pq->lo ? pq->lo : off + 1; o < pq->hi; o++) {
-        rmq_msg_t *m = pq->slots[(uint64_t)o & (pq->cap - 1)];
-        if (m) return m;
-    }
+    if (pq->count == 0 || off == INT64_MAX) return NULL;
+    for (uint32_t i = pq_lower_bound(pq, off + 1); i < pq->head + pq->n; i++)
+        if (pq->v[i].m) return pq->v[i].m;
     return NULL;
 }
 
 int64_t rmq__pq_max_span(const rmq_pq_t *pq)
 {
-    return pq->count ? pq->hi - 1 - pq->lo : 0;
+    return pq->count ? pq->v[pq->head + pq->n - 1].off - pq->v[pq->head].off : 0;
+}
+
+int rmq__pq_peek(const rmq_pq_t *pq, rmq_msg_t **out, int max)
+{
+    int k = 0;
+    for (uint32_t i = pq->head; i < pq->head + pq->n && k < max; i++)
+        if (pq->v[i].m) out[k++] = pq->v[i].m;
+    return k;
+}
+
+/* After removals: drop removed entries at both ends, compact the middle once removed entries
+ * outnumber held ones, shrink the array when it is mostly empty. Amortised O(1) per removal. */
+static void pq_tidy(rmq_pq_t *pq)
+{
+    if (pq->count == 0) {
+        pq->head = pq->n = 0;
+    } else {
+        while (!pq->v[pq->head].m) pq->head++, pq->n--;
+        while (!pq->v[pq->head + pq->n - 1].m) pq->n--;
+        uint32_t removed = pq->n - (uint32_t)pq->count;
+        if (removed > (uint32_t)pq->count && removed >= 32) {
+            uint32_t k = 0;
+            for (uint32_t i = pq->head; i < pq->head + pq->n; i++)
+                if (pq->v[i].m) pq->v[k++] = pq->v[i];
+            pq->head = 0;
+            pq->n = k;
+        }
+    }
+    if (pq->cap > PQ_MIN_CAP && pq->n < pq->cap / 4) {
+        uint32_t ncap = pq->cap / 2;
+        while (ncap > PQ_MIN_CAP && pq->n < ncap / 4) ncap /= 2;
+        pq_resize(pq, ncap);
+    }
 }
 
 int64_t rmq__pq_remove(rmq_pq_t *pq, rmq_msg_t *const *msgs, int n)
@@ -119,33 +220,32 @@ int64_t rmq__pq_remove(rmq_pq_t *pq, rmq_msg_t *const *msgs, int n)
     if (pq->count == 0) return -1;
     for (int i = 0; i < n; i++) {
         rmq_msg_t *m = msgs[i];
-        int64_t off = m->queue_offset;
-        if (off < pq->lo || off >= pq->hi) continue;
-        rmq_msg_t **s = &pq->slots[(uint64_t)off & (pq->cap - 1)];
-        if (*s != m) continue;
-        *s = NULL;
+        rmq_pq_ent_t *e = pq_find(pq, m->queue_offset);
+        if (!e || e->m != m) continue;
+        e->m = NULL;
         pq->count--;
         pq->bytes -= m->body_len;
+        mem_unhold(pq, m);
     }
+    pq_tidy(pq);
+    /* ProcessQueue.removeMessage: the first key, or queueOffsetMax + 1 when empty. */
     if (pq->count == 0) return pq->queue_offset_max + 1;
-    while (!pq->slots[(uint64_t)pq->lo & (pq->cap - 1)]) pq->lo++;
-    while (!pq->slots[(uint64_t)(pq->hi - 1) & (pq->cap - 1)]) pq->hi--;
-    return pq->lo;
+    return pq->v[pq->head].off;
 }
 
 void rmq__pq_clear(rmq_pq_t *pq, void (*fn)(void *ud, rmq_msg_t *m), void *ud)
 {
-    if (pq->count > 0) {
-        for (int64_t o = pq->lo; o < pq->hi; o++) {
-            rmq_msg_t **s = &pq->slots[(uint64_t)o & (pq->cap - 1)];
-            if (*s) {
-                rmq_msg_t *m = *s;
-                *s = NULL;
-                if (fn) fn(ud, m);
-            }
-        }
+    for (uint32_t i = pq->head; i < pq->head + pq->n; i++) {
+        rmq_msg_t *m = pq->v[i].m;
+        pq->v[i].m = NULL;
+        if (!m) continue;
+        mem_unhold(pq, m);
+        if (fn) fn(ud, m);
     }
+    pq->head = pq->n = 0;
     pq->count = 0;
     pq->bytes = 0;
+    pq->mem = 0;
     pq->queue_offset_max = 0;
+    pq_tidy(pq);
 }

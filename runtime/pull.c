@@ -2,7 +2,7 @@
  * pull.c -- one pull loop per owned queue (DefaultMQPushConsumerImpl.pullMessage,
  * PullAPIWrapper, PROTOCOL.md 5): flow control, PULL_MESSAGE with long polling, result handling
  * (FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL), client-side tag filter, retries after
- * pull_time_delay_mills_when_exception.
+ * pull_time_delay_mills_when_exception. Messages that cannot be decoded go to undecodable.c.
  *
  * Each queue has exactly one pull in flight, or one armed timer, or neither (dropped).
  * Ownership: an in-flight pull and an armed timer each hold one reference on the queue.
@@ -67,9 +67,11 @@ void rmq__pull_now(rmq_qent_t *q)
         rmq__pull_later(q, RMQ_FLOW_CONTROL_DELAY_MS);
         return;
     }
-    if (q->pq.bytes / MiB > c->thr_size_queue) {
-        rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, %" PRId64 " MiB cached", q->name,
-                q->pq.bytes / MiB);
+    /* Java compares msgSize (held bodies); one held message keeps its whole pull response
+     * in memory here, so the size threshold counts what the held messages pin. */
+    if (q->pq.mem / MiB > c->thr_size_queue) {
+        rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, %" PRId64 " MiB held (%" PRId64
+                " MiB of bodies)", q->name, q->pq.mem / MiB, q->pq.bytes / MiB);
         rmq__pull_later(q, RMQ_FLOW_CONTROL_DELAY_MS);
         return;
     }
@@ -144,14 +146,16 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp, int64_t min_off, int64_
     rmq_consumer_t *c = q->c;
     char err[256] = "";
     rmq_msgset_t *set = NULL;
-    int rc = rmq__msgset_decode(resp->frame, resp->body, resp->body_len, q->mq.broker_name,
-                                min_off, max_off, &set, err, sizeof(err));
+    int64_t pulled = q->next_offset;
+    /* Decode what can be decoded: a message that cannot be goes to the DLQ (undecodable.c)
+     * instead of stopping the queue on it (Java moves on to nextBeginOffset). */
+    int rc = rmq__msgset_decode_ex(resp->frame, resp->body, resp->body_len, q->mq.broker_name,
+                                   min_off, max_off, RMQ_DECODE_KEEP_BAD, &set, err, sizeof(err));
     if (!set) {
         rmq_log_error("pull", "%s: cannot decode pull body: %s", q->name, rmq_err_str(rc));
         exception_later(q);
         return;
     }
-    if (rc) rmq_log_error("pull", "%s: pull body decoded partly: %s", q->name, err);
     rmq_csub_t *s = rmq__c_sub(c, q->mq.topic);
     rmq_msg_t *stack[64];
     rmq_msg_t **keep = set->n <= 64 ? stack : rmq__xmalloc(sizeof(*keep) * (size_t)set->n);
@@ -166,24 +170,42 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp, int64_t min_off, int64_
     }
     c->n_pulled += nk;
     if (q->sub) q->sub->n_pulled += nk;
-    if (rc && set->n == 0) {
-        /* Nothing decodable: do not move past it silently; try again later. */
-        rmq__msgset_release(set);
-        if (keep != stack) free(keep);
-        exception_later(q);
-        return;
-    }
     if (nk > 0 && keep[0]->queue_offset < q->next_offset)
         rmq_log_warn("pull", "[BUG] %s: first message offset %" PRId64 " < pulled offset %"
                      PRId64, q->name, keep[0]->queue_offset, q->next_offset);
     int64_t next = 0;
-    if (rmq__cmd_ext_i64(resp, "nextBeginOffset", &next) == 0) {
-        if (rc && set->n > 0) {
-            /* Partly decoded: continue right after the last good message. */
-            int64_t after = set->msgs[set->n - 1].queue_offset + 1;
-            if (after < next) next = after;
+    if (rmq__cmd_ext_i64(resp, "nextBeginOffset", &next) != 0) next = q->next_offset;
+    if (set->lost) {
+        /* Past a TOTALSIZE that cannot be used nothing can be split into messages: pull again
+         * right after the last message that could (those bytes come anew). With none at all,
+         * only the pulled offset is skipped, where Java skips the whole response. */
+        int64_t last = -1, after;
+        if (set->n > 0) last = set->msgs[set->n - 1].queue_offset;
+        if (set->n_bad > 0 && set->bad[set->n_bad - 1].queue_offset > last)
+            last = set->bad[set->n_bad - 1].queue_offset;
+        if (last >= pulled) {
+            after = last + 1;
+            rmq_log_error("pull", "%s: pull body unreadable from byte %zu (%s); pulling again "
+                          "from offset %" PRId64, q->name, set->lost_at, err, after);
+        } else {
+            after = pulled + 1;
+            rmq_log_error("pull", "%s: pull body unreadable from byte %zu (%s): offset %" PRId64
+                          " skipped", q->name, set->lost_at, err, pulled);
         }
-        q->next_offset = next;
+        if (after < next) next = after;
+    }
+    q->next_offset = next;
+    /* Undecodable messages are held first, so that an orderly dispatch stops before them. */
+    for (int i = 0; i < set->n_bad; i++) {
+        rmq_msg_t *m = &set->bad[i];
+        if (m->queue_offset < pulled || m->queue_offset >= next) {
+            rmq_log_error("pull", "%s: undecodable message with queue offset %" PRId64 " outside "
+                          "the pulled range [%" PRId64 ", %" PRId64 "): skipped (%s)", q->name,
+                          m->queue_offset, pulled, next, rmq__msg_undecodable_why(m));
+            rmq__msg_release(m);
+            continue;
+        }
+        rmq__undecodable_submit(c, q, m);
     }
     if (nk > 0) rmq__consume_submit(c, q, keep, nk);
     rmq__msgset_release(set);
@@ -272,12 +294,25 @@ static void on_pull_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         handle_illegal(q);
         break;
     case RMQ_RESP_SUBSCRIPTION_NOT_LATEST:
-    case RMQ_RESP_SUBSCRIPTION_NOT_EXIST:
-        rmq_log_warn("pull", "%s: %s (%s); heartbeat and retry", q->name,
-                     rmq_err_name(resp->code), resp->remark ? resp->remark : "");
-        rmq__c_heartbeat_all(c);
+    case RMQ_RESP_SUBSCRIPTION_NOT_EXIST: {
+        /* Java (DefaultMQPushConsumerImpl.pullMessage, onException) only retries the pull
+         * after pullTimeDelayMillsWhenException; the heartbeat timer registers the
+         * subscription again. A heartbeat round per failing pull (one per owned queue per
+         * retry) flipped the broker's subscription table in a group whose members disagree:
+         * at most one extra round per heartbeat_broker_interval lets a broker that lost the
+         * subscription (a restart) learn it sooner. */
+        int64_t now = rmq__mono_ms();
+        int hb = c->sub_hb_ms == 0 || now - c->sub_hb_ms >= c->conf->heartbeat_broker_interval;
+        rmq_log_warn("pull", "%s: %s (%s); retry in %" PRId64 " ms%s", q->name,
+                     rmq_err_name(resp->code), resp->remark ? resp->remark : "",
+                     c->conf->pull_time_delay_mills_when_exception, hb ? ", heartbeat now" : "");
+        if (hb) {
+            c->sub_hb_ms = now;
+            rmq__c_heartbeat_all(c);
+        }
         exception_later(q);
         break;
+    }
     default:
         /* An ACL refusal was reported already (client.c on_acl_refused, once a minute). */
         if (!rmq__acl_refused(resp))

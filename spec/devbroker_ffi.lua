@@ -29,6 +29,10 @@ int rmq_devbroker_request_body(rmq_devbroker_t *db, int target, int req_code, in
 int rmq_devbroker_create_topic(rmq_devbroker_t *db, int broker, const char *topic, int queues);
 int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const char *topic, int queue_id,
                               const char *tags, const char *keys, const char *body, size_t body_len);
+int64_t rmq_devbroker_skip_offsets(rmq_devbroker_t *db, int broker, const char *topic,
+                                   int queue_id, int64_t n);
+int rmq_devbroker_corrupt(rmq_devbroker_t *db, int broker, const char *topic, int queue_id,
+                          int64_t offset, size_t pos, unsigned mask);
 int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic, int queue_id);
 int64_t rmq_devbroker_min_offset(rmq_devbroker_t *db, int broker, const char *topic, int queue_id);
 int64_t rmq_devbroker_committed_offset(rmq_devbroker_t *db, int broker, const char *group,

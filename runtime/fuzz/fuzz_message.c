@@ -1,6 +1,7 @@
 /*
- * fuzz_message.c -- libFuzzer target: decode an arbitrary PULL_MESSAGE body (inflating and raw),
- * read every view, and check that re-encoding the raw views decodes to the same messages.
+ * fuzz_message.c -- libFuzzer target: decode an arbitrary PULL_MESSAGE body (decompressing, raw,
+ * and past undecodable messages), read every view, and check that re-encoding the raw views
+ * decodes to the same messages.
  * Seeds: spec/fixtures/fuzz/message/ (bodies cut from the captured PULL responses).
  */
 #include "../message.h"
@@ -58,6 +59,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         rmq__buf_free(&re);
         raw->refs = 1;
         rmq__msgset_release(raw);
+    }
+    /* Past undecodable messages (the consumer's way): every kept view released, good or bad. */
+    if (rmq__msgset_decode_ex(rb, rb->data, size, "b", 1, 2, RMQ_DECODE_KEEP_BAD, &set, err,
+                              sizeof(err)) != RMQ_ERR_NOMEM) {
+        if (set->lost && set->lost_at >= size) __builtin_trap();
+        for (int i = 0; i < set->n; i++) {
+            if (rmq__msg_undecodable(&set->msgs[i])) __builtin_trap();
+            rmq__msg_release(&set->msgs[i]);
+        }
+        for (int i = 0; i < set->n_bad; i++) {
+            rmq_msg_t *m = &set->bad[i];
+            if (!rmq__msg_undecodable(m) || !rmq__msg_undecodable_why(m) || m->body_len)
+                __builtin_trap();
+            rmq_msg_offset_msg_id(m, id);
+            rmq__msg_release(m);
+        }
+        rmq__msgset_release(set);
     }
     rmq__rbuf_release(rb);
     return 0;

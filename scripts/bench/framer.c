@@ -4,8 +4,8 @@
  * standing in for the kernel's copy), rmq__framer_commit.
  *
  *   scripts/build && cc -O2 -std=c11 -D_GNU_SOURCE -Iruntime scripts/bench/framer.c \
- *       build/librmqlua_static.a $(pkg-config --libs luajit libuv jansson) -lz -lcrypto -lm \
- *       -lpthread -ldl -o /tmp/bench_framer && /tmp/bench_framer
+ *       build/librmqlua_static.a $(pkg-config --libs luajit libuv jansson liblz4 libzstd) \
+ *       -lz -lcrypto -lm -lpthread -ldl -o /tmp/bench_framer && /tmp/bench_framer
  *
  * Run from the repo root. Optional argument: another frame file.
  */

@@ -457,6 +457,141 @@ static void test_compressed_and_ipv6(void)
     rmq__buf_free(&body);
 }
 
+/* ---- LZ4 and ZSTD bodies (RocketMQ 5.x producers) ------------------------------------- */
+
+/* Bodies compressed by the lz4 and zstd command line tools (spec/fixtures/codec/README.md):
+ * LZ4 frames like lz4-java's LZ4FrameOutputStream (4 MiB independent blocks, no content
+ * checksum) and with 64 KiB linked blocks and a checksum; ZSTD frames streamed (no content size,
+ * no checksum, like zstd-jni's ZstdOutputStream) and with both. Each decodes to body.txt; a
+ * damaged or truncated stream is named and stops the decode like a damaged zlib stream. */
+static void test_lz4_zstd(void)
+{
+    static const struct {
+        const char *file;
+        int32_t sys_flag;
+        const char *name;
+    } cases[] = {
+        {"body.lz4", 0x101, "LZ4"},
+        {"body-64k-linked.lz4", 0x101, "LZ4"},
+        {"body.zst", 0x201, "ZSTD"},
+        {"body-checksum.zst", 0x201, "ZSTD"},
+    };
+    size_t plain_len;
+    char *plain = test_fixture("spec/fixtures/codec/compression/body.txt", &plain_len);
+    for (size_t k = 0; k < RMQ_ARRAY_SIZE(cases); k++) {
+        char path[256], err[256];
+        snprintf(path, sizeof(path), "spec/fixtures/codec/compression/%s", cases[k].file);
+        size_t zlen;
+        char *z = test_fixture(path, &zlen);
+        rmq_msg_t m = v105_msg();
+        m.body = z;
+        m.body_len = (uint32_t)zlen;
+        m.sys_flag = cases[k].sys_flag;
+        rmq_buf_t body;
+        rmq__buf_init(&body);
+        CHECK(rmq__msg_encode_stored(&body, &m) == 0);
+        m.queue_offset++;
+        CHECK(rmq__msg_encode_stored(&body, &m) == 0);
+        rmq_msgset_t *set = NULL;
+        int rc = rmq__msgset_decode(NULL, body.data, body.len, "b", 0, 9, &set, err,
+                                    sizeof(err));
+        CHECKF(rc == RMQ_OK && set->n == 2, "%s: %s", cases[k].file, err);
+        for (int i = 0; i < set->n; i++)
+            CHECKF(set->msgs[i].body_len == plain_len &&
+                       memcmp(set->msgs[i].body, plain, plain_len) == 0,
+                   "%s: body %d (%u bytes)", cases[k].file, i, set->msgs[i].body_len);
+        set->refs = 1;
+        rmq__msgset_release(set);
+        /* Damaged: the body of the first message cut short, then garbled. */
+        size_t body_at = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4;
+        m.body_len = (uint32_t)(zlen - 9);
+        rmq_buf_t bad;
+        rmq__buf_init(&bad);
+        CHECK(rmq__msg_encode_stored(&bad, &m) == 0);
+        rc = rmq__msgset_decode(NULL, bad.data, bad.len, "b", 0, 9, &set, err, sizeof(err));
+        CHECKF(rc == RMQ_ERR_BAD_MESSAGE && set->n == 0 && strstr(err, cases[k].name),
+               "%s cut: %s", cases[k].file, err);
+        set->refs = 1;
+        rmq__msgset_release(set);
+        for (size_t i = 0; i < 64; i++) body.data[body_at + 20 + i] ^= 0x5a;
+        rc = rmq__msgset_decode(NULL, body.data, body.len, "b", 0, 9, &set, err, sizeof(err));
+        CHECKF(rc == RMQ_ERR_BAD_MESSAGE && set->n == 0 && strstr(err, cases[k].name),
+               "%s garbled: %s", cases[k].file, err);
+        set->refs = 1;
+        rmq__msgset_release(set);
+        rmq__buf_free(&bad);
+        rmq__buf_free(&body);
+        free(z);
+    }
+    free(plain);
+}
+
+/* RMQ_DECODE_KEEP_BAD: messages whose content cannot be decoded are kept aside with their
+ * header fields and the reason, and decoding goes on after them; an unusable TOTALSIZE still
+ * ends it (set->lost). Without the flag the first one ends the decode (Java's decodes()). */
+static void test_keep_bad(void)
+{
+    char err[256];
+    rmq_buf_t b;
+    rmq_msg_t m = v105_msg();
+    rmq__buf_init(&b);
+    /* offsets 5..10: 5 bad (COMPRESSED over a plain body), 7 bad (unknown compression type),
+     * 10 bad (COMPRESSED), the others good. */
+    for (int i = 0; i < 6; i++) {
+        m.queue_offset = 5 + i;
+        m.commit_log_offset = 1000 + 156 * i;
+        m.sys_flag = i == 0 || i == 5 ? 0x1 : i == 2 ? 0x501 : 0;
+        CHECK(rmq__msg_encode_stored(&b, &m) == 0);
+    }
+    rmq_msgset_t *set = NULL;
+    int rc = rmq__msgset_decode_ex(NULL, b.data, b.len, "b", 0, 11, RMQ_DECODE_KEEP_BAD, &set,
+                                   err, sizeof(err));
+    CHECKF(rc == RMQ_ERR_BAD_MESSAGE && strstr(err, "queueOffset 5"), "%s", err);
+    CHECK(set->n == 3 && set->n_bad == 3 && !set->lost);
+    CHECK(set->refs == 3 + 3 + 1);
+    int64_t good[] = {6, 8, 9}, bad[] = {5, 7, 10};
+    for (int i = 0; i < 3; i++) {
+        CHECK(set->msgs[i].queue_offset == good[i] && !rmq__msg_undecodable(&set->msgs[i]));
+        CHECK(set->msgs[i].body_len == m.body_len);
+        rmq_msg_t *x = &set->bad[i];
+        CHECK(x->queue_offset == bad[i] && rmq__msg_undecodable(x) && x->owner == set);
+        CHECK(x->commit_log_offset == 1000 + 156 * (bad[i] - 5));
+        CHECK(x->body == NULL && x->body_len == 0 && x->topic_len == 0 && x->props_len == 0);
+        CHECK(x->broker_name_len == 1 && x->max_offset == 11);
+        const char *why = rmq__msg_undecodable_why(x);
+        CHECKF(why && strstr(why, bad[i] == 7 ? "unknown compression type 5" : "zlib"), "%s",
+               why ? why : "(null)");
+    }
+    CHECK(rmq__msg_undecodable_why(&set->msgs[0]) == NULL);
+    for (int i = 0; i < 3; i++) rmq__msg_release(&set->msgs[i]);
+    for (int i = 0; i < 3; i++) rmq__msg_release(&set->bad[i]);
+    CHECK(set->refs == 1);
+    rmq__msgset_release(set);
+
+    /* Without the flag: stops at the first (Java), nothing kept aside. */
+    rc = rmq__msgset_decode(NULL, b.data, b.len, "b", 0, 11, &set, err, sizeof(err));
+    CHECK(rc == RMQ_ERR_BAD_MESSAGE && set->n == 0 && set->n_bad == 0 && set->refs == 1);
+    rmq__msgset_release(set);
+
+    /* Framing lost after two messages: a TOTALSIZE past the body. */
+    rmq__wr32(b.data + 2 * 156, 100000);
+    rc = rmq__msgset_decode_ex(NULL, b.data, b.len, "b", 0, 11, RMQ_DECODE_KEEP_BAD, &set, err,
+                               sizeof(err));
+    CHECKF(rc == RMQ_ERR_BAD_MESSAGE && strstr(err, "TOTALSIZE"), "%s", err);
+    CHECK(set->n == 1 && set->n_bad == 1 && set->lost && set->lost_at == 2 * 156);
+    CHECK(set->lost_queue_offset == 7);
+    CHECK(set->msgs[0].queue_offset == 6 && set->bad[0].queue_offset == 5);
+    set->refs = 1;
+    rmq__msgset_release(set);
+    /* Lost at the very start, too short for a QUEUEOFFSET. */
+    rc = rmq__msgset_decode_ex(NULL, "\0\0\0\5abc", 7, "b", 0, 11, RMQ_DECODE_KEEP_BAD, &set, err,
+                               sizeof(err));
+    CHECK(rc == RMQ_ERR_BAD_MESSAGE && set->n == 0 && set->n_bad == 0 && set->lost &&
+          set->lost_at == 0 && set->lost_queue_offset == -1);
+    rmq__msgset_release(set);
+    rmq__buf_free(&b);
+}
+
 /* ---- 5.x magic with a 2-byte topic length --------------------------------------------- */
 
 static void test_magic_v2(void)
@@ -705,6 +840,8 @@ int main(void)
     test_captures();
     test_vector_10_5();
     test_compressed_and_ipv6();
+    test_lz4_zstd();
+    test_keep_bad();
     test_magic_v2();
     test_properties();
     test_ids();

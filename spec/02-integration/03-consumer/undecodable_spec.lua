@@ -1,0 +1,148 @@
+-- Messages the consumer cannot decode never stop their queue: each is logged once with its
+-- offset and stored in %DLQ%<group> with CONSUMER_SEND_MSG_BACK (delayLevel -1; the fixed
+-- header still gives its commit-log offset), every other message is consumed and the committed
+-- offset reaches the queue's end. The development broker damages stored messages in place
+-- (rmq_devbroker_corrupt: the sysFlag's COMPRESSED bit flipped on, so the plain body is an
+-- invalid zlib stream), at the start of the first pull response and in its middle.
+--
+-- Bodies that RocketMQ 5.x producers compress with LZ4 or ZSTD (sysFlag compression type 1 or
+-- 2, SEND_MESSAGE straight to the broker as a 5.x producer sends it) reach the handler
+-- decompressed. The compressed bodies are spec/fixtures/codec/compression (lz4 and zstd CLIs).
+local helpers = require "helpers"
+local ffi = require "ffi"
+local raw = require "rawclient"
+local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
+local lib = cons.lib
+
+local SEND, SEND_BACK = 10, 36
+local N = 12
+local CORRUPT = { [0] = true, [5] = true } -- queue offsets damaged (b1 and b6)
+local SYSFLAG_LOW_BYTE = 39                 -- PROTOCOL 4.1: SYSFLAG at byte 36, big-endian
+
+local function run_case(orderly)
+  local topic = orderly and "BadOrderly" or "BadTopic"
+  local group = orderly and "g_bad_orderly" or "g_bad"
+  local dlq = "%DLQ%" .. group
+  local db, ns = cons.start_broker("--topic " .. topic .. ":1")
+  helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+  for i = 1, N do
+    local body = "b" .. i
+    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, body, #body) == i - 1)
+  end
+  for off in pairs(CORRUPT) do
+    assert.equal(0, lib.rmq_devbroker_corrupt(db, 0, topic, 0, off, SYSFLAG_LOW_BYTE, 1))
+  end
+  local dir = helpers.tmpdir("bad")
+  local out = dir .. "/out.txt"
+  local s = cons.script(dir, { group = group, ns = ns, topic = topic, out = out,
+    orderly = orderly })
+  local log = dir .. "/run.log"
+  local pid = helpers.spawn(helpers.bin .. " run " .. s, { log = log, rc = log .. ".rc" })
+  helpers.wait_until(function()
+    return tonumber(lib.rmq_devbroker_committed_offset(db, 0, group, topic, 0)) == N
+  end, 60, "committed offset " .. N .. " (log " .. log .. ")")
+  assert.equal(2, tonumber(lib.rmq_devbroker_max_offset(db, 0, dlq, 0)))
+  helpers.kill(pid)
+  assert.equal(0, cons.exit_code(log))
+
+  local got, last = {}, -1
+  for _, r in ipairs(cons.records(out)) do
+    assert.is_nil(CORRUPT[r.off], "corrupt offset " .. r.off .. " reached the handler")
+    got[r.off] = true
+    if orderly then
+      assert.is_true(r.off > last, "orderly: offset " .. r.off .. " after " .. last)
+      last = r.off
+    end
+  end
+  for off = 0, N - 1 do
+    if not CORRUPT[off] then assert.is_true(got[off], "offset " .. off .. " consumed") end
+  end
+  -- Logged once each, with the offset.
+  local text = cons.read(log)
+  for off in pairs(CORRUPT) do
+    local n = 0
+    for _ in text:gmatch("message at offset " .. off .. " %(commit log offset %d+%) cannot be "
+      .. "decoded") do n = n + 1 end
+    assert.equal(1, n, "log lines for offset " .. off)
+  end
+  -- Sent back straight to the DLQ.
+  local buf = ffi.new("char[64]")
+  local backs = lib.rmq_devbroker_count(db, cons.ALL, SEND_BACK)
+  assert.equal(2, backs)
+  for i = 0, backs - 1 do
+    local n = lib.rmq_devbroker_request_ext(db, cons.ALL, SEND_BACK, i, "delayLevel", buf, 64)
+    assert.equal("-1", ffi.string(buf, n))
+  end
+end
+
+describe("consumer: undecodable messages", function()
+  it("go to the DLQ and the queue is consumed past them (concurrently)", function()
+    run_case(false)
+  end)
+  it("go to the DLQ and the queue is consumed past them (orderly)", function()
+    run_case(true)
+  end)
+
+  it("LZ4 and ZSTD bodies of 5.x producers reach the handler decompressed", function()
+    local topic, group = "ZTopic", "g_z"
+    local db, ns = cons.start_broker("--topic " .. topic .. ":1")
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local fx = helpers.fixtures .. "/codec/compression/"
+    local plain = helpers.read_file(fx .. "body.txt")
+    local cases = {
+      { key = "lz4", file = "body.lz4", sys = 0x101 },
+      { key = "lz4-linked", file = "body-64k-linked.lz4", sys = 0x101 },
+      { key = "zstd", file = "body.zst", sys = 0x201 },
+      { key = "zstd-checksum", file = "body-checksum.zst", sys = 0x201 },
+      { key = "zlib-type0", file = nil, sys = 0 },
+    }
+    local c = assert(raw.connect(ffi.string(lib.rmq_devbroker_broker_addr(db, 0))))
+    helpers.defer(function() c:close() end)
+    for i, k in ipairs(cases) do
+      local body = k.file and helpers.read_file(fx .. k.file) or "plain body"
+      local r = assert(c:request(SEND, { producerGroup = "p5", topic = topic,
+        defaultTopic = "TBW102", defaultTopicQueueNums = "4", queueId = "0",
+        sysFlag = tostring(k.sys), bornTimestamp = "1", flag = "0",
+        properties = raw.props({ { "KEYS", k.key }, { "UNIQ_KEY", "U" .. i } }),
+        reconsumeTimes = "0", unitMode = "false", batch = "false" }, body))
+      assert.equal(0, r.code)
+    end
+    local dir = helpers.tmpdir("z")
+    local out = dir .. "/out.txt"
+    local script = dir .. "/consumer.lua"
+    local f = assert(io.open(script, "w"))
+    f:write(string.format([[
+local out = assert(io.open(%q, "a"))
+out:setvbuf("no")
+local pf = assert(io.open(%q, "rb"))
+local plain = pf:read("*a")
+pf:close()
+return {
+  consumer_group = %q, namesrv_addr = %q, consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  subscribe = { [%q] = "*" },
+  consume = function(msgs)
+    local m = msgs[1]
+    local want = m.keys == "zlib-type0" and "plain body" or plain
+    local verdict = m.body == want and "same" or "differs"
+    out:write(string.format("%%s %%s %%d\n", m.keys, verdict, #m.body))
+  end,
+}
+]], out, fx .. "body.txt", group, ns, topic))
+    f:close()
+    local log = dir .. "/run.log"
+    local pid = helpers.spawn(helpers.bin .. " run " .. script, { log = log, rc = log .. ".rc" })
+    helpers.wait_until(function() return cons.count_lines(out) >= #cases end, 60,
+      "every body (log " .. log .. ")")
+    helpers.kill(pid)
+    assert.equal(0, cons.exit_code(log))
+    local seen = {}
+    for l in io.lines(out) do
+      local key, verdict, len = l:match("^(%S+) (%S+) (%d+)$")
+      assert.equal("same", verdict, l)
+      seen[key] = tonumber(len)
+    end
+    for _, k in ipairs(cases) do
+      assert.equal(k.file and #plain or #"plain body", seen[k.key], k.key)
+    end
+  end)
+end)
