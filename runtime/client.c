@@ -1012,9 +1012,12 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     uv_mutex_init(&c->stats_mu);
     c->conf = rmq__conf_dup(conf);
     c->script_path = script_path ? rmq__xstrdup(script_path) : NULL;
+    c->shdicts = rmq_shdicts_new();
     if (script_path) {
-        int rc = rmq__script_load(script_path, NULL, &c->script, errstr, errstr_size);
+        int rc = rmq__script_load_ex(script_path, c->shdicts, NULL, &c->script, errstr,
+                                     errstr_size);
         if (rc) {
+            rmq_shdicts_free(c->shdicts);
             uv_mutex_destroy(&c->stats_mu);
             rmq__conf_destroy(c->conf);
             free(c->script_path);
@@ -1168,6 +1171,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     pl.consumer_group = cf->consumer_group;
     pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(cf);
     pl.begin = rmq__consume_begin;
+    pl.shdicts = c->shdicts;
     if (rmq__pool_start(&pl, &c->pool, err, sizeof(err))) {
         rmq_log_error("client", "cannot start the consume threads: %s", err);
         c->pool = NULL;
@@ -1350,6 +1354,7 @@ void rmq__consumer_destroy(rmq_consumer_t *c)
     free(c->subs);
     rmq__tls_ctx_release(c->tls);
     if (c->script) rmq__script_destroy(c->script);
+    rmq_shdicts_free(c->shdicts); /* after every state that used it is closed */
     uv_mutex_destroy(&c->stats_mu);
     rmq__conf_destroy(c->conf);
     free(c->script_path);

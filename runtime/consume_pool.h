@@ -51,6 +51,7 @@ typedef struct rmq_pool_opts {
      * consumeTimeout, 15 minutes. See rmq__pool_start() for what cannot be interrupted. */
     int64_t consume_timeout_ms;
     rmq_pool_begin_cb begin; /* optional; its ud is ud */
+    rmq_shdicts_t *shdicts; /* the consumer's shared dictionaries (rmq.shared); may be NULL */
 } rmq_pool_opts_t;
 
 /*

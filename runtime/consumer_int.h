@@ -134,6 +134,7 @@ struct rmq_consumer {
     rmq_conf_t *conf;       /* own copy */
     char *script_path;
     rmq_script_t *script;   /* control state (allocate / on_assign / on_revoke hooks) */
+    rmq_shdicts_t *shdicts; /* the script's shared dictionaries (every state, any thread) */
     unsigned hooks;
     uv_loop_t loop;
     uv_async_t stop_async;

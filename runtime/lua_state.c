@@ -202,6 +202,10 @@ lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_
                                                                               : host->thread_index);
     lua_pushcclosure(L, host_log, 1);
     lua_setfield(L, -2, "log");
+    if (host->shdicts) { /* an address: rmq.shared casts it back (48-bit, exact in a double) */
+        lua_pushnumber(L, (lua_Number)(uintptr_t)host->shdicts);
+        lua_setfield(L, -2, "shdicts");
+    }
     lua_setfield(L, -2, "rmq.host");
     lua_pop(L, 2);
 

@@ -4,7 +4,8 @@
  *
  * A new state has the standard libraries, package.path set to the script's folder and the
  * runtime's lua/ folder, cjson reachable through require, package.loaded["rmq.host"] describing
- * the host (role, thread index and count, consumer group, log function), and the core FFI module
+ * the host (role, thread index and count, consumer group, log function, the address of the
+ * consumer's shared dictionaries), and the core FFI module
  * (rmq.core) loaded: it cdefs rmqlua_ffi.h and checks rmq_ffi_abi_version() against the
  * version the Lua side was generated for, failing loudly on a mismatch.
  *
@@ -15,6 +16,7 @@
 #define RMQ_LUA_STATE_H
 
 #include "common.h"
+#include "rmqlua_ffi.h"
 
 #include <lua.h>
 
@@ -24,6 +26,8 @@ typedef struct rmq_lua_host {
     const char *consumer_group; /* may be NULL */
     int thread_index;           /* 0-based for consume states, -1 otherwise */
     int thread_count;
+    /* The consumer's shared dictionaries (rmq.shared); NULL: the state makes its own set. */
+    rmq_shdicts_t *shdicts;
 } rmq_lua_host_t;
 
 /*

@@ -10,9 +10,10 @@
 #ifndef RMQLUA_FFI_H
 #define RMQLUA_FFI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#define RMQ_FFI_ABI_VERSION 2
+#define RMQ_FFI_ABI_VERSION 3
 
 /* RMQ_FFI_BEGIN */
 typedef struct rmq_msg {
@@ -96,6 +97,66 @@ int rmq_msg_offset_msg_id(const rmq_msg_t *m, char *out);
 int rmq_msg_host(const rmq_msg_t *m, int store, char *out);
 /* Find a property value in m->props: returns its pointer and sets *len, or NULL. */
 const char *rmq_msg_prop(const rmq_msg_t *m, const char *key, uint32_t *len);
+
+/*
+ * ABI 3: shared dictionaries (shdict.c, shdict.h), rmq.shared.NAME in Lua, with the semantics
+ * of OpenResty's ngx.shared.DICT. Keys are 1..65535 bytes. Value types are Lua's type numbers:
+ * 0 nil (absent), 1 boolean (num 0 or 1), 3 number, 4 string. Times are ms; an exptime of 0
+ * means "never expires". Errors are static strings: "exists", "not found", "not a number",
+ * "no memory".
+ */
+typedef struct rmq_shdicts rmq_shdicts_t;
+typedef struct rmq_shdict rmq_shdict_t;
+typedef struct rmq_shdict_key {
+    const char *key;
+    size_t len;
+} rmq_shdict_key_t;
+enum {
+    RMQ_SHDICT_SET = 0,
+    RMQ_SHDICT_ADD = 1,     /* only when absent (or expired): else "exists" */
+    RMQ_SHDICT_REPLACE = 2, /* only when present: else "not found" */
+    RMQ_SHDICT_SAFE = 0x10  /* with SET or ADD: never evict; "no memory" when full */
+};
+/* A set of dictionaries; free it after every state that used it is closed. */
+rmq_shdicts_t *rmq_shdicts_new(void);
+void rmq_shdicts_free(rmq_shdicts_t *s);
+/* Create dictionary name (1..64 of [A-Za-z0-9_]) with a size limit of capacity bytes (at least
+ * 8192), or set the new limit of an existing one (evicting LRU entries when it shrank). Returns
+ * it, or NULL with err naming the problem. */
+rmq_shdict_t *rmq_shdicts_declare(rmq_shdicts_t *s, const char *name, double capacity, char *err,
+                                  size_t err_size);
+/* The dictionary called name, or NULL. */
+rmq_shdict_t *rmq_shdicts_find(rmq_shdicts_t *s, const char *name);
+/* Read key: returns the value type (0 when absent or expired; with get_stale an expired value is
+ * returned and *stale set to 1). A number or boolean goes to *num; a string is copied into *str
+ * when it fits *str_len bytes, else into a new buffer *str points to afterwards (free it with
+ * rmq_shdict_free_buf); *str_len is then its length. *flags: the user flags. */
+int rmq_shdict_get(rmq_shdict_t *d, const char *key, size_t key_len, int get_stale, double *num,
+                   char **str, size_t *str_len, uint32_t *flags, int *stale);
+/* set / add / replace (op, optionally | RMQ_SHDICT_SAFE); type 0 deletes. Returns 0, or -1 with
+ * *err. *forcible = 1 when unexpired entries were evicted to make room. */
+int rmq_shdict_store(rmq_shdict_t *d, int op, const char *key, size_t key_len, int type,
+                     const char *str, size_t str_len, double num, int64_t exptime_ms,
+                     uint32_t flags, const char **err, int *forcible);
+/* *value += the stored number (the new value in *value). Absent or expired: "not found", or with
+ * has_init the entry is created as init + *value with init_ttl_ms. Returns 0 or -1 with *err. */
+int rmq_shdict_incr(rmq_shdict_t *d, const char *key, size_t key_len, double *value, int has_init,
+                    double init, int64_t init_ttl_ms, const char **err, int *forcible);
+/* Remaining time to live in *ttl_ms (0 = never expires). Returns 0, or -1 when absent/expired. */
+int rmq_shdict_ttl(rmq_shdict_t *d, const char *key, size_t key_len, double *ttl_ms);
+/* New time to live (0 = never). Returns 0, or -1 when absent/expired. */
+int rmq_shdict_expire(rmq_shdict_t *d, const char *key, size_t key_len, int64_t exptime_ms);
+/* Mark every entry expired (their memory is reused as needed). */
+void rmq_shdict_flush_all(rmq_shdict_t *d);
+/* Free up to max_count (0 = all) expired entries; returns how many. */
+int rmq_shdict_flush_expired(rmq_shdict_t *d, int max_count);
+/* Up to max_count (0 = all) unexpired keys, most recently used first, in one block *out (an array
+ * of n entries followed by the key bytes; free it with rmq_shdict_free_buf). Returns n. */
+int rmq_shdict_keys(rmq_shdict_t *d, int max_count, rmq_shdict_key_t **out);
+/* The size limit, and the bytes not charged to an entry. */
+double rmq_shdict_capacity(rmq_shdict_t *d);
+double rmq_shdict_free_space(rmq_shdict_t *d);
+void rmq_shdict_free_buf(void *p);
 /* RMQ_FFI_END */
 
 #endif

@@ -16,6 +16,7 @@
 #define RMQ_SCRIPT_H
 
 #include "common.h"
+#include "rmqlua_ffi.h"
 
 typedef struct rmq_conf rmq_conf_t;
 typedef struct rmq_mq rmq_mq_t; /* route.h: { char *topic; char *broker_name; int queue_id; } */
@@ -43,6 +44,13 @@ enum {
  */
 int rmq__script_load(const char *path, rmq_conf_t *conf, rmq_script_t **out, char *errstr,
                      size_t errstr_size);
+/*
+ * The same, with the consumer's shared dictionaries reachable from the control state
+ * (rmq.shared; the script's `shared` declarations are made in that set). shdicts NULL: the state
+ * uses a set of its own, as rmq__script_load does.
+ */
+int rmq__script_load_ex(const char *path, rmq_shdicts_t *shdicts, rmq_conf_t *conf,
+                        rmq_script_t **out, char *errstr, size_t errstr_size);
 void rmq__script_destroy(rmq_script_t *s);
 
 const char *rmq__script_path(const rmq_script_t *s);

@@ -10,8 +10,11 @@
 --                                 when the batch succeeded; if the send fails the batch counts as
 --                                 failed (RECONSUME_LATER).
 --   rmq.role                      "consume", "control", "check" or "test"
+--   rmq.shared.NAME               the shared dictionary NAME the script declared with
+--                                 shared = { NAME = "16m" } (rmq.shared, ngx.shared.DICT-like)
 --
--- One copy of this module lives in each Lua state; nothing here is shared between threads.
+-- One copy of this module lives in each Lua state; only rmq.shared's dictionaries are shared
+-- between threads (they live in C, behind a mutex each).
 local host = package.loaded["rmq.host"] or {}
 
 local type, tostring, select, concat = type, tostring, select, table.concat
@@ -26,6 +29,15 @@ local rmq = {
   role = host.role or "lua",
   version = host.version,
 }
+
+-- rmq.shared is loaded when first used (it needs the runtime's FFI symbols).
+setmetatable(rmq, { __index = function(t, k)
+  if k == "shared" then
+    local dicts = require("rmq.shared").dicts
+    rawset(t, "shared", dicts)
+    return dicts
+  end
+end })
 
 local LEVELS = { error = 0, warn = 1, info = 2, debug = 3 }
 rmq.LOG_LEVELS = LEVELS

@@ -6,6 +6,7 @@
 --   subscribe = { Topic = "TagA || TagB" },       -- topic -> tag expression ("*" for all)
 --   consume = function(msgs, ctx) ... end,        -- or consume_orderly (exactly one)
 --   allocate, init, shutdown, on_assign, on_revoke  -- optional hooks
+--   shared = { counters = "16m" },                -- shared dictionaries (rmq.shared.NAME)
 -- Option values are strings, numbers or booleans; enumerated options take the Java constant's
 -- name as a string. Errors name the file and the line.
 local M = {}
@@ -124,9 +125,33 @@ local function load_script(path)
     if a.line ~= b.line then return a.line < b.line end
     return a.topic < b.topic
   end)
+  local shared = {}
+  if t.shared ~= nil then
+    local shl = key_line(lines, "shared", rl)
+    if type(t.shared) ~= "table" then
+      fail(shl, "shared must be a table of name = size (shared = { counters = \"16m\" }), got "
+        .. type(t.shared))
+    end
+    local shmod = require "rmq.shared"
+    for name, size in pairs(t.shared) do
+      if type(name) ~= "string" or not name:find("^[%a_][%w_]*$") or #name > 64 then
+        fail(shl, "shared: bad dictionary name " .. tostring(name)
+          .. " (a Lua identifier of at most 64 characters)")
+      end
+      local line = key_line(lines, name, shl)
+      local bytes, serr = shmod.parse_size(size)
+      if not bytes then fail(line, "shared." .. name .. ": " .. serr) end
+      if bytes < shmod.MIN_SIZE then
+        fail(line, "shared." .. name .. ": size " .. tostring(size)
+          .. " is below the minimum of 8k (8192 bytes)")
+      end
+      shared[#shared + 1] = { name = name, size = bytes, line = line }
+    end
+    table.sort(shared, function(a, b) return a.name < b.name end)
+  end
   local opts = {}
   for k, v in pairs(t) do
-    if not M.HOOKS[k] and k ~= "subscribe" then
+    if not M.HOOKS[k] and k ~= "subscribe" and k ~= "shared" then
       local line = key_line(lines, k, rl)
       local tv, text = type(v), nil
       if tv == "string" then text = v
@@ -145,8 +170,13 @@ local function load_script(path)
     if a.line ~= b.line then return a.line < b.line end
     return a.name < b.name
   end)
+  if #shared > 0 then
+    local ok, line, derr = require("rmq.shared").declare(shared)
+    if not ok then fail(line, derr) end
+  end
   t.__options = opts
   t.__subscribe = subs
+  t.__shared = shared
   t.__path = path
   t.__return_line = rl
   return t
