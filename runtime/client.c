@@ -1013,10 +1013,12 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     c->conf = rmq__conf_dup(conf);
     c->script_path = script_path ? rmq__xstrdup(script_path) : NULL;
     c->shdicts = rmq_shdicts_new();
+    c->flow = rmq__flow_new(c);
     if (script_path) {
-        int rc = rmq__script_load_ex(script_path, c->shdicts, NULL, &c->script, errstr,
+        int rc = rmq__script_load_ex(script_path, c->shdicts, c->flow, NULL, &c->script, errstr,
                                      errstr_size);
         if (rc) {
+            rmq__flow_free(c->flow);
             rmq_shdicts_free(c->shdicts);
             uv_mutex_destroy(&c->stats_mu);
             rmq__conf_destroy(c->conf);
@@ -1162,6 +1164,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
         rmq_log_warn("client", "no internal producer (send-back fallback off): %s", err);
         c->producer = NULL;
     }
+    rmq__flow_start(c->flow, &c->loop, cf->consume_tps_limit, cf->pull_batch_size);
     rmq_pool_opts_t pl = {0};
     pl.script_path = c->script_path;
     pl.nthreads = cf->consume_thread_min;
@@ -1172,6 +1175,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(cf);
     pl.begin = rmq__consume_begin;
     pl.shdicts = c->shdicts;
+    pl.flow = c->flow;
     if (rmq__pool_start(&pl, &c->pool, err, sizeof(err))) {
         rmq_log_error("client", "cannot start the consume threads: %s", err);
         c->pool = NULL;
@@ -1230,6 +1234,7 @@ static void shutdown_begin(rmq_consumer_t *c)
     uv_timer_stop(&c->t_rebalance);
     uv_timer_stop(&c->t_expire);
     uv_timer_stop(&c->t_lock);
+    rmq__flow_close(c->flow); /* parked queues released, no more pulls */
     rmq__consume_abandon_retries(c);
     rmq__undecodable_abandon(c);
     if (c->pool)
@@ -1355,6 +1360,7 @@ void rmq__consumer_destroy(rmq_consumer_t *c)
     rmq__tls_ctx_release(c->tls);
     if (c->script) rmq__script_destroy(c->script);
     rmq_shdicts_free(c->shdicts); /* after every state that used it is closed */
+    rmq__flow_free(c->flow);
     uv_mutex_destroy(&c->stats_mu);
     rmq__conf_destroy(c->conf);
     free(c->script_path);

@@ -366,6 +366,11 @@ static const rmq_conf_prop_t props[] = {
      F_PATH,
      "Append log lines to this file instead of stderr; reopened on SIGUSR1 (logrotate). "
      "`--log-file`."},
+    {"consume_tps_limit", NULL, RMQ_CONF_INT, OFF(consume_tps_limit), "0", 0, 1000000,
+     "0 (off) or 1..1000000", NULL, NULL, 0,
+     "rmqlua's own (Java has only pull_interval): at most this many messages per second for the "
+     "whole process. A token bucket paces the pulls (a pull asks for no more than the bucket "
+     "holds, at most pull_batch_size), so messages do not pile up in memory."},
 };
 
 const rmq_conf_prop_t *rmq__conf_props(int *n)

@@ -152,6 +152,7 @@ typedef struct rmq_conf {
     char *log_debug;              /* "remoting,rebalance,pull,lua" or "all"; NULL */
     int log_format;               /* RMQ_LOG_TEXT / RMQ_LOG_JSON (log.h); `rmqlua run` applies */
     char *log_file;               /* NULL = stderr; `rmqlua run` applies */
+    int consume_tps_limit;        /* messages per second per process, 0 = no limit (flow.c) */
 
     /* subscriptions, in subscribe order */
     rmq_conf_sub_t *subs;

@@ -352,7 +352,8 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
                         .consumer_group = p->group,
                         .thread_index = t->index,
                         .thread_count = p->n,
-                        .shdicts = p->o.shdicts};
+                        .shdicts = p->o.shdicts,
+                        .flow = p->o.flow};
     lua_State *L = rmq__lua_new(&h, err, errsz);
     if (!L) return RMQ_ERR_LUA;
     t->L = L;

@@ -52,6 +52,7 @@ typedef struct rmq_pool_opts {
     int64_t consume_timeout_ms;
     rmq_pool_begin_cb begin; /* optional; its ud is ud */
     rmq_shdicts_t *shdicts; /* the consumer's shared dictionaries (rmq.shared); may be NULL */
+    rmq_flow_t *flow;       /* where rmq.pause/resume/stop go; may be NULL */
 } rmq_pool_opts_t;
 
 /*

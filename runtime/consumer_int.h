@@ -20,6 +20,7 @@
 #include "conf.h"
 #include "consume_pool.h"
 #include "consumer.h"
+#include "flow.h"
 #include "message.h"
 #include "process_queue.h"
 #include "producer.h"
@@ -107,6 +108,9 @@ typedef struct rmq_qent {
     uv_timer_t dtimer;     /* dispatch later (suspend, lock retry) */
     int n_closing;         /* handles still closing when freed */
     int64_t last_pull_ms;  /* monotonic */
+    /* flow.c: parked while the script paused pulling or waiting for consume_tps_limit tokens */
+    int flow_parked, flow_go, flow_reserved;
+    struct rmq_qent *flow_next;
 } rmq_qent_t;
 
 /* ---- batch in flight -------------------------------------------------------------------------- */
@@ -135,6 +139,7 @@ struct rmq_consumer {
     char *script_path;
     rmq_script_t *script;   /* control state (allocate / on_assign / on_revoke hooks) */
     rmq_shdicts_t *shdicts; /* the script's shared dictionaries (every state, any thread) */
+    rmq_flow_t *flow;       /* rmq.pause/resume/stop and consume_tps_limit (flow.c) */
     unsigned hooks;
     uv_loop_t loop;
     uv_async_t stop_async;

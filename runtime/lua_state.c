@@ -206,6 +206,10 @@ lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_
         lua_pushnumber(L, (lua_Number)(uintptr_t)host->shdicts);
         lua_setfield(L, -2, "shdicts");
     }
+    if (host->flow) {
+        lua_pushnumber(L, (lua_Number)(uintptr_t)host->flow);
+        lua_setfield(L, -2, "flow");
+    }
     lua_setfield(L, -2, "rmq.host");
     lua_pop(L, 2);
 

@@ -4,8 +4,8 @@
  *
  * A new state has the standard libraries, package.path set to the script's folder and the
  * runtime's lua/ folder, cjson reachable through require, package.loaded["rmq.host"] describing
- * the host (role, thread index and count, consumer group, log function, the address of the
- * consumer's shared dictionaries), and the core FFI module
+ * the host (role, thread index and count, consumer group, log function, the addresses of the
+ * consumer's shared dictionaries and of its flow control), and the core FFI module
  * (rmq.core) loaded: it cdefs rmqlua_ffi.h and checks rmq_ffi_abi_version() against the
  * version the Lua side was generated for, failing loudly on a mismatch.
  *
@@ -28,6 +28,8 @@ typedef struct rmq_lua_host {
     int thread_count;
     /* The consumer's shared dictionaries (rmq.shared); NULL: the state makes its own set. */
     rmq_shdicts_t *shdicts;
+    /* Where rmq.pause/resume/stop go; NULL: they are only recorded (rmqlua test / check). */
+    rmq_flow_t *flow;
 } rmq_lua_host_t;
 
 /*

@@ -61,6 +61,7 @@ void rmq__pull_now(rmq_qent_t *q)
         rmq__pull_later(q, RMQ_PULL_SUSPEND_DELAY_MS);
         return;
     }
+    if (rmq__flow_gate(q)) return; /* rmq.pause(): parked until the pause ends */
     if (q->pq.count > c->thr_queue) {
         rmq_dbg(RMQ_DBG_PULL, "pull", "%s: flow control, %d cached > %d", q->name, q->pq.count,
                 c->thr_queue);
@@ -100,6 +101,8 @@ void rmq__pull_now(rmq_qent_t *q)
         exception_later(q);
         return;
     }
+    int max_msgs = rmq__flow_take(q, cf->pull_batch_size); /* consume_tps_limit */
+    if (max_msgs == 0) return; /* parked until the bucket holds enough */
     int sys_flag = 0x2; /* SUSPEND */
     int64_t commit = 0;
     if (q->offset > 0 && !slave && cf->message_model == RMQ_MODEL_CLUSTERING) {
@@ -113,7 +116,7 @@ void rmq__pull_now(rmq_qent_t *q)
     rmq__cmd_set_ext(&cmd, "topic", q->mq.topic);
     rmq__cmd_set_ext_i64(&cmd, "queueId", q->mq.queue_id);
     rmq__cmd_set_ext_i64(&cmd, "queueOffset", q->next_offset);
-    rmq__cmd_set_ext_i64(&cmd, "maxMsgNums", cf->pull_batch_size);
+    rmq__cmd_set_ext_i64(&cmd, "maxMsgNums", max_msgs);
     rmq__cmd_set_ext_i64(&cmd, "sysFlag", sys_flag);
     rmq__cmd_set_ext_i64(&cmd, "commitOffset", commit);
     rmq__cmd_set_ext_i64(&cmd, "suspendTimeoutMillis", RMQ_PULL_SUSPEND_MS);
@@ -128,6 +131,7 @@ void rmq__pull_now(rmq_qent_t *q)
             " -> %s", q->name, q->next_offset, sys_flag, commit, addr);
     if (rc) {
         q->pull_inflight = 0;
+        rmq__flow_refund(q);
         rmq_log_warn("pull", "%s: cannot send PULL_MESSAGE to %s: %s", q->name, addr,
                      rmq_err_str(rc));
         exception_later(q);
@@ -169,6 +173,7 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp, int64_t min_off, int64_
         keep[nk++] = m;
     }
     c->n_pulled += nk;
+    rmq__flow_charge(q, nk);
     if (q->sub) q->sub->n_pulled += nk;
     if (nk > 0 && keep[0]->queue_offset < q->next_offset)
         rmq_log_warn("pull", "[BUG] %s: first message offset %" PRId64 " < pulled offset %"
@@ -253,6 +258,7 @@ static void on_pull_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     rmq_qent_t *q = ud;
     rmq_consumer_t *c = q->c;
     q->pull_inflight = 0;
+    rmq__flow_refund(q); /* handle_found charges what it keeps */
     if (q->pq.state != RMQ_PQ_ACTIVE || c->state != RMQ_CLIENT_RUNNING) {
         rmq__qent_release(q);
         return;

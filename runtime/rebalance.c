@@ -119,6 +119,7 @@ void rmq__rb_drop_queue(rmq_consumer_t *c, rmq_qent_t *q, int persist)
         q->dtimer_armed = 0;
         rmq__qent_release(q);
     }
+    rmq__flow_unpark(q);
     /* Orderly: give the broker lock back, once no batch of this queue is running. */
     if (c->orderly && q->locked && c->conf->message_model == RMQ_MODEL_CLUSTERING) {
         if (q->consuming)
@@ -263,7 +264,7 @@ static int apply_allocation(rmq_consumer_t *c, rmq_csub_t *s, const int *idx, in
                 rmq__rb_drop_queue(c, q, 1);
                 changed = 1;
             } else if (q->pq.state == RMQ_PQ_ACTIVE && now - q->last_pull_ms > RMQ_PULL_MAX_IDLE_MS
-                       && !q->pull_inflight && !q->timer_armed) {
+                       && !q->pull_inflight && !q->timer_armed && !q->flow_parked) {
                 rmq_log_warn("rebalance", "%s: pull expired, dropping it for now", q->name);
                 rmq__rb_drop_queue(c, q, 1);
                 changed = 1;

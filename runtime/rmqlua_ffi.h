@@ -157,6 +157,14 @@ int rmq_shdict_keys(rmq_shdict_t *d, int max_count, rmq_shdict_key_t **out);
 double rmq_shdict_capacity(rmq_shdict_t *d);
 double rmq_shdict_free_space(rmq_shdict_t *d);
 void rmq_shdict_free_buf(void *p);
+
+/*
+ * rmq.pause(seconds) / rmq.resume() / rmq.stop() (flow.c): op 1 pause (seconds <= 0: until
+ * resume), 2 resume, 3 stop; thread_index 1-based, 0 for the control state. Any thread: the
+ * request is queued for the loop thread. Returns 0, or an error (after shutdown began).
+ */
+typedef struct rmq_flow rmq_flow_t;
+int rmq_flow_request(rmq_flow_t *f, int op, double seconds, int thread_index);
 /* RMQ_FFI_END */
 
 #endif

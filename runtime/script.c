@@ -101,14 +101,17 @@ static int apply_conf(lua_State *L, int si, const char *path, unsigned hooks, rm
 int rmq__script_load(const char *path, rmq_conf_t *conf, rmq_script_t **out, char *errstr,
                      size_t errstr_size)
 {
-    return rmq__script_load_ex(path, NULL, conf, out, errstr, errstr_size);
+    return rmq__script_load_ex(path, NULL, NULL, conf, out, errstr, errstr_size);
 }
 
-int rmq__script_load_ex(const char *path, rmq_shdicts_t *shdicts, rmq_conf_t *conf,
-                        rmq_script_t **out, char *errstr, size_t errstr_size)
+int rmq__script_load_ex(const char *path, rmq_shdicts_t *shdicts, rmq_flow_t *flow,
+                        rmq_conf_t *conf, rmq_script_t **out, char *errstr, size_t errstr_size)
 {
-    rmq_lua_host_t h = {
-        .role = "control", .script_path = path, .thread_index = -1, .shdicts = shdicts};
+    rmq_lua_host_t h = {.role = "control",
+                        .script_path = path,
+                        .thread_index = -1,
+                        .shdicts = shdicts,
+                        .flow = flow};
     lua_State *L = rmq__lua_new(&h, errstr, errstr_size);
     if (!L) return RMQ_ERR_LUA;
     int rc = 0;

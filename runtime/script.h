@@ -45,12 +45,13 @@ enum {
 int rmq__script_load(const char *path, rmq_conf_t *conf, rmq_script_t **out, char *errstr,
                      size_t errstr_size);
 /*
- * The same, with the consumer's shared dictionaries reachable from the control state
- * (rmq.shared; the script's `shared` declarations are made in that set). shdicts NULL: the state
- * uses a set of its own, as rmq__script_load does.
+ * The same, with the consumer's shared dictionaries and flow control reachable from the control
+ * state (rmq.shared, where the script's `shared` declarations are made; rmq.pause/resume/stop).
+ * shdicts NULL: the state uses a set of its own, as rmq__script_load does; flow NULL: the
+ * requests are only recorded.
  */
-int rmq__script_load_ex(const char *path, rmq_shdicts_t *shdicts, rmq_conf_t *conf,
-                        rmq_script_t **out, char *errstr, size_t errstr_size);
+int rmq__script_load_ex(const char *path, rmq_shdicts_t *shdicts, rmq_flow_t *flow,
+                        rmq_conf_t *conf, rmq_script_t **out, char *errstr, size_t errstr_size);
 void rmq__script_destroy(rmq_script_t *s);
 
 const char *rmq__script_path(const rmq_script_t *s);

@@ -12,6 +12,10 @@
 --   rmq.role                      "consume", "control", "check" or "test"
 --   rmq.shared.NAME               the shared dictionary NAME the script declared with
 --                                 shared = { NAME = "16m" } (rmq.shared, ngx.shared.DICT-like)
+--   rmq.pause(seconds)            from any hook: stop pulling for seconds (nothing: until
+--                                 rmq.resume()); pulls in flight and cached messages are still
+--                                 consumed. rmq.resume() pulls again at once.
+--   rmq.stop()                    from any hook: shut the consumer down (like SIGTERM)
 --
 -- One copy of this module lives in each Lua state; only rmq.shared's dictionaries are shared
 -- between threads (they live in C, behind a mutex each).
@@ -59,6 +63,37 @@ function rmq.log(level, ...)
   for i = 1, n do parts[i] = tostring((select(i, ...))) end
   write_log(lv, concat(parts, " "))
 end
+
+-- rmq.pause / rmq.resume / rmq.stop: a request to the loop thread (runtime/flow.c). Without a
+-- consumer (rmqlua test, check) the requests are recorded in rmq._requests.
+local OPS = { pause = 1, resume = 2, stop = 3 }
+rmq._requests = {}
+local flow_ptr
+local function request(op, seconds)
+  local addr = host.flow
+  if not addr or addr == 0 then
+    local r = rmq._requests
+    r[#r + 1] = { op = op, seconds = seconds }
+    return true
+  end
+  local ffi = require "ffi"
+  local C = require("rmq.core").C
+  if flow_ptr == nil then flow_ptr = ffi.cast("rmq_flow_t *", addr) end
+  local thread = host.role == "consume" and (host.thread_index or 0) + 1 or 0
+  return C.rmq_flow_request(flow_ptr, OPS[op], seconds or 0, thread) == 0
+end
+
+function rmq.pause(seconds)
+  if seconds ~= nil and (type(seconds) ~= "number" or not (seconds > 0)) then
+    error("rmq.pause: seconds must be a number > 0 (or nothing: until rmq.resume()), got "
+      .. tostring(seconds), 2)
+  end
+  return request("pause", seconds)
+end
+
+function rmq.resume() return request("resume") end
+
+function rmq.stop() return request("stop") end
 
 -- Set by the dispatcher around a handler call: rmq.send is valid only then.
 rmq._in_handler = false

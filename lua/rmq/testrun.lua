@@ -19,6 +19,9 @@
 --         error = "pattern",              -- the handler raised, message matching the pattern
 --                                         -- (true: any error; false: none)
 --         sent = { { topic = "Out", body = "...", tags = "T", keys = "k" } },  -- rmq.send
+--         pause = 5,                      -- the handler called rmq.pause(5) (true: rmq.pause()
+--                                         -- without seconds; false: it did not call it)
+--         resume = true, stop = true,     -- rmq.resume() / rmq.stop() called (false: not)
 --       } },
 --   }
 -- Defaults: topic = the script's first subscribed topic, body = "", queue_offset = index - 1,
@@ -207,9 +210,43 @@ local function fmt(v)
   return tostring(v)
 end
 
-local function check_case(c, b, err, sends)
+-- The last rmq.pause / resume / stop request of the handler (rmq._requests).
+local function requested(reqs, op)
+  local found
+  for _, r in ipairs(reqs) do
+    if r.op == op then found = r end
+  end
+  return found
+end
+
+local function check_requests(e, reqs, probs)
+  local p = requested(reqs, "pause")
+  if e.pause ~= nil then
+    if e.pause == false then
+      if p then probs[#probs + 1] = "rmq.pause(" .. tostring(p.seconds or "") .. ") called, expected no pause" end
+    elseif not p then
+      probs[#probs + 1] = "rmq.pause not called, expected " .. (e.pause == true and "rmq.pause()"
+        or "rmq.pause(" .. tostring(e.pause) .. ")")
+    elseif e.pause == true and p.seconds ~= nil then
+      probs[#probs + 1] = "rmq.pause(" .. tostring(p.seconds) .. ") called, expected rmq.pause()"
+    elseif e.pause ~= true and p.seconds ~= e.pause then
+      probs[#probs + 1] = "rmq.pause(" .. tostring(p.seconds or "") .. ") called, expected rmq.pause("
+        .. tostring(e.pause) .. ")"
+    end
+  end
+  for _, op in ipairs({ "resume", "stop" }) do
+    local want = e[op]
+    if want ~= nil and (requested(reqs, op) ~= nil) ~= (want and true or false) then
+      probs[#probs + 1] = "rmq." .. op .. "() " .. (want and "not called" or "called")
+        .. ", expected " .. (want and "a call" or "none")
+    end
+  end
+end
+
+local function check_case(c, b, err, sends, reqs)
   local e = c.expect or {}
   local probs = {}
+  check_requests(e, reqs or {}, probs)
   local function want(what, got, exp)
     if exp ~= nil and got ~= exp then
       probs[#probs + 1] = what .. " " .. fmt(got) .. ", expected " .. fmt(exp)
@@ -286,9 +323,10 @@ function M.run(script_path, cases_path, out)
       b.n = n
       b.orderly = d.orderly and 1 or 0
       d.slot[0] = b
+      rmq._requests = {}
       local err, sends = d.dispatch()
       d.slot[0] = nil
-      local probs = check_case(c, b, err, sends)
+      local probs = check_case(c, b, err, sends, rmq._requests)
       if #probs == 0 then
         out("ok   " .. name)
       else

@@ -109,6 +109,11 @@ describe("rmqlua check", function()
     assert.matches("nope", out)
     rc, out = rmqlua("check --set pull_batch_size=16 " .. tmpdir .. "/good.lua")
     assert.are.equal(0, rc, out)
+    rc, out = rmqlua("check --set consume_tps_limit=-5 " .. tmpdir .. "/good.lua")
+    assert.are.equal(2, rc, out)
+    assert.matches("option consume_tps_limit=-5 is out of range [0, 1000000]", out, 1, true)
+    rc, out = rmqlua("check --set consume_tps_limit=500 " .. tmpdir .. "/good.lua")
+    assert.are.equal(0, rc, out)
   end)
 
   it("names a missing file and answers usage errors with exit 2", function()
@@ -185,6 +190,45 @@ return {
     assert.matches("FAIL wrong status: status \"RECONSUME_LATER\", expected \"SUCCESS\"", out)
     assert.matches("FAIL wrong send: sent%[1%]%.topic \"Out\", expected \"Elsewhere\"", out)
     assert.matches("2 case%(s%), 2 failed", out)
+  end)
+
+  it("checks the handler's rmq.pause / rmq.resume / rmq.stop calls", function()
+    local script = write("flowcalls.lua", [[
+local rmq = require "rmq"
+return {
+  consumer_group = "flowcalls", subscribe = { T = "*" },
+  consume = function(msgs)
+    local b = msgs[1].body
+    if b == "slow" then rmq.pause(5)
+    elseif b == "hold" then rmq.pause()
+    elseif b == "go" then rmq.resume()
+    elseif b == "done" then rmq.stop()
+    elseif b == "bad" then rmq.pause(-1) end
+  end,
+}
+]])
+    local cases = write("flowcalls_cases.lua", [[
+return {
+  { name = "timed", messages = { { body = "slow" } }, expect = { pause = 5, stop = false } },
+  { name = "until resume", messages = { { body = "hold" } }, expect = { pause = true } },
+  { name = "resume", messages = { { body = "go" } }, expect = { resume = true, pause = false } },
+  { name = "stop", messages = { { body = "done" } }, expect = { stop = true } },
+  { name = "bad", messages = { { body = "bad" } },
+    expect = { status = "RECONSUME_LATER", error = "rmq.pause: seconds must be a number > 0" } },
+  { name = "wrong seconds", messages = { { body = "slow" } }, expect = { pause = 1 } },
+  { name = "unexpected", messages = { { body = "done" } }, expect = { stop = false } },
+  { name = "missing", messages = { { body = "x" } }, expect = { pause = true } },
+}
+]])
+    local rc, out = rmqlua("test " .. script .. " " .. cases)
+    assert.are.equal(1, rc, out)
+    for _, ok in ipairs({ "timed", "until resume", "resume", "stop", "bad" }) do
+      assert.matches("ok   " .. ok, out, 1, true)
+    end
+    assert.matches("FAIL wrong seconds: rmq.pause(5) called, expected rmq.pause(1)", out, 1, true)
+    assert.matches("FAIL unexpected: rmq.stop() called, expected none", out, 1, true)
+    assert.matches("FAIL missing: rmq.pause not called, expected rmq.pause()", out, 1, true)
+    assert.matches("8 case%(s%), 3 failed", out)
   end)
 
   it("rejects a bad script or cases file (exit 2)", function()
