@@ -61,7 +61,8 @@ local KNOWN = {
   message = { "topic", "tags", "keys", "body", "properties", "msg_id", "queue_id", "queue_offset",
     "commit_log_offset", "reconsume_times", "born_timestamp", "store_timestamp", "broker_name",
     "born_host", "store_host" },
-  expect = { "status", "ack_index", "delay_level", "suspend_millis", "error", "sent" },
+  expect = { "status", "ack_index", "delay_level", "suspend_millis", "error", "sent", "pause",
+    "resume", "stop" },
   sent = { "topic", "body", "tags", "keys", "props", "delay_level" },
 }
 local KNOWN_SET = {}

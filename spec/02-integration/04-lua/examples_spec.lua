@@ -57,6 +57,47 @@ describe("examples against the development broker", function()
     assert.are.equal(0, h.stop())
   end)
 
+  it("shared handles each order once across threads and counts in a shared dictionary", function()
+    R.produce("ShopOrders", '{"id":1,"customer":"c1"}', nil, "order-1")
+    R.produce("ShopOrders", '{"id":2,"customer":"c2"}', nil, "order-2")
+    R.produce("ShopOrders", '{"id":1,"customer":"c1"}', nil, "order-1") -- a producer retry
+    R.produce("ShopOrders", '{"id":3,"customer":"c3"}', nil, "order-3")
+    local h = R.run(example("shared"))
+    helpers.defer(function() h.stop() end)
+    helpers.wait_until(function()
+      local n = 0
+      for q = 0, 7 do
+        local v = tonumber(R.lib.rmq_devbroker_committed_offset(R.db, 0, "shared_demo",
+          "ShopOrders", q))
+        if v > 0 then n = n + v end
+      end
+      return n >= 4
+    end, 30, "four offsets committed")
+    assert.are.equal(0, h.stop())
+    assert.matches("handled 3 order%(s%), skipped 1 duplicate%(s%)", h.out())
+  end)
+
+  it("throttle delivers, pauses on a busy downstream and stops on STOP", function()
+    R.produce("JobTopic", "job 1", nil, nil, 0)
+    R.produce("JobTopic", "busy: job 2", nil, nil, 0)
+    local h = R.run(example("throttle"))
+    helpers.defer(function() h.stop() end)
+    h.wait_for("delivered job 1")
+    h.wait_for("pulling paused for 10%.000 s by rmq%.pause%(%)")
+    -- Queue 0's next pull went out before the pause: it still brings STOP.
+    R.produce("JobTopic", "", "STOP", nil, 0)
+    h.wait_for("rmq%.stop%(%) in consume thread")
+    local rcf = R.tmpdir .. "/throttle.out.rc"
+    h.rc = helpers.wait_until(function()
+      local f = io.open(rcf)
+      local v = f and f:read("*n")
+      if f then f:close() end
+      return v
+    end, 30, "rmqlua to exit by itself")
+    assert.are.equal(0, h.rc)
+    assert.matches("consume_tps_limit 200", h.out())
+  end)
+
   it("forward sends transformed messages to OutTopic", function()
     R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "OutTopic", 4)
     R.produce("InTopic", "abc", "TagA")
