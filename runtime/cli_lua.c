@@ -1,7 +1,8 @@
 /*
  * cli_lua.c -- rmqlua run / check / test: the consumer script from the command line.
  *
- *   rmqlua run [--namesrv ADDR] [--set KEY=VALUE]... [--embedded] [--log-debug CATS] SCRIPT
+ *   rmqlua run [--namesrv ADDR] [--set KEY=VALUE]... [--embedded] [--watch] [--log-debug CATS]
+ *              SCRIPT
  *   rmqlua check [--set KEY=VALUE]... SCRIPT
  *   rmqlua test SCRIPT CASES
  *
@@ -11,8 +12,7 @@
  *
  * `run` starts the log writer (log.h) with the log_format / log_file options, so no thread of the
  * consumer ever waits on the log output; signals: SIGINT / SIGTERM stop cleanly, SIGUSR1 reopens
- * the log file, SIGHUP is reserved for reloading the script (not implemented yet: logged and
- * ignored, the process goes on).
+ * the log file, SIGHUP reloads the script (reload.h; --watch does it on every change of it).
  *
  * Ownership: everything is local to one command. Threads: the main thread; `run` hands the
  * main thread to the consumer's loop and keeps the status line from a small helper thread.
@@ -48,6 +48,7 @@ typedef struct cli_opts {
     const char *log_file;
     const char *sample_body;
     int embedded;
+    int watch;            /* --watch: reload when the script or a module beside it changes */
     long sample_messages; /* --sample-messages: -1 = default (1000 with --embedded) */
     long max_messages;    /* --max-messages: 0 = no limit */
     int nsets;
@@ -57,7 +58,10 @@ typedef struct cli_opts {
 static const char run_usage[] =
     "usage: rmqlua run [OPTIONS] SCRIPT\n"
     "\n"
-    "Consume with the hooks of a Lua consumer script until SIGINT/SIGTERM.\n"
+    "Consume with the hooks of a Lua consumer script until SIGINT/SIGTERM. SIGHUP reloads the\n"
+    "script: the new version is checked as `rmqlua check` does and replaces the running one\n"
+    "(no batch lost or run twice); if it fails, the running version stays and the error is\n"
+    "logged with file:line.\n"
     "\n"
     "options:\n"
     "  --namesrv ADDR      name server(s) \"host:port;host:port\" when the script does not set\n"
@@ -69,6 +73,8 @@ static const char run_usage[] =
     "  --sample-body B     their bodies: json (default: orders with a note \"ok\", \"fail once\",\n"
     "                      \"dlq\" or \"poison\"), text, or a FILE whose lines are the bodies\n"
     "  --max-messages N    stop cleanly once N messages were consumed\n"
+    "  --watch             reload when the script or a module it requires beside it changes\n"
+    "                      (polled every second)\n"
     "  --log-format F      text (default) or json: one JSON object per line (log_format)\n"
     "  --log-file PATH     append the log to PATH instead of stderr; SIGUSR1 reopens it\n"
     "                      (log_file)\n"
@@ -79,8 +85,8 @@ static const char run_usage[] =
     "The --log-* flags override the script's log_* options. On a terminal a live status line\n"
     "shows messages/s, failures, retries, DLQ, sends, lag and cached messages; otherwise a status\n"
     "line is logged every 10 s. The last line, at stop, gives the totals and the overall rate.\n"
-    "signals: SIGINT/SIGTERM stop cleanly, SIGUSR1 reopens the log file, SIGHUP is reserved\n"
-    "(reload; ignored for now)\n"
+    "signals: SIGINT/SIGTERM stop cleanly, SIGUSR1 reopens the log file, SIGHUP reloads the\n"
+    "script\n"
     "exit codes: 0 stopped cleanly, 1 runtime failure, 2 usage or configuration error\n"
     "(certificates that do not load included), 3 refused by a broker's access control (a wrong\n"
     "secret_key, an unknown access_key or a missing permission, named in the message)\n";
@@ -147,6 +153,8 @@ static int parse(int argc, char **argv, cli_opts_t *o, int npos, const char *usa
             else o->sample_body = argv[++i];
         } else if (allow_run_flags && !strcmp(a, "--embedded")) {
             o->embedded = 1;
+        } else if (allow_run_flags && !strcmp(a, "--watch")) {
+            o->watch = 1;
         } else if (allow_run_flags &&
                    (!strcmp(a, "--sample-messages") || !strcmp(a, "--max-messages"))) {
             char *end = NULL;
@@ -175,31 +183,30 @@ static int parse(int argc, char **argv, cli_opts_t *o, int npos, const char *usa
     return 0;
 }
 
-/* Build the conf: --namesrv, then the script's options, then --set, then the --log-* flags.
- * 0 or EXIT_USAGE. */
-static int build_conf(const char *cmd, const cli_opts_t *o, rmq_conf_t **out)
+/* The conf: --namesrv, then the script's options, then --set, then the --log-* flags. 0, or
+ * EXIT_USAGE with the message in err. Any thread (a reload builds its conf on a worker thread). */
+static int make_conf(const cli_opts_t *o, rmq_conf_t **out, char *err, size_t errsz)
 {
-    char err[2048];
+    char e[2048];
     rmq_conf_t *conf = rmq__conf_new();
-    if (o->namesrv && rmq__conf_set(conf, "namesrv_addr", o->namesrv, err, sizeof(err))) {
-        fprintf(stderr, "rmqlua %s: --namesrv: %s\n", cmd, err);
+    if (o->namesrv && rmq__conf_set(conf, "namesrv_addr", o->namesrv, e, sizeof(e))) {
+        rmq__seterr(err, errsz, "--namesrv: %s", e);
         goto fail;
     }
-    if (rmq__script_load(o->script, conf, NULL, err, sizeof(err))) {
-        fprintf(stderr, "rmqlua %s: %s\n", cmd, err);
+    if (rmq__script_load(o->script, conf, NULL, e, sizeof(e))) {
+        rmq__seterr(err, errsz, "%s", e);
         goto fail;
     }
     for (int i = 0; i < o->nsets; i++) {
-        char *kv = o->sets[i];
-        char *eq = strchr(kv, '=');
-        *eq = 0;
-        int rc = strcmp(kv, "message_listener") ? rmq__conf_set(conf, kv, eq + 1, err, sizeof(err))
-                                                : (rmq__seterr(err, sizeof(err), "%s",
-                                                               RMQ_SCRIPT_LISTENER_MSG),
-                                                   RMQ_ERR_CONFIG);
-        *eq = '=';
+        const char *kv = o->sets[i];
+        const char *eq = strchr(kv, '=');
+        char key[256];
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+        int rc = strcmp(key, "message_listener")
+                     ? rmq__conf_set(conf, key, eq + 1, e, sizeof(e))
+                     : (rmq__seterr(e, sizeof(e), "%s", RMQ_SCRIPT_LISTENER_MSG), RMQ_ERR_CONFIG);
         if (rc) {
-            fprintf(stderr, "rmqlua %s: --set %s: %s\n", cmd, kv, err);
+            rmq__seterr(err, errsz, "--set %s: %s", key, e);
             goto fail;
         }
     }
@@ -209,8 +216,8 @@ static int build_conf(const char *cmd, const cli_opts_t *o, rmq_conf_t **out)
                  {"--log-file", "log_file", o->log_file},
                  {"--log-debug", "log_debug", o->log_debug}};
     for (size_t i = 0; i < RMQ_ARRAY_SIZE(flags); i++) {
-        if (flags[i].val && rmq__conf_set(conf, flags[i].opt, flags[i].val, err, sizeof(err))) {
-            fprintf(stderr, "rmqlua %s: %s: %s\n", cmd, flags[i].flag, err);
+        if (flags[i].val && rmq__conf_set(conf, flags[i].opt, flags[i].val, e, sizeof(e))) {
+            rmq__seterr(err, errsz, "%s: %s", flags[i].flag, e);
             goto fail;
         }
     }
@@ -219,6 +226,15 @@ static int build_conf(const char *cmd, const cli_opts_t *o, rmq_conf_t **out)
 fail:
     rmq__conf_destroy(conf);
     return EXIT_USAGE;
+}
+
+/* make_conf, the message printed. 0 or EXIT_USAGE. */
+static int build_conf(const char *cmd, const cli_opts_t *o, rmq_conf_t **out)
+{
+    char err[2048];
+    int rc = make_conf(o, out, err, sizeof(err));
+    if (rc) fprintf(stderr, "rmqlua %s: %s\n", cmd, err);
+    return rc;
 }
 
 /*
@@ -272,46 +288,36 @@ static void print_check_error(const char *cmd, const char *path, const char *err
         fprintf(stderr, "rmqlua %s: %s: %s\n", cmd, path, err);
 }
 
-/* Load the script in a consume-role state and run init then shutdown once. */
-static int check_consume_role(const char *path, const char *group, char *err, size_t errsz)
+/* A reload's conf: what `run` built at start, from the script as it is now. */
+typedef struct reload_ctx {
+    const cli_opts_t *o;
+    const char *embedded_namesrv; /* --embedded: the development broker's name server */
+} reload_ctx_t;
+
+static int reload_conf(void *ud, const char *path, rmq_conf_t **out, char *err, size_t errsz)
 {
-    rmq_lua_host_t h = {.role = "check", .script_path = path, .consumer_group = group,
-                        .thread_index = 0, .thread_count = 1};
-    lua_State *L = rmq__lua_new(&h, err, errsz);
-    if (!L) return RMQ_ERR_LUA;
-    int rc = RMQ_ERR_LUA;
-    if (rmq__lua_getfield_mod(L, "rmq.script", "load", err, errsz)) goto out;
-    lua_pushstring(L, path);
-    if (rmq__lua_pcall(L, 1, 1, err, errsz)) goto out;
-    int spec = lua_gettop(L);
-    if (rmq__lua_getfield_mod(L, "rmq.dispatch", "new", err, errsz)) goto out;
-    lua_pushvalue(L, spec);
-    lua_createtable(L, 0, 3);
-    lua_pushinteger(L, 0);
-    lua_setfield(L, -2, "thread_index");
-    lua_pushinteger(L, 1);
-    lua_setfield(L, -2, "thread_count");
-    if (group) {
-        lua_pushstring(L, group);
-        lua_setfield(L, -2, "consumer_group");
+    reload_ctx_t *rc = ud;
+    (void)path;
+    char e[2048];
+    rmq_conf_t *conf = NULL;
+    if (make_conf(rc->o, &conf, err, errsz)) return RMQ_ERR_CONFIG;
+    if (rc->embedded_namesrv &&
+        rmq__conf_set(conf, "namesrv_addr", rc->embedded_namesrv, e, sizeof(e))) {
+        rmq__seterr(err, errsz, "%s", e);
+        rmq__conf_destroy(conf);
+        return RMQ_ERR_CONFIG;
     }
-    if (rmq__lua_pcall(L, 2, 1, err, errsz)) goto out;
-    int d = lua_gettop(L);
-    char tmp[2048];
-    lua_getfield(L, d, "init");
-    if (rmq__lua_pcall(L, 0, 0, tmp, sizeof(tmp))) {
-        rmq__seterr(err, errsz, "init hook failed: %s", tmp);
-        goto out;
+    if (rmq__conf_check(conf, e, sizeof(e))) {
+        int line = option_line(rc->o->script, e);
+        if (line > 0)
+            rmq__seterr(err, errsz, "%s:%d: %s", rc->o->script, line, e);
+        else
+            rmq__seterr(err, errsz, "%s: %s", rc->o->script, e);
+        rmq__conf_destroy(conf);
+        return RMQ_ERR_CONFIG;
     }
-    lua_getfield(L, d, "shutdown");
-    if (rmq__lua_pcall(L, 0, 0, tmp, sizeof(tmp))) {
-        rmq__seterr(err, errsz, "shutdown hook failed: %s", tmp);
-        goto out;
-    }
-    rc = 0;
-out:
-    lua_close(L);
-    return rc;
+    *out = conf;
+    return 0;
 }
 
 /* Scripts print() from consume threads: keep stdout line-buffered even into a pipe or file,
@@ -359,7 +365,7 @@ int rmq__cli_check(int argc, char **argv)
     if (rmq__tls_ctx_from_conf(conf, &tls, err, sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s: %s\n", o.script, err);
         rc = EXIT_USAGE;
-    } else if (check_consume_role(o.script, conf->consumer_group, err, sizeof(err))) {
+    } else if (rmq__script_check_consume(o.script, conf->consumer_group, err, sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s\n", err);
         rc = EXIT_USAGE;
     } else {
@@ -423,14 +429,13 @@ out:
 /* ---- run ----------------------------------------------------------------------------------- */
 
 static rmq_consumer_t *volatile g_consumer;
-static volatile sig_atomic_t g_hup;
 
 static void on_signal(int sig)
 {
     if (sig == SIGUSR1) {
         rmq__log_reopen();
     } else if (sig == SIGHUP) {
-        g_hup = 1;
+        if (g_consumer) rmq__consumer_reload(g_consumer); /* before it exists: nothing to do */
     } else if (g_consumer) {
         rmq__consumer_stop(g_consumer);
     }
@@ -478,11 +483,6 @@ static void status_main(void *arg)
         for (int i = 0; i < 10 && !s->stop && !done; i++) {
             usleep(100000);
             done = reached_max(s);
-            if (g_hup) {
-                g_hup = 0;
-                rmq_log_warn("cli", "SIGHUP: reloading the script is reserved for a later version "
-                                    "and not implemented; ignored, still running");
-            }
         }
         if (s->stop) break;
         rmq_consumer_stats_t st;
@@ -627,6 +627,9 @@ int rmq__cli_run(int argc, char **argv)
         c = NULL;
         goto out;
     }
+    reload_ctx_t rctx = {.o = &o, .embedded_namesrv = db ? rmq_devbroker_addr(db) : NULL};
+    rmq__consumer_set_conf_builder(c, reload_conf, &rctx);
+    if (o.watch) rmq__consumer_watch(c, 1000);
     g_consumer = c;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);

@@ -16,6 +16,7 @@
 
 #include "acl.h"
 #include "fjson.h"
+#include "reload.h"
 #include "route.h"
 
 #include <inttypes.h>
@@ -127,6 +128,33 @@ char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m)
 
 /* ---- subscriptions and addresses -------------------------------------------------------------- */
 
+
+int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out, int *n_out,
+                      char *errstr, size_t errstr_size)
+{
+    rmq_csub_t *subs = rmq__xcalloc((size_t)cf->n_subs + 1, sizeof(rmq_csub_t));
+    int n = 0, retry = 0;
+    for (int i = 0; i < cf->n_subs; i++) {
+        char *t = rmq__c_ns_wrap(cf->namespace, cf->subs[i].topic);
+        int rc = rmq__sub_build(t, cf->subs[i].expression, cf->subs[i].type, &subs[n].sd, errstr,
+                                errstr_size);
+        free(t);
+        if (rc) {
+            for (int k = 0; k < n; k++) rmq__sub_destroy(subs[k].sd);
+            free(subs);
+            return RMQ_ERR_CONFIG;
+        }
+        if (!strcmp(subs[n].sd->topic, c->retry_topic)) retry = 1;
+        n++;
+    }
+    if (cf->message_model == RMQ_MODEL_CLUSTERING && !retry) {
+        rmq__sub_build(c->retry_topic, "*", NULL, &subs[n].sd, errstr, errstr_size);
+        n++;
+    }
+    *out = subs;
+    *n_out = n;
+    return 0;
+}
 
 rmq_csub_t *rmq__c_sub(rmq_consumer_t *c, const char *topic)
 {
@@ -305,6 +333,8 @@ static void heartbeat_round(rmq_consumer_t *c, int wake)
 
 void rmq__c_heartbeat_all(rmq_consumer_t *c) { heartbeat_round(c, 0); }
 
+void rmq__c_heartbeat_rebalance(rmq_consumer_t *c) { heartbeat_round(c, 1); }
+
 static void on_hb_timer(uv_timer_t *t)
 {
     rmq_consumer_t *c = t->data;
@@ -316,6 +346,7 @@ static void on_hb_timer(uv_timer_t *t)
 typedef struct route_req {
     rmq_consumer_t *c;
     int idx;
+    uint32_t gen; /* c->subs_gen when asked: idx means nothing in another one */
 } route_req_t;
 
 static void on_route_timer(uv_timer_t *t);
@@ -325,8 +356,9 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     route_req_t *rq = ud;
     rmq_consumer_t *c = rq->c;
     int i = rq->idx;
+    uint32_t gen = rq->gen;
     free(rq);
-    if (c->state != RMQ_CLIENT_RUNNING) return;
+    if (c->state != RMQ_CLIENT_RUNNING || gen != c->subs_gen) return;
     rmq_csub_t *s = &c->subs[i];
     s->route_inflight = 0;
     if (err || resp->code != RMQ_RESP_SUCCESS || !resp->body) {
@@ -388,6 +420,7 @@ void rmq__c_refresh_routes(rmq_consumer_t *c)
         route_req_t *rq = rmq__xcalloc(1, sizeof(*rq));
         rq->c = c;
         rq->idx = i;
+        rq->gen = c->subs_gen;
         int rc = rmq__remoting_request(c->rt, NULL, &cmd, c->conf->mq_client_api_timeout,
                                        on_route, rq);
         rmq__cmd_free(&cmd);
@@ -1014,11 +1047,13 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     c->script_path = script_path ? rmq__xstrdup(script_path) : NULL;
     c->shdicts = rmq_shdicts_new();
     c->flow = rmq__flow_new(c);
+    c->reload = rmq__reload_new(c);
     if (script_path) {
         int rc = rmq__script_load_ex(script_path, c->shdicts, c->flow, NULL, &c->script, errstr,
                                      errstr_size);
         if (rc) {
             rmq__flow_free(c->flow);
+            rmq__reload_free(c->reload);
             rmq_shdicts_free(c->shdicts);
             uv_mutex_destroy(&c->stats_mu);
             rmq__conf_destroy(c->conf);
@@ -1039,22 +1074,9 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     c->max_reconsume = cf->max_reconsume_times >= 0 ? cf->max_reconsume_times
                        : c->orderly                 ? INT_MAX
                                                     : RMQ_MAX_RECONSUME_DEFAULT;
-    int clustering = cf->message_model == RMQ_MODEL_CLUSTERING;
-    c->subs = rmq__xcalloc((size_t)cf->n_subs + 1, sizeof(rmq_csub_t));
-    for (int i = 0; i < cf->n_subs; i++) {
-        char *t = rmq__c_ns_wrap(cf->namespace, cf->subs[i].topic);
-        int rc = rmq__sub_build(t, cf->subs[i].expression, cf->subs[i].type,
-                                &c->subs[c->n_subs].sd, errstr, errstr_size);
-        free(t);
-        if (rc) {
-            rmq__consumer_destroy(c);
-            return RMQ_ERR_CONFIG;
-        }
-        c->n_subs++;
-    }
-    if (clustering && !rmq__c_sub(c, c->retry_topic)) {
-        rmq__sub_build(c->retry_topic, "*", NULL, &c->subs[c->n_subs].sd, errstr, errstr_size);
-        c->n_subs++;
+    if (rmq__c_build_subs(c, cf, &c->subs, &c->n_subs, errstr, errstr_size)) {
+        rmq__consumer_destroy(c);
+        return RMQ_ERR_CONFIG;
     }
     c->routes = rmq__xcalloc((size_t)c->n_subs, sizeof(rmq_route_t *));
     /* Certificates and keys are read here, before any connection (a file that does not load
@@ -1087,6 +1109,10 @@ static void shutdown_begin(rmq_consumer_t *c);
 static void on_stop_async(uv_async_t *a)
 {
     rmq_consumer_t *c = a->data;
+    if (c->reload_requested && !c->stop_requested && c->state == RMQ_CLIENT_RUNNING) {
+        c->reload_requested = 0;
+        rmq__reload_request(c);
+    }
     if (c->stop_requested && c->state == RMQ_CLIENT_RUNNING) shutdown_begin(c);
     else if (c->stop_requested && c->state == RMQ_CLIENT_CREATED) uv_close((uv_handle_t *)a, NULL);
 }
@@ -1094,6 +1120,12 @@ static void on_stop_async(uv_async_t *a)
 void rmq__consumer_stop(rmq_consumer_t *c)
 {
     c->stop_requested = 1;
+    uv_async_send(&c->stop_async);
+}
+
+void rmq__consumer_reload(rmq_consumer_t *c)
+{
+    c->reload_requested = 1;
     uv_async_send(&c->stop_async);
 }
 
@@ -1205,6 +1237,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     }
     rmq__rb_timer_start(c);
     rmq__c_refresh_routes(c);
+    rmq__reload_start(c); /* --watch */
     if (c->stop_requested) shutdown_begin(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);
     stats_build(c);
@@ -1225,6 +1258,11 @@ static void on_pool_closed(void *ud)
     shutdown_persist(c);
 }
 
+void rmq__c_shutdown_resume(rmq_consumer_t *c)
+{
+    shutdown_persist(c);
+}
+
 static void shutdown_begin(rmq_consumer_t *c)
 {
     rmq_log_info("client", "shutting down %s", c->client_id);
@@ -1235,6 +1273,7 @@ static void shutdown_begin(rmq_consumer_t *c)
     uv_timer_stop(&c->t_expire);
     uv_timer_stop(&c->t_lock);
     rmq__flow_close(c->flow); /* parked queues released, no more pulls */
+    rmq__reload_close(c);     /* no reload from now on */
     rmq__consume_abandon_retries(c);
     rmq__undecodable_abandon(c);
     if (c->pool)
@@ -1269,6 +1308,7 @@ static void on_drain_timer(uv_timer_t *t) { shutdown_persist(t->data); }
 static void shutdown_persist(rmq_consumer_t *c)
 {
     if (c->state != RMQ_CLIENT_DRAINING) return;
+    if (c->pool || c->n_retiring > 0) return; /* a pool a reload replaced is still finishing */
     /* Send-backs in flight get a bounded wait (their own timeout is 5 s, then the re-send). */
     if (c->inflight_sendbacks > 0 && !c->drain_started) {
         c->drain_started = 1;
@@ -1361,6 +1401,7 @@ void rmq__consumer_destroy(rmq_consumer_t *c)
     if (c->script) rmq__script_destroy(c->script);
     rmq_shdicts_free(c->shdicts); /* after every state that used it is closed */
     rmq__flow_free(c->flow);
+    rmq__reload_free(c->reload);
     uv_mutex_destroy(&c->stats_mu);
     rmq__conf_destroy(c->conf);
     free(c->script_path);

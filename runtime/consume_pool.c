@@ -8,9 +8,10 @@
  *
  * Ownership: the pool owns its threads, their states, the queues and the async/timer handles.
  * Batches are the engine's: queued pointers are borrowed until done() returns them.
- * Threads: rmq__pool_start/submit/submit_to/stop and every callback run on the loop thread
- * (opts.begin excepted: it runs on the consume thread); thread_main runs on each consume thread
- * and touches only its own state plus the queues under p->mu. No other thread ever calls into a
+ * Threads: rmq__pool_start/attach/submit/submit_to/stop/retire/go and every callback run on the
+ * loop thread (opts.begin excepted: it runs on the consume thread; rmq__pool_prepare/discard run
+ * on any one thread: they touch no loop handle); thread_main runs on each consume thread and
+ * touches only its own state plus the queues under p->mu. No other thread ever calls into a
  * consume thread's Lua state: to interrupt a handler, the watchdog or the stopping reaper sets
  * the thread's interrupt flag (an atomic), and the count hook the consume thread installed on its
  * own state raises the error when it sees it. (lua_sethook from another thread would rewrite the
@@ -61,8 +62,9 @@ static rmq_batch_t *bq_pop(bq_t *q)
 
 /* ---- the pool -------------------------------------------------------------------------- */
 
-typedef enum { CT_STARTING = 0, CT_IDLE, CT_BUSY, CT_STOPPED, CT_FAILED } ct_state_t;
-static const char *ct_state_names[] = {"STARTING", "IDLE", "BUSY", "STOPPED", "FAILED"};
+/* WAITING: loaded, its init deferred until rmq__pool_go() (a reload). */
+typedef enum { CT_STARTING = 0, CT_IDLE, CT_BUSY, CT_STOPPED, CT_FAILED, CT_WAITING } ct_state_t;
+static const char *ct_state_names[] = {"STARTING", "IDLE", "BUSY", "STOPPED", "FAILED", "WAITING"};
 
 typedef struct cthread {
     rmq_pool_t *p;
@@ -72,7 +74,8 @@ typedef struct cthread {
     bq_t q;           /* batches for this thread only (orderly) */
     ct_state_t state; /* under p->mu */
     lua_State *L;     /* the thread's own */
-    int ref_dispatch, ref_shutdown;
+    int ref_dispatch, ref_shutdown, ref_init;
+    int inited; /* its init hook ran: its shutdown hook runs at the end */
     rmq_batch_t **slot; /* the dispatcher's slot (a cdata inside L) */
     rmq_batch_t *cur;   /* running batch, under p->mu */
     int64_t cur_start;  /* monotonic ms */
@@ -102,6 +105,8 @@ struct rmq_pool {
     int running;    /* under mu */
     int64_t errors; /* under mu */
     int stopping, quit;
+    int go;                   /* defer_init: the threads may run init (under mu) */
+    rmq_pool_done_cb requeue; /* retired: where batches that did not run go (loop thread) */
     int64_t stop_deadline;
     char start_err[1024];
     uv_async_t async;
@@ -382,29 +387,37 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
     lua_getfield(L, d, "shutdown");
     t->ref_shutdown = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_getfield(L, d, "init");
-    lua_settop(L, lua_gettop(L)); /* init on top */
-    lua_replace(L, spec);
-    lua_settop(L, spec);
+    t->ref_init = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_settop(L, 0);
+    lua_pushcfunction(L, batch_traceback); /* stays at index 1 for run_batch */
+    lua_sethook(L, check_hook, LUA_MASKCOUNT, RMQ_POOL_HOOK_COUNT); /* this thread, its state */
     if (!t->slot) {
         rmq__seterr(err, errsz, "rmq.dispatch returned no slot");
         return RMQ_ERR_LUA;
     }
-    if (rmq__lua_pcall(L, 0, 0, err, errsz)) {
+    return 0;
+}
+
+/* The state's init hook (once). 0 or error in err. */
+static int run_init(cthread_t *t, char *err, size_t errsz)
+{
+    rmq_pool_t *p = t->p;
+    t->inited = 1;
+    lua_rawgeti(t->L, LUA_REGISTRYINDEX, t->ref_init);
+    if (rmq__lua_pcall(t->L, 0, 0, err, errsz)) {
         char tmp[1024];
         snprintf(tmp, sizeof(tmp), "%s", err);
         rmq__seterr(err, errsz, "init hook of %s (thread %d) failed: %s", p->script_path,
                     t->index + 1, tmp);
         return RMQ_ERR_LUA;
     }
-    lua_settop(L, 0);
-    lua_pushcfunction(L, batch_traceback); /* stays at index 1 for run_batch */
-    lua_sethook(L, check_hook, LUA_MASKCOUNT, RMQ_POOL_HOOK_COUNT); /* this thread, its state */
     return 0;
 }
 
 static void run_shutdown(cthread_t *t)
 {
     char err[2048];
+    if (!t->inited) return; /* a state whose init never ran is closed without its shutdown */
     __atomic_store_n(&t->irq, 0, __ATOMIC_RELAXED); /* a stop request for the last batch */
     lua_rawgeti(t->L, LUA_REGISTRYINDEX, t->ref_shutdown);
     if (rmq__lua_pcall(t->L, 0, 0, err, sizeof(err)))
@@ -418,6 +431,7 @@ static void thread_main(void *arg)
     char err[1024];
     self_thread = t;
     int rc = load_state(t, err, sizeof(err));
+    if (!rc && !p->o.defer_init) rc = run_init(t, err, sizeof(err));
 
     uv_mutex_lock(&p->mu);
     if (rc) {
@@ -428,6 +442,19 @@ static void thread_main(void *arg)
         if (t->L) lua_close(t->L);
         t->L = NULL;
         return;
+    }
+    if (p->o.defer_init) {
+        /* Loaded: rmq__pool_prepare returns; init waits for the go (the old threads of a reload
+         * run their shutdown hooks first), or the pool is discarded or stopped before. */
+        set_state(t, CT_WAITING);
+        uv_cond_broadcast(&p->start_cond);
+        while (!p->go && !p->quit) uv_cond_wait(&t->cond, &p->mu);
+        if (!p->quit) {
+            uv_mutex_unlock(&p->mu);
+            if (run_init(t, err, sizeof(err)))
+                rmq_log_error("lua", "%s; the thread runs the reloaded script without it", err);
+            uv_mutex_lock(&p->mu);
+        }
     }
     set_state(t, CT_IDLE);
     uv_cond_broadcast(&p->start_cond);
@@ -543,7 +570,10 @@ static void on_async(uv_async_t *a)
         rmq_batch_t *b;
         while ((b = bq_pop(&got))) {
             p->pending--;
-            p->o.done(p->o.ud, b);
+            if (p->requeue && b->status == RMQ_CONSUME_NOT_RUN)
+                p->requeue(p->o.ud, b); /* retired: it goes to the pool that replaced this one */
+            else
+                p->o.done(p->o.ud, b);
         }
         got.head = 0;
         p->done_spare = got;
@@ -571,6 +601,15 @@ static void on_watchdog(uv_timer_t *tm)
 
 int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
                     size_t errstr_size)
+{
+    int rc = rmq__pool_prepare(opts, out, errstr, errstr_size);
+    if (rc) return rc;
+    rmq__pool_attach(*out);
+    return 0;
+}
+
+int rmq__pool_prepare(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
+                      size_t errstr_size)
 {
     if (opts->nthreads < 1 || !opts->script_path || !opts->loop || !opts->done) {
         rmq__seterr(errstr, errstr_size, "consume pool: bad options (nthreads %d)",
@@ -621,6 +660,13 @@ int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
         free_pool(p);
         return RMQ_ERR_LUA;
     }
+    *out = p;
+    return 0;
+}
+
+void rmq__pool_attach(rmq_pool_t *p)
+{
+    const rmq_pool_opts_t *opts = &p->o;
     uv_async_init(opts->loop, &p->async, on_async);
     p->async.data = p;
     uv_timer_init(opts->loop, &p->watchdog);
@@ -633,8 +679,48 @@ int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
     p->open_handles = 2;
     rmq_dbg(RMQ_DBG_CONSUME, "consume", "pool started: %d thread(s) running %s", p->n,
             p->script_path);
-    *out = p;
-    return 0;
+}
+
+void rmq__pool_discard(rmq_pool_t *p)
+{
+    uv_mutex_lock(&p->mu);
+    p->quit = 1;
+    for (int i = 0; i < p->n; i++) uv_cond_signal(&p->t[i].cond);
+    uv_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n; i++) uv_thread_join(&p->t[i].tid);
+    free_pool(p);
+}
+
+void rmq__pool_go(rmq_pool_t *p)
+{
+    uv_mutex_lock(&p->mu);
+    p->go = 1;
+    for (int i = 0; i < p->n; i++) uv_cond_signal(&p->t[i].cond);
+    uv_mutex_unlock(&p->mu);
+}
+
+int rmq__pool_retire(rmq_pool_t *p, rmq_pool_done_cb requeue, void (*close_cb)(void *ud),
+                     void *ud)
+{
+    bq_t q = {0};
+    rmq_batch_t *b;
+    uv_mutex_lock(&p->mu);
+    p->requeue = requeue;
+    while ((b = bq_pop(&p->shared))) bq_push(&q, b);
+    for (int i = 0; i < p->n; i++)
+        while ((b = bq_pop(&p->t[i].q))) bq_push(&q, b);
+    uv_mutex_unlock(&p->mu);
+    while ((b = bq_pop(&p->held))) bq_push(&q, b);
+    int handed = q.n;
+    while ((b = bq_pop(&q))) {
+        p->pending--;
+        requeue(p->o.ud, b);
+    }
+    free(q.a);
+    /* Only running batches are left: they finish (the watchdog's job is done by the stop's
+     * deadline: consume_timeout from now, then the interrupt). */
+    rmq__pool_stop(p, p->o.consume_timeout_ms, close_cb, ud);
+    return handed;
 }
 
 void rmq__pool_hold(rmq_pool_t *p)
@@ -794,6 +880,17 @@ void rmq__pool_stop(rmq_pool_t *p, int64_t await_ms, void (*close_cb)(void *ud),
     uv_timer_stop(&p->watchdog);
     uv_thread_create(&p->reaper, reaper_main, p);
     p->reaper_started = 1;
+}
+
+void rmq__pool_hurry(rmq_pool_t *p, int64_t await_ms)
+{
+    uv_mutex_lock(&p->mu);
+    int64_t d = rmq__mono_ms() + (await_ms > 0 ? await_ms : 0);
+    if (p->stopping && d < p->stop_deadline) {
+        p->stop_deadline = d;
+        uv_cond_broadcast(&p->start_cond); /* the reaper looks again */
+    }
+    uv_mutex_unlock(&p->mu);
 }
 
 int rmq__pool_running(const rmq_pool_t *p)

@@ -10,7 +10,9 @@
  *
  * Ownership: the pool owns its threads and their Lua states. A submitted batch (and the messages
  * it points to) stays owned by the engine; the pool only borrows it until done() is called.
- * Threads: rmq__pool_start/submit/stop are called on the loop thread only; done() runs there too.
+ * Threads: rmq__pool_start/attach/submit/stop/retire/go are called on the loop thread only;
+ * done() runs there too. rmq__pool_prepare and rmq__pool_discard may run on any thread (a
+ * reload prepares the next pool on a worker thread).
  */
 #ifndef RMQ_CONSUME_POOL_H
 #define RMQ_CONSUME_POOL_H
@@ -53,6 +55,10 @@ typedef struct rmq_pool_opts {
     rmq_pool_begin_cb begin; /* optional; its ud is ud */
     rmq_shdicts_t *shdicts; /* the consumer's shared dictionaries (rmq.shared); may be NULL */
     rmq_flow_t *flow;       /* where rmq.pause/resume/stop go; may be NULL */
+    /* 1: rmq__pool_prepare loads the states without running init; each thread runs init and
+     * starts taking batches after rmq__pool_go() (a reload: the old threads' shutdown hooks run
+     * first). An init failure is then logged, and the thread runs its state anyway. */
+    int defer_init;
 } rmq_pool_opts_t;
 
 /*
@@ -72,6 +78,32 @@ typedef struct rmq_pool_opts {
  */
 int rmq__pool_start(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
                     size_t errstr_size);
+/*
+ * rmq__pool_start in two steps. prepare: the threads and their states (blocks until every
+ * thread is ready or one failed; any thread; no loop handle is touched). attach: the loop
+ * handles (the done wake-up, the consume_timeout watchdog); loop thread; submit, stop and retire
+ * work from then on. discard: a prepared pool that is not wanted after all (any thread; no hook
+ * runs when init was deferred, else the shutdown hooks do).
+ */
+int rmq__pool_prepare(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errstr,
+                      size_t errstr_size);
+void rmq__pool_attach(rmq_pool_t *p);
+void rmq__pool_discard(rmq_pool_t *p);
+/* defer_init pools: the threads run init and start taking the batches queued meanwhile. */
+void rmq__pool_go(rmq_pool_t *p);
+/*
+ * Retire the pool (a reload replaced it): every queued batch goes to requeue() at once (none of
+ * them ran), and so does every batch that comes back not run later (submitted after this, or
+ * interrupted); the running batches finish (a handler still running consume_timeout + 5 s from
+ * now is interrupted) and come back through done() as usual; then the shutdown hooks run, the
+ * threads are joined and close_cb(ud) runs on the loop. requeue runs on the loop thread with the
+ * pool's ud. Returns how many queued batches were handed over at once.
+ */
+int rmq__pool_retire(rmq_pool_t *p, rmq_pool_done_cb requeue, void (*close_cb)(void *ud),
+                     void *ud);
+/* A stopping (or retired) pool: its running handlers get at most await_ms from now before the
+ * interrupt (the consumer shuts down while a reload's old pool finishes). */
+void rmq__pool_hurry(rmq_pool_t *p, int64_t await_ms);
 /* Queue a batch for any idle thread (concurrent consumption). */
 void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b);
 /*

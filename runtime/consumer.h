@@ -51,6 +51,27 @@ int rmq__consumer_run(rmq_consumer_t *c);
 /* Ask the consumer to shut down. Any thread, signal handlers included; idempotent. */
 void rmq__consumer_stop(rmq_consumer_t *c);
 
+/*
+ * Reload the script (SIGHUP): the new version is checked in throwaway states first (as
+ * `rmqlua check` does) and, if good, replaces the running one (reload.c). Any thread, signal
+ * handlers included; requests that arrive while a reload runs make one more.
+ */
+void rmq__consumer_reload(rmq_consumer_t *c);
+
+/*
+ * How a reload builds the configuration of the new version: the caller's own recipe (the CLI:
+ * --namesrv, the script's options, --set), run on a worker thread; it returns 0 with *out, or an
+ * error with errstr naming file:line. checkConfig is applied after it. Without one, a reload
+ * takes the script's options over the defaults and keeps the running name server. Before run.
+ */
+typedef int (*rmq_conf_build_cb)(void *ud, const char *script_path, rmq_conf_t **out,
+                                 char *errstr, size_t errstr_size);
+void rmq__consumer_set_conf_builder(rmq_consumer_t *c, rmq_conf_build_cb cb, void *ud);
+
+/* --watch: poll the script and the modules it requires beside it every interval_ms (stat on
+ * libuv's worker threads); a change reloads. Before run. */
+void rmq__consumer_watch(rmq_consumer_t *c, int interval_ms);
+
 /* Free everything. Only after rmq__consumer_run() returned (or if it was never called). */
 void rmq__consumer_destroy(rmq_consumer_t *c);
 

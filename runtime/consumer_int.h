@@ -140,10 +140,15 @@ struct rmq_consumer {
     rmq_script_t *script;   /* control state (allocate / on_assign / on_revoke hooks) */
     rmq_shdicts_t *shdicts; /* the script's shared dictionaries (every state, any thread) */
     rmq_flow_t *flow;       /* rmq.pause/resume/stop and consume_tps_limit (flow.c) */
+    struct rmq_reload *reload; /* hot reload of the script (reload.c) */
+    uint32_t subs_gen;      /* bumped when a reload replaces subs: replies asked for with an
+                             * older value (route, consumer list) are ignored */
+    int n_retiring;         /* pools a reload replaced, still finishing their batches */
     unsigned hooks;
     uv_loop_t loop;
-    uv_async_t stop_async;
+    uv_async_t stop_async;       /* also wakes the loop for a reload request */
     volatile int stop_requested; /* any thread */
+    volatile int reload_requested; /* any thread (SIGHUP) */
     rmq_remoting_t *rt;
     rmq_producer_t *producer;
     rmq_pool_t *pool;
@@ -226,6 +231,14 @@ void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m);
 /* The topic a message is sent back under: m->topic wrapped with the namespace again (Java's
  * sendMessageBack: msg.setTopic(withNamespace(msg.getTopic()))). A new string. */
 char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m);
+/* Heartbeat every broker, then rebalance (a subscription changed). */
+void rmq__c_heartbeat_rebalance(rmq_consumer_t *c);
+/* The subscriptions of cf as rmq_csub_t entries (namespace-wrapped; %RETRY%<group> added in
+ * CLUSTERING), new SubscriptionData each. 0 or RMQ_ERR_CONFIG with errstr. */
+int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out, int *n,
+                      char *errstr, size_t errstr_size);
+/* Shutdown: go on once the consume threads (and any pool a reload retired) are done. */
+void rmq__c_shutdown_resume(rmq_consumer_t *c);
 void rmq__c_refresh_routes(rmq_consumer_t *c);
 int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
 /* wrapNamespace(ns, r) (PROTOCOL.md 9): a new string. */
@@ -288,6 +301,10 @@ void rmq__orderly_dispatch(rmq_qent_t *q);
 /* The result of an orderly batch (after any rmq.send went out), or its return unrun
  * (RMQ_CONSUME_NOT_RUN, RMQ_CONSUME_SKIPPED). Frees cb. */
 void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
+
+/* reload.c (hot reload, reload.h) */
+void rmq__reload_request(rmq_consumer_t *c);
+void rmq__reload_close(rmq_consumer_t *c);
 
 /* client.c: the result of a CONSUME_MESSAGE_DIRECTLY batch (answers the broker, frees it). */
 void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb);

@@ -310,7 +310,8 @@ static int apply_allocation(rmq_consumer_t *c, rmq_csub_t *s, const int *idx, in
 
 typedef struct rb_topic {
     rmq_consumer_t *c;
-    int idx; /* subscription index */
+    int idx;      /* subscription index */
+    uint32_t gen; /* c->subs_gen when asked (a reload may replace the subscriptions) */
 } rb_topic_t;
 
 static void rb_step_done(rmq_consumer_t *c);
@@ -354,8 +355,9 @@ static void on_consumer_list(void *ud, int err, rmq_cmd_t *resp, const char *err
     rb_topic_t *t = ud;
     rmq_consumer_t *c = t->c;
     int i = t->idx;
+    uint32_t gen = t->gen;
     free(t);
-    if (c->state != RMQ_CLIENT_RUNNING || c->paused) {
+    if (c->state != RMQ_CLIENT_RUNNING || c->paused || gen != c->subs_gen) {
         rb_step_done(c);
         return;
     }
@@ -438,6 +440,7 @@ static void rb_round(uv_timer_t *t)
         rb_topic_t *rt = rmq__xcalloc(1, sizeof(*rt));
         rt->c = c;
         rt->idx = i;
+        rt->gen = c->subs_gen;
         int rc = rmq__remoting_request(c->rt, addr, &cmd, c->conf->mq_client_api_timeout,
                                        on_consumer_list, rt);
         rmq__cmd_free(&cmd);

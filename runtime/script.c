@@ -21,6 +21,8 @@ struct rmq_script {
     char *path;
     unsigned hooks;
     int ref_allocate, ref_on_assign, ref_on_revoke;
+    char **files; /* rmq__script_files */
+    int nfiles;
 };
 
 static const struct {
@@ -98,6 +100,78 @@ static int apply_conf(lua_State *L, int si, const char *path, unsigned hooks, rm
     return 0;
 }
 
+/* s->files from rmq.script.local_files(path), run in the freshly loaded control state. */
+static void collect_files(rmq_script_t *s)
+{
+    lua_State *L = s->L;
+    char err[512];
+    s->files = rmq__xcalloc(1, sizeof(char *));
+    s->files[0] = rmq__xstrdup(s->path);
+    s->nfiles = 1;
+    if (rmq__lua_getfield_mod(L, "rmq.script", "local_files", err, sizeof(err))) return;
+    lua_pushstring(L, s->path);
+    if (rmq__lua_pcall(L, 1, 1, err, sizeof(err))) return;
+    int n = lua_istable(L, -1) ? (int)lua_objlen(L, -1) : 0;
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, i);
+        const char *f = lua_tostring(L, -1);
+        if (f && strcmp(f, s->path)) {
+            s->files = realloc(s->files, sizeof(char *) * (size_t)(s->nfiles + 1));
+            if (!s->files) abort();
+            s->files[s->nfiles++] = rmq__xstrdup(f);
+        }
+        lua_pop(L, 1);
+    }
+    lua_settop(L, 0);
+}
+
+const char *const *rmq__script_files(const rmq_script_t *s, int *n)
+{
+    *n = s->nfiles;
+    return (const char *const *)s->files;
+}
+
+int rmq__script_check_consume(const char *path, const char *group, char *err, size_t errsz)
+{
+    rmq_lua_host_t h = {.role = "check", .script_path = path, .consumer_group = group,
+                        .thread_index = 0, .thread_count = 1};
+    lua_State *L = rmq__lua_new(&h, err, errsz);
+    if (!L) return RMQ_ERR_LUA;
+    int rc = RMQ_ERR_LUA;
+    if (rmq__lua_getfield_mod(L, "rmq.script", "load", err, errsz)) goto out;
+    lua_pushstring(L, path);
+    if (rmq__lua_pcall(L, 1, 1, err, errsz)) goto out;
+    int spec = lua_gettop(L);
+    if (rmq__lua_getfield_mod(L, "rmq.dispatch", "new", err, errsz)) goto out;
+    lua_pushvalue(L, spec);
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "thread_index");
+    lua_pushinteger(L, 1);
+    lua_setfield(L, -2, "thread_count");
+    if (group) {
+        lua_pushstring(L, group);
+        lua_setfield(L, -2, "consumer_group");
+    }
+    if (rmq__lua_pcall(L, 2, 1, err, errsz)) goto out;
+    int d = lua_gettop(L);
+    char tmp[2048];
+    lua_getfield(L, d, "init");
+    if (rmq__lua_pcall(L, 0, 0, tmp, sizeof(tmp))) {
+        rmq__seterr(err, errsz, "init hook failed: %s", tmp);
+        goto out;
+    }
+    lua_getfield(L, d, "shutdown");
+    if (rmq__lua_pcall(L, 0, 0, tmp, sizeof(tmp))) {
+        rmq__seterr(err, errsz, "shutdown hook failed: %s", tmp);
+        goto out;
+    }
+    rc = 0;
+out:
+    lua_close(L);
+    return rc;
+}
+
 int rmq__script_load(const char *path, rmq_conf_t *conf, rmq_script_t **out, char *errstr,
                      size_t errstr_size)
 {
@@ -148,6 +222,7 @@ int rmq__script_load_ex(const char *path, rmq_shdicts_t *shdicts, rmq_flow_t *fl
     lua_getfield(L, si, "on_revoke");
     s->ref_on_revoke = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, 0);
+    collect_files(s);
     *out = s;
     return 0;
 fail:
@@ -159,6 +234,8 @@ void rmq__script_destroy(rmq_script_t *s)
 {
     if (!s) return;
     lua_close(s->L);
+    for (int i = 0; i < s->nfiles; i++) free(s->files[i]);
+    free(s->files);
     free(s->path);
     free(s);
 }

@@ -55,6 +55,21 @@ int rmq__script_load_ex(const char *path, rmq_shdicts_t *shdicts, rmq_flow_t *fl
 void rmq__script_destroy(rmq_script_t *s);
 
 const char *rmq__script_path(const rmq_script_t *s);
+/*
+ * The files a change of which should reload the script (--watch): the script itself, then the
+ * modules its top-level code required from the script's own folder (as the control state found
+ * them after loading it). Borrowed from s; *n set.
+ */
+const char *const *rmq__script_files(const rmq_script_t *s, int *n);
+
+/*
+ * What `rmqlua check` and a reload do before trusting a script in the consume role: load it in
+ * a throwaway consume-role state (shared dictionaries of its own, pause/stop only recorded),
+ * build its dispatcher, run init then shutdown once. Returns 0, or RMQ_ERR_LUA with errstr
+ * naming file:line. Any thread (the state is its own).
+ */
+int rmq__script_check_consume(const char *path, const char *group, char *errstr,
+                              size_t errstr_size);
 /* RMQ_HOOK_* bits. */
 unsigned rmq__script_hooks(const rmq_script_t *s);
 

@@ -182,6 +182,28 @@ local function load_script(path)
   return t
 end
 
+-- The script's file and the files of the modules loaded so far from the script's own folder
+-- (what `rmqlua run --watch` polls), the script first.
+function M.local_files(path)
+  local dir = path:match("^(.*)/[^/]*$") or "."
+  if dir == "" then dir = "/" end
+  local tmpl = dir .. "/?.lua;" .. dir .. "/?/init.lua"
+  local files, seen = { path }, { [path] = true }
+  local names = {}
+  for name in pairs(package.loaded) do
+    if type(name) == "string" then names[#names + 1] = name end
+  end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local f = package.searchpath(name, tmpl)
+    if f and not seen[f] then
+      seen[f] = true
+      files[#files + 1] = f
+    end
+  end
+  return files
+end
+
 -- load(path) -> spec; raises "path:line: message" for every kind of problem.
 function M.load(path)
   local ok, t = pcall(load_script, path)

@@ -267,7 +267,7 @@ describe("--help", function()
 end)
 
 describe("the examples", function()
-  for _, name in ipairs({ "hello", "json", "retry", "allocate", "forward", "shared", "throttle" }) do
+  for _, name in ipairs({ "hello", "json", "retry", "allocate", "forward", "shared", "throttle", "reload" }) do
     it(name .. " passes check and its offline cases", function()
       local ex = helpers.root .. "/examples/" .. name .. ".lua"
       local rc, out = rmqlua("check " .. ex)

@@ -98,6 +98,43 @@ describe("examples against the development broker", function()
     assert.matches("consume_tps_limit 200", h.out())
   end)
 
+  it("reload follows an edit of its rules (--watch), totals carried over", function()
+    -- A copy to edit, in the test's own folder.
+    local dir = helpers.tmpdir("reload-example")
+    local text = helpers.read_file(example("reload"))
+    local path = dir .. "/reload.lua"
+    local function save(t)
+      local f = assert(io.open(path .. ".tmp", "w"))
+      f:write(t)
+      f:close()
+      assert(os.rename(path .. ".tmp", path))
+    end
+    save(text)
+    R.produce("ReloadTopic", "a1", "TagA")
+    local h = R.run(path, "--watch")
+    helpers.defer(function() h.stop() end)
+    h.wait_for("reload demo: version 1 runs on 20 threads")
+    helpers.wait_until(function()
+      local n = 0
+      for q = 0, 7 do
+        local v = tonumber(R.lib.rmq_devbroker_committed_offset(R.db, 0, "reload_demo",
+          "ReloadTopic", q))
+        if v > 0 then n = n + v end
+      end
+      return n >= 1
+    end, 30, "a1 consumed")
+    -- Version 2 drops TagA.
+    save((text:gsub("local VERSION = 1", "local VERSION = 2")
+      :gsub('TagA = "accept"', 'TagA = "drop"')))
+    h.wait_for("reload demo: version 2 runs on 20 threads", "the edited version")
+    h.wait_for("version 1 stops: 1 accepted, 0 delayed, 0 dropped so far")
+    R.produce("ReloadTopic", "a2", "TagA")
+    helpers.wait_until(function() return R.topic_count("%DLQ%reload_demo", 1) >= 1 end, 30,
+      "a2 in %DLQ%reload_demo")
+    assert.are.equal(0, h.stop())
+    assert.matches("version 2 stops: 1 accepted, 0 delayed, 1 dropped so far", h.out())
+  end)
+
   it("forward sends transformed messages to OutTopic", function()
     R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "OutTopic", 4)
     R.produce("InTopic", "abc", "TagA")

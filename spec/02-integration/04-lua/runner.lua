@@ -84,6 +84,26 @@ function M.run(script, extra)
     for _ in h.out():gmatch(pattern) do n = n + 1 end
     return n
   end
+  function h.pid()
+    return helpers.wait_until(function()
+      local f = io.open(pidf)
+      local p = f and f:read("*n")
+      if f then f:close() end
+      return p
+    end, 10, "pid of " .. name)
+  end
+  -- Send a signal (e.g. "HUP") to the running process.
+  function h.signal(sig)
+    os.execute("kill -" .. sig .. " " .. h.pid())
+  end
+  -- Its exit code once it exited by itself (nil while it runs).
+  function h.exited()
+    local f = io.open(rcf)
+    local rc = f and f:read("*n")
+    if f then f:close() end
+    if rc then h.rc = rc end
+    return rc
+  end
   function h.stop()
     if h.rc then return h.rc end
     local pid = helpers.wait_until(function()

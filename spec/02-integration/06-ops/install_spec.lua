@@ -57,7 +57,8 @@ describe("cmake --install", function()
     for _, m in ipairs({ "init", "core", "cdef", "view", "dispatch", "script", "testrun" }) do
       assert.truthy(exists(prefix .. "/share/rmqlua/lua/rmq/" .. m .. ".lua"), m)
     end
-    for _, e in ipairs({ "hello", "json", "retry", "allocate", "forward" }) do
+    for _, e in ipairs({ "hello", "json", "retry", "allocate", "forward", "shared", "throttle",
+      "reload" }) do
       assert.truthy(exists(prefix .. "/share/doc/rmqlua/examples/" .. e .. ".lua"), e)
       assert.truthy(exists(prefix .. "/share/doc/rmqlua/examples/cases/" .. e .. ".lua"), e)
     end
@@ -67,6 +68,7 @@ describe("cmake --install", function()
     assert.matches("\nExecStart=" .. prefix:gsub("%p", "%%%0") .. "/bin/rmqlua run %$RMQLUA_ARGS /etc/rmqlua/%%i%.lua\n", unit)
     assert.matches("\nRestart=on%-failure\n", unit)
     assert.matches("\nKillSignal=SIGTERM\n", unit)
+    assert.matches("\nExecReload=/bin/kill %-HUP %$MAINPID\n", unit) -- SIGHUP reloads the script
     assert.is_nil(unit:find("@RMQLUA_", 1, true))
   end)
 

@@ -1,6 +1,6 @@
 -- Logs of `rmqlua run`: JSON lines, repeated handler errors summarised, the log file reopened
--- on SIGUSR1 (logrotate), SIGHUP not ending the process, the log_* options of a script, and a
--- log reader that does not read not holding up consumption.
+-- on SIGUSR1 (logrotate), SIGHUP reloading without ending the process, the log_* options of a
+-- script, and a log reader that does not read not holding up consumption.
 local helpers = require "helpers"
 local cjson = require "cjson"
 
@@ -168,16 +168,17 @@ describe("--log-file", function()
 end)
 
 describe("SIGHUP", function()
-  it("is reserved for reload: logged and ignored, the consumer goes on", function()
+  it("reloads the script (see 04-lua/reload_spec.lua): logged, the consumer goes on", function()
     local d = helpers.tmpdir("hup")
     local out, errf, rcf = d .. "/out", d .. "/err", d .. "/rc"
     local pid = helpers.spawn(string.format("sh -c 'exec %s run --embedded --sample-messages 3 %s 2> %s'",
       helpers.bin, example("hello"), errf), { log = out, rc = rcf })
     helpers.wait_until(function() return read(out):find("keys=sample%-3") end, 30, "message 3")
     os.execute("kill -HUP " .. pid)
-    helpers.wait_until(function() return read(errf):find("SIGHUP", 1, true) end, 30, "the SIGHUP line")
+    helpers.wait_until(function() return read(errf):find("(reload 1)", 1, true) end, 30,
+      "the reload")
     assert.is_true(helpers.alive(pid))
-    assert.matches("WARN  %[cli%] SIGHUP: reloading the script is reserved", read(errf))
+    assert.matches("INFO  %[reload%] reloading [^\n]*hello%.lua", read(errf))
     helpers.kill(pid, "TERM")
     assert.are.equal("0", exit_code(rcf))
   end)

@@ -1,0 +1,219 @@
+/*
+ * test_pool_reload.c -- what a reload asks of the consume pool, with real threads, LuaJIT states,
+ * script files and a libuv loop: a prepared pool with deferred init runs no hook and no batch
+ * until rmq__pool_go(); rmq__pool_retire() hands every queued batch over at once while the
+ * running one finishes in the old pool, whose shutdown hooks then run; every batch runs exactly
+ * once; a discarded pool runs no hook. The hooks count into a shared dictionary the test reads.
+ */
+#include "../../runtime/consume_pool.h"
+#include "../../runtime/shdict.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "test_util.h"
+#include "test_pool_loop.h"
+
+static const char *script_text =
+    "local rmq = require 'rmq'\n"
+    "local ffi = require 'ffi'\n"
+    "ffi.cdef 'int poll(void *fds, unsigned long nfds, int timeout);'\n"
+    "return {\n"
+    "  consumer_group = 'g', subscribe = { TopicT = '*' },\n"
+    "  shared = { d = '64k' },\n"
+    "  init = function(ctx) rmq.shared.d:incr('inits', 1, 0) end,\n"
+    "  shutdown = function(ctx) rmq.shared.d:incr('shutdowns', 1, 0) end,\n"
+    "  consume = function(msgs, ctx)\n"
+    "    local b = msgs[1].body\n"
+    "    if b == 'slow' then ffi.C.poll(nil, 0, 300) end\n"
+    "    rmq.shared.d:incr('ran:' .. b, 1, 0)\n"
+    "    rmq.shared.d:incr('ran_by_' .. ctx.thread_count, 1, 0)\n"
+    "  end,\n"
+    "}\n";
+
+typedef struct tb {
+    rmq_batch_t b;
+    rmq_msg_t m;
+    rmq_msg_t *pm;
+    char body[16];
+} tb_t;
+
+static void mkbatch(tb_t *t, const char *body)
+{
+    memset(t, 0, sizeof(*t));
+    snprintf(t->body, sizeof(t->body), "%s", body);
+    t->m.topic = "TopicT";
+    t->m.topic_len = 6;
+    t->m.body = t->body;
+    t->m.body_len = (uint32_t)strlen(t->body);
+    t->pm = &t->m;
+    t->b.msgs = &t->pm;
+    t->b.n = 1;
+    t->b.status = -99;
+}
+
+static rmq_pool_t *requeue_to; /* where requeue() sends what the retired pool hands over */
+static int nrequeued;
+
+static void on_done(void *ud, rmq_batch_t *b)
+{
+    (void)ud;
+    (void)b;
+    ndone++;
+}
+
+static void requeue(void *ud, rmq_batch_t *b)
+{
+    (void)ud;
+    nrequeued++;
+    rmq__pool_submit(requeue_to, b);
+}
+
+static double num(rmq_shdicts_t *s, const char *key)
+{
+    rmq_shdict_t *d = rmq_shdicts_find(s, "d");
+    if (!d) return -1;
+    char buf[16];
+    char *p = buf;
+    size_t len = sizeof(buf);
+    uint32_t flags;
+    int stale;
+    double v = 0;
+    if (rmq_shdict_get(d, key, strlen(key), 0, &v, &p, &len, &flags, &stale) != 3) return 0;
+    return v;
+}
+
+/* Wait (up to secs, scaled) until key reaches v: threads run init on their own time. */
+static int wait_num(rmq_shdicts_t *s, const char *key, double v, double secs)
+{
+    int64_t deadline = rmq__mono_ms() + (int64_t)(secs * 1000 * scale);
+    while (num(s, key) != v) {
+        if (rmq__mono_ms() > deadline) return 0;
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    return 1;
+}
+
+static rmq_pool_t *prepare(const char *path, rmq_shdicts_t *s, int n, int defer)
+{
+    rmq_pool_opts_t o = {.script_path = path,
+                         .nthreads = n,
+                         .loop = &loop,
+                         .done = on_done,
+                         .consumer_group = "g",
+                         .consume_timeout_ms = 60000,
+                         .shdicts = s,
+                         .defer_init = defer};
+    rmq_pool_t *p = NULL;
+    char err[1024];
+    int rc = rmq__pool_prepare(&o, &p, err, sizeof(err));
+    CHECKF(rc == 0, "%s", err);
+    return p;
+}
+
+static void test_deferred_init(const char *path)
+{
+    rmq_shdicts_t *s = rmq_shdicts_new();
+    ndone = 0;
+    closed = 0;
+    rmq_pool_t *p = prepare(path, s, 3, 1);
+    if (!p) exit(test_report("test_pool_reload"));
+    CHECK(num(s, "inits") == 0);
+    rmq__pool_attach(p);
+    tb_t t[5];
+    for (int i = 0; i < 5; i++) {
+        char body[8];
+        snprintf(body, sizeof(body), "b%d", i);
+        mkbatch(&t[i], body);
+        rmq__pool_submit(p, &t[i].b);
+    }
+    CHECK(!run_until(1, 0.3)); /* nothing runs before the go */
+    CHECK(ndone == 0 && num(s, "inits") == 0);
+    rmq__pool_go(p);
+    CHECK(run_until(5, 20));
+    CHECK(wait_num(s, "inits", 3, 20));
+    for (int i = 0; i < 5; i++) CHECK(t[i].b.status == RMQ_CONSUME_SUCCESS);
+    rmq__pool_stop(p, 0, on_closed, NULL);
+    CHECK(run_until(-1, 20));
+    CHECK(num(s, "shutdowns") == 3);
+    rmq_shdicts_free(s);
+}
+
+static void test_retire(const char *path)
+{
+    rmq_shdicts_t *s = rmq_shdicts_new();
+    ndone = 0;
+    closed = 0;
+    nrequeued = 0;
+    rmq_pool_t *old = prepare(path, s, 1, 0);
+    rmq__pool_attach(old);
+    CHECK(num(s, "inits") == 1);
+    tb_t slow, q[4];
+    mkbatch(&slow, "slow");
+    rmq__pool_submit(old, &slow.b);
+    for (int i = 0; i < 4; i++) {
+        char body[8];
+        snprintf(body, sizeof(body), "q%d", i);
+        mkbatch(&q[i], body);
+        rmq__pool_submit(old, &q[i].b);
+    }
+    usleep(50000); /* the one thread is inside the slow handler, the others wait for it */
+    rmq_pool_t *next = prepare(path, s, 2, 1);
+    rmq__pool_attach(next);
+    requeue_to = next;
+    int handed = rmq__pool_retire(old, requeue, on_closed, NULL);
+    CHECKF(handed == 4 && nrequeued == 4, "handed %d, requeued %d", handed, nrequeued);
+    /* The slow batch finishes in the old pool, then its state's shutdown hook runs. */
+    CHECK(run_until(-1, 20));
+    CHECK(ndone == 1 && slow.b.status == RMQ_CONSUME_SUCCESS);
+    CHECK(num(s, "shutdowns") == 1);
+    CHECK(num(s, "inits") == 1); /* the new states wait */
+    rmq__pool_go(next);
+    CHECK(run_until(5, 20));
+    CHECK(wait_num(s, "inits", 3, 20));
+    /* Every batch ran once: the slow one on the old pool (1 thread), the rest on the new (2). */
+    CHECK(num(s, "ran:slow") == 1);
+    for (int i = 0; i < 4; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "ran:q%d", i);
+        CHECKF(num(s, key) == 1, "%s ran %.0f times", key, num(s, key));
+        CHECK(q[i].b.status == RMQ_CONSUME_SUCCESS && q[i].b.thread_index < 2);
+    }
+    CHECK(num(s, "ran_by_1") == 1 && num(s, "ran_by_2") == 4);
+    closed = 0;
+    rmq__pool_stop(next, 0, on_closed, NULL);
+    CHECK(run_until(-1, 20));
+    CHECK(num(s, "shutdowns") == 3);
+    rmq_shdicts_free(s);
+}
+
+static void test_discard(const char *path)
+{
+    rmq_shdicts_t *s = rmq_shdicts_new();
+    rmq_pool_t *p = prepare(path, s, 2, 1);
+    rmq__pool_discard(p);
+    CHECK(num(s, "inits") == 0 && num(s, "shutdowns") == 0);
+    /* Without deferred init, a discarded pool's states ran init and run shutdown. */
+    p = prepare(path, s, 2, 0);
+    CHECK(num(s, "inits") == 2);
+    rmq__pool_discard(p);
+    CHECK(num(s, "shutdowns") == 2);
+    rmq_shdicts_free(s);
+}
+
+int main(void)
+{
+    scale = test_scale();
+    uv_loop_init(&loop);
+    char *path = test_write_script("test_pool_reload", "s", script_text);
+    test_deferred_init(path);
+    test_retire(path);
+    test_discard(path);
+    unlink(path);
+    free(path);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uv_loop_close(&loop);
+    return test_report("test_pool_reload");
+}
