@@ -112,6 +112,8 @@ static double want_tokens(const rmq_flow_t *f)
     return f->cap;
 }
 
+static void kick(rmq_flow_t *f);
+
 void rmq__flow_set_limit(rmq_flow_t *f, int tps, int pull_batch)
 {
     refill(f);
@@ -119,6 +121,7 @@ void rmq__flow_set_limit(rmq_flow_t *f, int tps, int pull_batch)
     f->rate = tps > 0 ? (double)tps : 0;
     f->cap = tps > 0 ? (tps < f->pull_batch ? (double)tps : (double)f->pull_batch) : 0;
     if (f->level > f->cap) f->level = f->cap;
+    if (f->head) kick(f); /* queues waiting for tokens: the new limit decides now */
 }
 
 /* ---- parked queues ------------------------------------------------------------------------ */

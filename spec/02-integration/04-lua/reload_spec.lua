@@ -252,6 +252,43 @@ return {
     assert.is_nil(out:find("v1 revoked"))
   end)
 
+  it("applies a new consume_tps_limit to the queues already waiting for tokens", function()
+    local N = 400
+    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "PacedTopic", 2)
+    for i = 1, N do R.produce("PacedTopic", "p" .. i, nil, nil, i % 2) end
+    local function version(limit)
+      return string.format([[
+local rmq = require "rmq"
+return {
+  consumer_group = "reload_paced",
+  subscribe = { PacedTopic = "*" },
+  consume_thread_min = 2, consume_thread_max = 2,
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  consume_tps_limit = %d,
+  shared = { c = "64k" },
+  consume = function(msgs)
+    local n = rmq.shared.c:incr("n", #msgs, 0)
+    print("paced " .. n)
+    if n == %d then print("PACED DONE") end
+  end,
+}
+]], limit, N)
+    end
+    local path = put("paced.lua", version(20))
+    local h = R.run(path)
+    helpers.defer(function() h.stop() end)
+    h.wait_for("paced 20", "the first second at 20 messages/s")
+    local before = 0
+    for v in h.out():gmatch("paced (%d+)") do before = math.max(before, tonumber(v)) end
+    assert.is_true(before < 100, before .. " consumed at 20 messages/s")
+    put("paced.lua", version(0))
+    h.signal("HUP")
+    -- At 20 messages/s the rest would take more than 15 s; without the limit it takes moments.
+    helpers.wait_until(function() return h.out():find("PACED DONE") end, 6, "the rest, unpaced")
+    assert.matches("%(reload 1%)", h.out())
+    assert.are.equal(0, h.stop())
+  end)
+
   it("refuses changes that cannot be made while running, and keeps the running version",
     function()
     local function version(v, extra)
