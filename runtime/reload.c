@@ -139,6 +139,8 @@ static const struct {
     {"tls_client_trust_cert_path", "the TLS context was loaded at start"},
     {"tls_client_auth_server", "the TLS context was loaded at start"},
     {"local_offset_store_dir", "the offset file was opened at start"},
+    {"log_format", "the log writer was started with it"},
+    {"log_file", "the log writer opened it at start (SIGUSR1 reopens it)"},
 };
 
 static int same_value(const rmq_conf_t *a, const rmq_conf_t *b, const rmq_conf_prop_t *p)
@@ -409,6 +411,12 @@ static void commit(rmq_reload_t *r)
     c->max_reconsume = cf->max_reconsume_times >= 0 ? cf->max_reconsume_times
                        : c->orderly                 ? INT_MAX
                                                     : RMQ_MAX_RECONSUME_DEFAULT;
+    const rmq_conf_prop_t *ld = rmq__conf_prop_find("log_debug");
+    if (ld && !same_value(old, cf, ld)) {
+        char err[256];
+        if (rmq_log_set_debug(cf->log_debug ? cf->log_debug : "", err, sizeof(err)) < 0)
+            rmq_log_warn("reload", "log_debug: %s", err);
+    }
     int subs_changed = !same_subs(old, cf);
     if (subs_changed) apply_subs(c);
     /* Flow control thresholds, as the rebalance derives them. */

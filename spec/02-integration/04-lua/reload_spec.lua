@@ -175,7 +175,7 @@ return {
     put("broken.lua", (version("v2"):gsub("consume_thread_min = 2, consume_thread_max = 2",
       "consume_thread_min = 0, consume_thread_max = 2")))
     h.signal("HUP")
-    h.wait_for("reload of " .. esc .. " failed: " .. esc .. ":5: consumeThreadMin Out of range",
+    h.wait_for("reload of " .. esc .. " failed: " .. esc .. ":5: [^\n]*consume_thread_min",
       "the option error")
     R.produce("BrokenTopic", "four")
     h.wait_for("v1 got four", "v1 after the option error")
@@ -319,11 +319,20 @@ return {
     put("fixed.lua", (version("v2"):gsub("consume = function", "consume_orderly = function")))
     h.signal("HUP")
     h.wait_for("refused: message_listener cannot change", "the refused handler kind")
+    put("fixed.lua", version("v2", 'log_format = "json",'))
+    h.signal("HUP")
+    h.wait_for("refused: log_format cannot change", "the refused log format")
     R.produce("FixedTopic", "two")
     h.wait_for("v1 got two")
-    assert.are.equal(0, h.stop())
     assert.is_nil(h.out():find("v2 got"))
     assert.is_nil(h.out():find("reloaded "))
+    -- log_debug does change live.
+    assert.is_nil(h.out():find("DEBUG [rebalance]", 1, true))
+    put("fixed.lua", version("v2", 'log_debug = "rebalance",'))
+    h.signal("HUP")
+    h.wait_for("%(reload 1%)")
+    h.wait_for("DEBUG %[rebalance%]", "rebalance debug lines after the reload")
+    assert.are.equal(0, h.stop())
   end)
 
   it("--watch reloads when the script or a module beside it changes; dictionaries carry over",
