@@ -83,7 +83,8 @@ typedef struct rmq_qent {
     rmq_consumer_t *c;
     struct rmq_qent *next; /* queue table (singly linked) */
     rmq_mq_t mq;           /* owned strings */
-    rmq_csub_t *sub;       /* the subscription of mq.topic (subs never move after start) */
+    rmq_csub_t *sub;       /* the subscription of mq.topic (re-pointed when a reload replaces
+                            * subs; NULL once its topic is no longer subscribed) */
     char name[320];        /* "topic@broker#qid" for logs */
     rmq_pq_t pq;
     int refs;
