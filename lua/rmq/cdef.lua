@@ -83,5 +83,16 @@ int rmq_msg_offset_msg_id(const rmq_msg_t *m, char *out);
 int rmq_msg_host(const rmq_msg_t *m, int store, char *out);
 /* Find a property value in m->props: returns its pointer and sets *len, or NULL. */
 const char *rmq_msg_prop(const rmq_msg_t *m, const char *key, uint32_t *len);
+
+/* SQL92 selectors (sql92.h): compile (NULL with errstr on a bad expression), evaluate over a
+ * properties string (0 FALSE, 1 TRUE, 2 NULL, 3 the evaluation threw: errstr says why), free.
+ * rmq_sql92_ignored: where text after the expression starts (Java ignores it), or -1. */
+typedef struct rmq_sql92 rmq_sql92_t;
+rmq_sql92_t *rmq_sql92_compile(const char *expr, char *errstr, size_t errstr_size);
+int rmq_sql92_eval(const rmq_sql92_t *e, const char *props, size_t props_len, char *errstr,
+                   size_t errstr_size);
+void rmq_sql92_free(rmq_sql92_t *e);
+int rmq_sql92_ignored(const rmq_sql92_t *e);
+size_t rmq_sql92_to_string(const rmq_sql92_t *e, char *out, size_t out_size);
 ]==],
 }
