@@ -9,6 +9,9 @@
 --                                 queued and sent by the runtime after the handler returns, only
 --                                 when the batch succeeded; if the send fails the batch counts as
 --                                 failed (RECONSUME_LATER).
+--   rmq.sql92(expression)         a SQL92 selector for subscribe (MessageSelector.bySql):
+--                                 subscribe = { Orders = rmq.sql92("region = 'eu'") } is
+--                                 { type = "SQL92", expression = "region = 'eu'" }
 --   rmq.role                      "consume", "control", "check" or "test"
 --
 -- One copy of this module lives in each Lua state; nothing here is shared between threads.
@@ -46,6 +49,14 @@ function rmq.log(level, ...)
   local parts = {}
   for i = 1, n do parts[i] = tostring((select(i, ...))) end
   write_log(lv, concat(parts, " "))
+end
+
+-- MessageSelector.bySql: the selector table subscribe takes (checked when the script loads).
+function rmq.sql92(expression)
+  if type(expression) ~= "string" then
+    error("rmq.sql92: the expression must be a string, got " .. type(expression), 2)
+  end
+  return { type = "SQL92", expression = expression }
 end
 
 -- Set by the dispatcher around a handler call: rmq.send is valid only then.
