@@ -51,6 +51,12 @@ typedef struct rmq_pool_opts {
      * consumeTimeout, 15 minutes. See rmq__pool_start() for what cannot be interrupted. */
     int64_t consume_timeout_ms;
     rmq_pool_begin_cb begin; /* optional; its ud is ud */
+    /* Lua modules the threads use: loader_module.load(path) validates the script and returns its
+     * spec (NULL = "rmq.script", the consumer script contract), dispatch_module.new(spec, info)
+     * builds the per-batch dispatcher (NULL = "rmq.dispatch"). `rmqlua tail --handler` and
+     * `rmqlua redrive --where` run their scripts through these. */
+    const char *loader_module;
+    const char *dispatch_module;
 } rmq_pool_opts_t;
 
 /*
