@@ -23,6 +23,7 @@ static void usage(FILE *out)
             "  test SCRIPT CASES  run a script's handler over offline test cases\n"
             "  send            produce messages (route lookup, SEND_MESSAGE_V2)\n"
             "  tail TOPIC      print a topic's messages without a consumer group\n"
+            "  redrive         move dead letters (%%DLQ%%group) back for another try\n"
             "  broker          run the development name server and broker\n"
             "  version         print the version\n"
             "\n"
@@ -49,6 +50,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "broker")) return rmq__cli_broker(argc - 1, argv + 1);
     if (!strcmp(cmd, "send")) return rmq__cli_send(argc - 1, argv + 1);
     if (!strcmp(cmd, "tail")) return rmq__cli_tail(argc - 1, argv + 1);
+    if (!strcmp(cmd, "redrive")) return rmq__cli_redrive(argc - 1, argv + 1);
     fprintf(stderr, "rmqlua: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;
