@@ -101,7 +101,9 @@ static const char test_usage[] =
     "\n"
     "Run the script's handler over offline test cases (no broker). CASES is a Lua file that\n"
     "returns a list of { name =, messages = { {topic =, tags =, keys =, body =, properties =,\n"
-    "...}, ... }, expect = { status =, ack_index =, delay_level =, error =, sent = {...} } }.\n"
+    "...}, ... }, expect = { delivered =, status =, ack_index =, delay_level =, error =,\n"
+    "sent = {...} } }. A SQL92 subscription first filters the messages by their properties, as\n"
+    "the broker would (delivered: how many, or which, reach the handler).\n"
     "See lua/rmq/testrun.lua for every field; an unknown key is an error. The script is\n"
     "validated first exactly as `rmqlua check` does (options, checkConfig).\n"
     "exit codes: 0 every case passed, 1 a case failed, 2 bad script or cases file\n";

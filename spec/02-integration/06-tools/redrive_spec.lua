@@ -143,6 +143,13 @@ describe("rmqlua redrive", function()
     rc, out = redrive("--group RdG --verbose")
     assert.are.equal(0, rc, out)
     assert.matches("6 moved to %RETRY%RdG, 0 passed over by --where, 0 failed", out, 1, true)
+    n = 0
+    for src, id, dst in out:gmatch("moved %%DLQ%%RdG@broker%-a#0:(%d+) msgId=(%x+) [^\n]* %-> "
+        .. "%%RETRY%%RdG msgId=(%x+) queue=broker%-a#0 offset=%d+") do
+      assert.are.equal(id, dst) -- the msgId (UNIQ_KEY) travels with the message
+      n = n + 1
+    end
+    assert.are.equal(6, n, out)
     assert.are.equal(6, count("%RETRY%RdG"))
     assert.are.equal(6, progress("RdG"))
 
