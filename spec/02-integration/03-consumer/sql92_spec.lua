@@ -7,7 +7,9 @@ local helpers = require "helpers"
 local lib = require "devbroker_ffi"
 lib.rmq_log_set_level(0) -- only errors: the transport logs every connection
 
-local PULL, CHECK_CLIENT_CONFIG = 11, 46
+local PULL, CHECK_CLIENT_CONFIG, GET_CONSUMER_CONNECTION_LIST = 11, 46, 203
+local raw = require "rawclient"
+local cjson = require "cjson"
 local SELECTOR = "region = 'eu' AND amount > 100.0 OR vip = TRUE"
 
 local function start_broker(args)
@@ -89,6 +91,17 @@ describe("SQL92 subscription", function()
     helpers.wait_until(function() return #lines(out) >= nexp end, 60, nexp .. " messages consumed")
     -- nothing else arrives (the broker filtered it out)
     helpers.sleep(1)
+    -- the heartbeat carried the selector as Java's SubscriptionData (GET_CONSUMER_CONNECTION_LIST
+    -- shows what the broker registered)
+    local c = assert(raw.connect(ffi.string(lib.rmq_devbroker_broker_addr(db, 0))))
+    helpers.defer(function() c:close() end)
+    local r = assert(c:request(GET_CONSUMER_CONNECTION_LIST, { consumerGroup = "sql_group" }))
+    assert.are.equal(0, r.code, r.remark)
+    local sub = cjson.decode(r.body).subscriptionTable.Orders
+    assert.are.equal("SQL92", sub.expressionType)
+    assert.are.equal(SELECTOR, sub.subString)
+    assert.are.same({}, sub.tagsSet)
+    assert.are.same({}, sub.codeSet)
     helpers.kill(pid, "TERM")
     local got = {}
     for _, k in ipairs(lines(out)) do
