@@ -1,16 +1,16 @@
 -- rmqlua test examples/sql92.lua examples/cases/sql92.lua
 -- Each case states the messages' properties; the script's selector
--- ("region = 'eu' AND amount > 100.0") picks which of them reach consume(), as the broker would.
+-- ("region = 'eu' AND amount > 10.0") picks which of them reach consume(), as the broker would.
 return {
-  { name = "an EU order over 100 is delivered",
-    messages = { { keys = "o1", properties = { region = "eu", amount = "250" } } },
+  { name = "an EU order over 10 is delivered",
+    messages = { { keys = "o1", properties = { region = "eu", amount = "12.53" } } },
     expect = { delivered = 1, status = "SUCCESS" } },
 
   { name = "other regions and small orders are filtered out",
     messages = {
-      { keys = "o2", properties = { region = "us", amount = "500" } },
-      { keys = "o3", properties = { region = "eu", amount = "100" } },
-      { keys = "o4", properties = { region = "eu", amount = "100.5" } },
+      { keys = "o2", properties = { region = "us", amount = "19.99" } },
+      { keys = "o3", properties = { region = "eu", amount = "10" } },
+      { keys = "o4", properties = { region = "eu", amount = "10.5" } },
     },
     expect = { delivered = { 3 }, status = "SUCCESS", ack_index = 1 } },
 
