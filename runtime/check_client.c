@@ -5,13 +5,13 @@
  * Java asks one broker of each non-TAG subscription's topic (findBrokerAddrByTopic) at start,
  * before the first heartbeat, with the body CheckClientRequestBody {"clientId", "group",
  * "subscriptionData"}. A broker without property filtering answers SYSTEM_ERROR "The broker
- * does not support consumer to filter message by SQL92", a bad expression SUBSCRIPTION_PARSE_FAILED,
- * and Java's start() then throws MQClientException ("CODE: 1  DESC: ..."): the consumer never
- * runs. Here the check goes out when the subscription's first route arrives (routes come
- * asynchronously) and that route's heartbeat waits for the answer; a refusal stops the consumer
- * with the broker's message (exit code 1). A transport failure is logged with Java's wording and
- * does not stop it (Java would fail start; a network blip must not end the process): the pulls
- * then show whatever the broker says.
+ * does not support consumer to filter message by SQL92", a bad expression
+ * SUBSCRIPTION_PARSE_FAILED, and Java's start() then throws MQClientException ("CODE: 1  DESC:
+ * ..."): the consumer never runs. Here the check goes out when the subscription's first route
+ * arrives (routes come asynchronously) and that route's heartbeat waits for the answer; a refusal
+ * stops the consumer with the broker's message (exit code 1). A transport failure is logged with
+ * Java's wording and does not stop it (Java would fail start; a network blip must not end the
+ * process): the pulls then show whatever the broker says.
  *
  * Ownership: one allocation per request (consumer + subscription index) until its callback.
  * Threads: the loop thread.

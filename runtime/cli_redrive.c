@@ -45,8 +45,8 @@ typedef struct job {
     rmq_batch_t b; /* for the --where thread; b.msgs = msgs */
     redrive_run_t *run;
     rmq_rq_t *q;
-    int n, nsel; /* messages; selected (moved) ones at the front */
-    int i;       /* next selected message to send */
+    int n, nsel;    /* messages; selected (moved) ones at the front */
+    int i;          /* next selected message to send */
     int64_t next;   /* the queue's offset after this batch */
     int64_t commit; /* what to commit when the job ends */
     int tries;
@@ -76,34 +76,35 @@ struct redrive_run {
 
 static void usage(FILE *out)
 {
-    fputs("usage: rmqlua redrive --group G [options]\n"
-          "\n"
-          "Move the dead letters of consumer group G (topic %DLQ%G) back for another try: to\n"
-          "%RETRY%G by default (G consumes them again, with a fresh count of retries), or with\n"
-          "--to-origin to the topic each one came from, as the producer sent it (topic, tags, keys\n"
-          "and properties restored from the dead letter).\n"
-          "\n"
-          "  --group G           the consumer group whose dead letters move (required)\n"
-          "  --to-origin         send each to its original topic (its RETRY_TOPIC property)\n"
-          "  --where SCRIPT      move only what SCRIPT selects: it returns function(m) -> boolean\n"
-          "                      (m as consume gets it: m.body, m.tags, m.keys, m:property(name),\n"
-          "                      m.reconsume_times, ...); the others are passed over\n"
-          "  --dry-run           print what would move (one line each); move nothing, record no\n"
-          "                      progress\n"
-          "  --progress-group P  the group whose offsets on %DLQ%G record how far redrive got\n"
-          "                      (default %REDRIVE%G); a second run goes on from there, so nothing\n"
-          "                      moves twice. Another P starts again from the oldest dead letter.\n"
-          "  --verbose           print one line per message moved\n"
-          "  --namesrv ADDR      name server(s) (default $NAMESRV_ADDR)\n"
-          "  --log-debug CATS    debug logs (remoting,pull,lua,... or all)\n"
-          "  -h, --help          this text\n"
-          "\n"
-          "A run reads up to the end %DLQ%G had when it started. Progress goes to stderr every 2 s\n"
-          "and a summary at the end. A Java 4.9 broker creates %DLQ% topics write-only: allow\n"
-          "reading first (mqadmin updateTopicPerm -t %DLQ%G -p 6 ...).\n"
-          "exit codes: 0 done (or nothing to move), 1 a message could not be moved or read,\n"
-          "2 usage error\n",
-          out);
+    fputs(
+        "usage: rmqlua redrive --group G [options]\n"
+        "\n"
+        "Move the dead letters of consumer group G (topic %DLQ%G) back for another try: to\n"
+        "%RETRY%G by default (G consumes them again, with a fresh count of retries), or with\n"
+        "--to-origin to the topic each one came from, as the producer sent it (topic, tags, keys\n"
+        "and properties restored from the dead letter).\n"
+        "\n"
+        "  --group G           the consumer group whose dead letters move (required)\n"
+        "  --to-origin         send each to its original topic (its RETRY_TOPIC property)\n"
+        "  --where SCRIPT      move only what SCRIPT selects: it returns function(m) -> boolean\n"
+        "                      (m as consume gets it: m.body, m.tags, m.keys, m:property(name),\n"
+        "                      m.reconsume_times, ...); the others are passed over\n"
+        "  --dry-run           print what would move (one line each); move nothing, record no\n"
+        "                      progress\n"
+        "  --progress-group P  the group whose offsets on %DLQ%G record how far redrive got\n"
+        "                      (default %REDRIVE%G); a second run goes on from there, so nothing\n"
+        "                      moves twice. Another P starts again from the oldest dead letter.\n"
+        "  --verbose           print one line per message moved\n"
+        "  --namesrv ADDR      name server(s) (default $NAMESRV_ADDR)\n"
+        "  --log-debug CATS    debug logs (remoting,pull,lua,... or all)\n"
+        "  -h, --help          this text\n"
+        "\n"
+        "A run reads up to the end %DLQ%G had when it started. Progress goes to stderr every 2 s\n"
+        "and a summary at the end. A Java 4.9 broker creates %DLQ% topics write-only: allow\n"
+        "reading first (mqadmin updateTopicPerm -t %DLQ%G -p 6 ...).\n"
+        "exit codes: 0 done (or nothing to move), 1 a message could not be moved or read,\n"
+        "2 usage error\n",
+        out);
 }
 
 /* ---- output ---------------------------------------------------------------------------------- */
@@ -129,13 +130,15 @@ static void report(redrive_run_t *r, int final)
     if (!final && r->moved + r->skipped + r->failed == r->last_reported) return;
     r->last_reported = r->moved + r->skipped + r->failed;
     if (r->dry_run)
-        fprintf(stderr, "rmqlua redrive: %s%s: %" PRId64 " would move to %s, %" PRId64
-                        " passed over by --where (dry run: nothing moved, no progress recorded)\n",
+        fprintf(stderr,
+                "rmqlua redrive: %s%s: %" PRId64 " would move to %s, %" PRId64
+                " passed over by --where (dry run: nothing moved, no progress recorded)\n",
                 final ? "done, " : "", r->dlq, r->moved, r->to_origin ? "their topics" : r->retry,
                 r->skipped);
     else
-        fprintf(stderr, "rmqlua redrive: %s%s: %" PRId64 " moved to %s, %" PRId64
-                        " passed over by --where, %" PRId64 " failed (progress in group %s)\n",
+        fprintf(stderr,
+                "rmqlua redrive: %s%s: %" PRId64 " moved to %s, %" PRId64
+                " passed over by --where, %" PRId64 " failed (progress in group %s)\n",
                 final ? "done, " : "", r->dlq, r->moved,
                 r->to_origin ? "their original topics" : r->retry, r->skipped, r->failed,
                 r->progress_group);
@@ -199,7 +202,8 @@ static void on_signal(uv_signal_t *h, int sig)
     stop(h->data, 0);
 }
 
-/* ---- a batch: move, commit, next ---------------------------------------------------------------- */
+/* ---- a batch: move, commit, next ----------------------------------------------------------------
+ */
 
 static void job_closed(uv_handle_t *h)
 {
@@ -242,14 +246,18 @@ static void on_commit(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         return;
     }
     char why[300];
-    snprintf(why, sizeof(why), "%s", err ? errmsg : resp->remark ? resp->remark : rmq_err_name(resp->code));
+    snprintf(why, sizeof(why), "%s",
+             err            ? errmsg
+             : resp->remark ? resp->remark
+                            : rmq_err_name(resp->code));
     if (++j->tries < COMMIT_TRIES) {
         rmq_log_warn("redrive", "%s#%d: recording the progress (%" PRId64 ") failed: %s; again",
                      j->q->broker_name, j->q->queue_id, j->commit, why);
         uv_timer_start(&j->timer, on_commit_timer, 1000, 0);
         return;
     }
-    rmq_log_error("redrive", "%s#%d: cannot record the progress (offset %" PRId64 ") in group %s: "
+    rmq_log_error("redrive",
+                  "%s#%d: cannot record the progress (offset %" PRId64 ") in group %s: "
                   "%s. What this batch moved may move again at the next run",
                   j->q->broker_name, j->q->queue_id, j->commit, j->run->progress_group, why);
     j->failed = 1;
@@ -276,10 +284,18 @@ static void commit(job_t *j)
 
 /* Properties a dead letter carries for the retry and DLQ bookkeeping (set by CONSUMER_SEND_MSG_
  * BACK, the schedule service and the consumer), dropped from what is sent again. */
-static const char *const bookkeeping[] = {"DELAY",      "REAL_TOPIC",         "REAL_QID",
-                                          "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "WAIT",
-                                          "CLUSTER",    "MIN_OFFSET",         "MAX_OFFSET",
-                                          "CONSUME_START_TIME", "TRAN_MSG",   "PGROUP",
+static const char *const bookkeeping[] = {"DELAY",
+                                          "REAL_TOPIC",
+                                          "REAL_QID",
+                                          "RECONSUME_TIME",
+                                          "MAX_RECONSUME_TIMES",
+                                          "WAIT",
+                                          "CLUSTER",
+                                          "MIN_OFFSET",
+                                          "MAX_OFFSET",
+                                          "CONSUME_START_TIME",
+                                          "TRAN_MSG",
+                                          "PGROUP",
                                           "TRAN_PREPARED_QUEUE_OFFSET"};
 /* What the first trip to the retry topic added: gone when the message goes home. */
 static const char *const origin_only[] = {"RETRY_TOPIC", "ORIGIN_MESSAGE_ID"};
@@ -296,7 +312,8 @@ static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char 
         rmq__buf_init(&b);
         describe(&b, m);
         rmq__buf_append(&b, "", 1);
-        rmq_log_error("redrive", "cannot move %s: %s (%s); this queue stops here, the next run "
+        rmq_log_error("redrive",
+                      "cannot move %s: %s (%s); this queue stops here, the next run "
                       "starts with it",
                       b.data, errmsg, rmq_err_name(err));
         rmq__buf_free(&b);
@@ -334,7 +351,8 @@ static void send_next(job_t *j)
                 rmq__buf_init(&b);
                 describe(&b, m);
                 rmq__buf_append(&b, "", 1);
-                rmq_log_error("redrive", "%s has no RETRY_TOPIC property: its original topic is "
+                rmq_log_error("redrive",
+                              "%s has no RETRY_TOPIC property: its original topic is "
                               "unknown (redrive it without --to-origin); this queue stops here",
                               b.data);
                 rmq__buf_free(&b);
@@ -405,8 +423,9 @@ static void on_where_done(void *ud, rmq_batch_t *b)
     }
     if (b->handler_error || b->status != RMQ_CONSUME_SUCCESS) {
         /* the predicate raised (logged by the pool with the message ids) */
-        fprintf(stderr, "rmqlua redrive: --where failed on %s#%d: this queue stops before queue "
-                        "offset %" PRId64 "\n",
+        fprintf(stderr,
+                "rmqlua redrive: --where failed on %s#%d: this queue stops before queue "
+                "offset %" PRId64 "\n",
                 j->q->broker_name, j->q->queue_id, j->msgs[0]->queue_offset);
         r->exit_code = 1;
         r->failed++;
@@ -451,17 +470,19 @@ static void on_error(void *ud, int code, const char *msg)
 {
     redrive_run_t *r = ud;
     if (code == RMQ_RESP_TOPIC_NOT_EXIST) {
-        fprintf(stderr, "rmqlua redrive: nothing to redrive: %s does not exist (group %s has "
-                        "sent nothing to its dead-letter queue)\n",
+        fprintf(stderr,
+                "rmqlua redrive: nothing to redrive: %s does not exist (group %s has "
+                "sent nothing to its dead-letter queue)\n",
                 r->dlq, r->group);
         stop(r, 0);
         return;
     }
     fprintf(stderr, "rmqlua redrive: %s\n", msg);
     if (code == RMQ_RESP_NO_PERMISSION)
-        fprintf(stderr, "rmqlua redrive: a 4.9 broker creates %s write-only: allow reading "
-                        "(mqadmin updateTopicPerm -n NAMESRV -c CLUSTER -t '%s' -p 6) and run "
-                        "redrive again\n",
+        fprintf(stderr,
+                "rmqlua redrive: a 4.9 broker creates %s write-only: allow reading "
+                "(mqadmin updateTopicPerm -n NAMESRV -c CLUSTER -t '%s' -p 6) and run "
+                "redrive again\n",
                 r->dlq, r->dlq);
     stop(r, 1);
 }
@@ -473,8 +494,9 @@ static void on_ready(void *ud, rmq_rq_t **qs, int n)
     for (int i = 0; i < n; i++)
         if (qs[i]->end > qs[i]->next) left += qs[i]->end - qs[i]->next;
     r->started = 1;
-    fprintf(stderr, "rmqlua redrive: %s: %" PRId64 " dead letter(s) after the progress of group "
-                    "%s, in %d queue(s)%s\n",
+    fprintf(stderr,
+            "rmqlua redrive: %s: %" PRId64 " dead letter(s) after the progress of group "
+            "%s, in %d queue(s)%s\n",
             r->dlq, left, r->progress_group, n, r->dry_run ? " (dry run)" : "");
 }
 
@@ -544,8 +566,9 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
         return 2;
     }
     if (!group_ok(r->group) || !strncmp(r->group, "%DLQ%", 5) || !strncmp(r->group, "%RETRY%", 7)) {
-        fprintf(stderr, "rmqlua redrive: --group '%s' is not a consumer group name (1..255 of "
-                        "[%%|a-zA-Z0-9_-], not a %%RETRY%% or %%DLQ%% topic)\n",
+        fprintf(stderr,
+                "rmqlua redrive: --group '%s' is not a consumer group name (1..255 of "
+                "[%%|a-zA-Z0-9_-], not a %%RETRY%% or %%DLQ%% topic)\n",
                 r->group);
         return 2;
     }
@@ -556,8 +579,9 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
     else
         snprintf(r->progress_group, sizeof(r->progress_group), "%%REDRIVE%%%s", r->group);
     if (!group_ok(r->progress_group)) {
-        fprintf(stderr, "rmqlua redrive: --progress-group '%s' is not a group name (1..255 of "
-                        "[%%|a-zA-Z0-9_-])\n",
+        fprintf(stderr,
+                "rmqlua redrive: --progress-group '%s' is not a group name (1..255 of "
+                "[%%|a-zA-Z0-9_-])\n",
                 r->progress_group);
         return 2;
     }

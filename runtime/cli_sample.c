@@ -130,8 +130,8 @@ void rmq__sample_main(void *arg)
         size_t len = body_of(sp, i, buf, sizeof(buf), &body);
         snprintf(keys, sizeof(keys), "sample-%ld", i);
         long cents = (i * 7919) % 2000; /* the json body's amount */
-        int pn = snprintf(props, sizeof(props), "id\001%ld\002region\001%s\002amount\001%ld.%02ld", i,
-                          regions[(i - 1) % 3], cents / 100, cents % 100);
+        int pn = snprintf(props, sizeof(props), "id\001%ld\002region\001%s\002amount\001%ld.%02ld",
+                          i, regions[(i - 1) % 3], cents / 100, cents % 100);
         if (rmq_devbroker_produce_props(sp->db, 0, topics[(i - 1) % nt], -1,
                                         (i & 1) ? "TagA" : "TagB", keys, props, (size_t)pn, body,
                                         len) >= 0)

@@ -49,11 +49,11 @@ typedef struct tail_run {
     int64_t from_value;
 
     /* state */
-    int64_t shown;      /* messages printed or handed to the handler */
-    int64_t filtered;   /* dropped by --sql */
-    int64_t failed;     /* handler batches that failed */
-    int handler_batches;/* in the pool */
-    rmq_rq_t **held;    /* queues waiting for the output to drain */
+    int64_t shown;       /* messages printed or handed to the handler */
+    int64_t filtered;    /* dropped by --sql */
+    int64_t failed;      /* handler batches that failed */
+    int handler_batches; /* in the pool */
+    rmq_rq_t **held;     /* queues waiting for the output to drain */
     int n_held, cap_held;
     int stopping, exit_code, warned_send;
 } tail_run_t;
@@ -89,7 +89,8 @@ static void usage(FILE *out)
         "how to show them:\n"
         "  --format FMT       one line per message (default \"" DEFAULT_FORMAT "\"):\n"
         "                     %t topic, %b broker, %q queue id, %o queue offset, %i msgId\n"
-        "                     (UNIQ_KEY, else the offset msgId), %I offset msgId, %g tags, %k keys,\n"
+        "                     (UNIQ_KEY, else the offset msgId), %I offset msgId, %g tags, %k "
+        "keys,\n"
         "                     %s body, %S body size, %T store time (ms), %B born time (ms),\n"
         "                     %h born host, %H store host, %r reconsume times, %f flag,\n"
         "                     %p every property (k=v,...), %{NAME} property NAME, %% a percent;\n"
@@ -104,7 +105,8 @@ static void usage(FILE *out)
         "  --log-debug CATS   debug logs (remoting,pull,lua,... or all)\n"
         "  -h, --help         this text\n"
         "\n"
-        "Stops on SIGINT/SIGTERM, at -n, or with -e at the end. Messages go to stdout, the rest to\n"
+        "Stops on SIGINT/SIGTERM, at -n, or with -e at the end. Messages go to stdout, the rest "
+        "to\n"
         "stderr. exit codes: 0 stopped, 1 runtime failure (no such topic, reading refused, a\n"
         "failed --handler batch), 2 usage error\n",
         out);
@@ -176,8 +178,10 @@ static int parse_int64(const char *s, int64_t *out)
 static int parse_from(const char *v, rmq_from_t *from, int64_t *value)
 {
     int64_t n;
-    if (!strcmp(v, "first")) *from = RMQ_FROM_FIRST;
-    else if (!strcmp(v, "last")) *from = RMQ_FROM_LAST;
+    if (!strcmp(v, "first"))
+        *from = RMQ_FROM_FIRST;
+    else if (!strcmp(v, "last"))
+        *from = RMQ_FROM_LAST;
     else if (v[0] == '@' && !parse_int64(v + 1, &n) && n >= 0) {
         *from = RMQ_FROM_TIMESTAMP;
         *value = n;
@@ -207,9 +211,9 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     if (!len || c > 0xF4 || len > n) return 0;
     for (size_t i = 1; i < len; i++)
         if ((s[i] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
+    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
     if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
-    if (c == 0xF0 && s[1] < 0x90) return 0; /* overlong */
+    if (c == 0xF0 && s[1] < 0x90) return 0;  /* overlong */
     if (c == 0xF4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
     return len;
 }
@@ -257,8 +261,8 @@ static void base64(rmq_buf_t *b, const unsigned char *s, size_t n)
         uint32_t v = (uint32_t)s[i] << 16;
         if (i + 1 < n) v |= (uint32_t)s[i + 1] << 8;
         if (i + 2 < n) v |= s[i + 2];
-        char q[4] = {tbl[(v >> 18) & 63], tbl[(v >> 12) & 63],
-                     i + 1 < n ? tbl[(v >> 6) & 63] : '=', i + 2 < n ? tbl[v & 63] : '='};
+        char q[4] = {tbl[(v >> 18) & 63], tbl[(v >> 12) & 63], i + 1 < n ? tbl[(v >> 6) & 63] : '=',
+                     i + 2 < n ? tbl[v & 63] : '='};
         rmq__buf_append(b, q, 4);
     }
 }
@@ -292,28 +296,65 @@ static void append_field(rmq_buf_t *b, const rmq_msg_t *m, char f)
 {
     char tmp[64];
     switch (f) {
-    case 't': rmq__buf_append(b, m->topic, m->topic_len); break;
-    case 'b': rmq__buf_append(b, m->broker_name, m->broker_name_len); break;
-    case 'q': rmq__buf_appendf(b, "%d", (int)m->queue_id); break;
-    case 'o': rmq__buf_appendf(b, "%" PRId64, m->queue_offset); break;
-    case 'i': msg_id(m, tmp); rmq__buf_appendf(b, "%s", tmp); break;
-    case 'I': rmq_msg_offset_msg_id(m, tmp); rmq__buf_appendf(b, "%s", tmp); break;
-    case 'g': rmq__buf_append(b, m->tags, m->tags_len); break;
-    case 'k': rmq__buf_append(b, m->keys, m->keys_len); break;
-    case 's': rmq__buf_append(b, m->body, m->body_len); break;
-    case 'S': rmq__buf_appendf(b, "%u", (unsigned)m->body_len); break;
-    case 'T': rmq__buf_appendf(b, "%" PRId64, m->store_timestamp); break;
-    case 'B': rmq__buf_appendf(b, "%" PRId64, m->born_timestamp); break;
-    case 'h': rmq_msg_host(m, 0, tmp); rmq__buf_appendf(b, "%s", tmp); break;
-    case 'H': rmq_msg_host(m, 1, tmp); rmq__buf_appendf(b, "%s", tmp); break;
-    case 'r': rmq__buf_appendf(b, "%d", (int)m->reconsume_times); break;
-    case 'f': rmq__buf_appendf(b, "%d", (int)m->flag); break;
+    case 't':
+        rmq__buf_append(b, m->topic, m->topic_len);
+        break;
+    case 'b':
+        rmq__buf_append(b, m->broker_name, m->broker_name_len);
+        break;
+    case 'q':
+        rmq__buf_appendf(b, "%d", (int)m->queue_id);
+        break;
+    case 'o':
+        rmq__buf_appendf(b, "%" PRId64, m->queue_offset);
+        break;
+    case 'i':
+        msg_id(m, tmp);
+        rmq__buf_appendf(b, "%s", tmp);
+        break;
+    case 'I':
+        rmq_msg_offset_msg_id(m, tmp);
+        rmq__buf_appendf(b, "%s", tmp);
+        break;
+    case 'g':
+        rmq__buf_append(b, m->tags, m->tags_len);
+        break;
+    case 'k':
+        rmq__buf_append(b, m->keys, m->keys_len);
+        break;
+    case 's':
+        rmq__buf_append(b, m->body, m->body_len);
+        break;
+    case 'S':
+        rmq__buf_appendf(b, "%u", (unsigned)m->body_len);
+        break;
+    case 'T':
+        rmq__buf_appendf(b, "%" PRId64, m->store_timestamp);
+        break;
+    case 'B':
+        rmq__buf_appendf(b, "%" PRId64, m->born_timestamp);
+        break;
+    case 'h':
+        rmq_msg_host(m, 0, tmp);
+        rmq__buf_appendf(b, "%s", tmp);
+        break;
+    case 'H':
+        rmq_msg_host(m, 1, tmp);
+        rmq__buf_appendf(b, "%s", tmp);
+        break;
+    case 'r':
+        rmq__buf_appendf(b, "%d", (int)m->reconsume_times);
+        break;
+    case 'f':
+        rmq__buf_appendf(b, "%d", (int)m->flag);
+        break;
     case 'p': {
         props_out_t o = {b, 0};
         rmq__props_foreach(m->props, m->props_len, props_list, &o);
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -335,8 +376,8 @@ static void format_line(tail_run_t *t, rmq_buf_t *b, const rmq_msg_t *m)
                 break;
             }
             uint32_t vl = 0;
-            const char *v = rmq__props_find(m->props, m->props_len, p + 2, (size_t)(close - p - 2),
-                                            &vl);
+            const char *v =
+                rmq__props_find(m->props, m->props_len, p + 2, (size_t)(close - p - 2), &vl);
             if (v) rmq__buf_append(b, v, vl);
             p = close;
         } else {
@@ -368,8 +409,9 @@ static void json_line(rmq_buf_t *b, const rmq_msg_t *m)
     json_str(b, m->topic, m->topic_len);
     rmq__buf_append(b, ",\"broker\":", 10);
     json_str(b, m->broker_name, m->broker_name_len);
-    rmq__buf_appendf(b, ",\"queue_id\":%d,\"queue_offset\":%" PRId64 ",\"msg_id\":\"%s\","
-                        "\"offset_msg_id\":\"%s\"",
+    rmq__buf_appendf(b,
+                     ",\"queue_id\":%d,\"queue_offset\":%" PRId64 ",\"msg_id\":\"%s\","
+                     "\"offset_msg_id\":\"%s\"",
                      (int)m->queue_id, m->queue_offset, id, oid);
     if (m->tags_len) {
         rmq__buf_append(b, ",\"tags\":", 8);
@@ -379,9 +421,10 @@ static void json_line(rmq_buf_t *b, const rmq_msg_t *m)
         rmq__buf_append(b, ",\"keys\":", 8);
         json_str(b, m->keys, m->keys_len);
     }
-    rmq__buf_appendf(b, ",\"store_timestamp\":%" PRId64 ",\"born_timestamp\":%" PRId64
-                        ",\"born_host\":\"%s\",\"store_host\":\"%s\",\"reconsume_times\":%d,"
-                        "\"flag\":%d,\"properties\":{",
+    rmq__buf_appendf(b,
+                     ",\"store_timestamp\":%" PRId64 ",\"born_timestamp\":%" PRId64
+                     ",\"born_host\":\"%s\",\"store_host\":\"%s\",\"reconsume_times\":%d,"
+                     "\"flag\":%d,\"properties\":{",
                      m->store_timestamp, m->born_timestamp, bh, sh, (int)m->reconsume_times,
                      (int)m->flag);
     props_out_t j = {b, 0};
@@ -398,7 +441,8 @@ static void json_line(rmq_buf_t *b, const rmq_msg_t *m)
     rmq__buf_append(b, "}\n", 2);
 }
 
-/* ---- stopping ---------------------------------------------------------------------------------- */
+/* ---- stopping ----------------------------------------------------------------------------------
+ */
 
 static void on_rt_closed(void *ud)
 {
@@ -444,7 +488,8 @@ static void on_signal(uv_signal_t *h, int sig)
     stop(t, 0);
 }
 
-/* ---- the reader's callbacks ------------------------------------------------------------------- */
+/* ---- the reader's callbacks -------------------------------------------------------------------
+ */
 
 static void on_drain(void *ud)
 {
@@ -485,11 +530,12 @@ static void on_batch_done(void *ud, rmq_batch_t *b)
     tail_batch_t *tb = (tail_batch_t *)b;
     t->handler_batches--;
     if (b->status != RMQ_CONSUME_NOT_RUN &&
-        (b->handler_error || (b->status != RMQ_CONSUME_SUCCESS &&
-                              b->status != RMQ_CONSUME_COMMIT) ||
+        (b->handler_error ||
+         (b->status != RMQ_CONSUME_SUCCESS && b->status != RMQ_CONSUME_COMMIT) ||
          b->ack_count < b->n)) {
         t->failed++;
-        rmq_log_warn("tail", "the handler did not consume %d of %d message(s) of %s#%d "
+        rmq_log_warn("tail",
+                     "the handler did not consume %d of %d message(s) of %s#%d "
                      "(status %d); tail reports it and goes on (nothing is retried)",
                      (int)(b->n - (b->handler_error ? 0 : b->ack_count)), (int)b->n,
                      tb->q->broker_name, tb->q->queue_id, (int)b->status);
@@ -524,8 +570,10 @@ static void on_msgs(void *ud, rmq_rq_t *q, rmq_msg_t **msgs, int n)
             t->filtered++;
             pass = 0;
         }
-        if (pass) msgs[keep++] = m;
-        else rmq__msg_release(m);
+        if (pass)
+            msgs[keep++] = m;
+        else
+            rmq__msg_release(m);
     }
     if (t->pool && keep > 0) {
         tail_batch_t *tb = rmq__xcalloc(1, sizeof(*tb) + sizeof(rmq_msg_t *) * (size_t)keep);
@@ -540,8 +588,10 @@ static void on_msgs(void *ud, rmq_rq_t *q, rmq_msg_t **msgs, int n)
     }
     rmq_buf_t *b = rmq__fdw_buf(t->out);
     for (int i = 0; i < keep; i++) {
-        if (t->json) json_line(b, msgs[i]);
-        else format_line(t, b, msgs[i]);
+        if (t->json)
+            json_line(b, msgs[i]);
+        else
+            format_line(t, b, msgs[i]);
         rmq__msg_release(msgs[i]);
     }
     t->shown += keep;
@@ -550,8 +600,10 @@ static void on_msgs(void *ud, rmq_rq_t *q, rmq_msg_t **msgs, int n)
         stop(t, 0);
         return;
     }
-    if (rmq__fdw_queued(t->out) > OUT_HIGH_WATER) hold(t, q);
-    else rmq__reader_next(q);
+    if (rmq__fdw_queued(t->out) > OUT_HIGH_WATER)
+        hold(t, q);
+    else
+        rmq__reader_next(q);
 }
 
 static void on_done(void *ud)
@@ -583,7 +635,8 @@ static void on_ready(void *ud, rmq_rq_t **qs, int n)
                 qs[i]->queue_id, qs[i]->next, t->stop_at_end ? " to the end" : "");
 }
 
-/* ---- command line ------------------------------------------------------------------------------ */
+/* ---- command line ------------------------------------------------------------------------------
+ */
 
 static int parse_args(tail_run_t *t, int argc, char **argv)
 {
@@ -690,8 +743,9 @@ static int parse_args(tail_run_t *t, int argc, char **argv)
             return 2;
         }
         if (rmq__sql92_ignored(t->sql) >= 0)
-            fprintf(stderr, "rmqlua tail: warning: --sql: the text after the expression is "
-                            "ignored: \"%s\"\n",
+            fprintf(stderr,
+                    "rmqlua tail: warning: --sql: the text after the expression is "
+                    "ignored: \"%s\"\n",
                     t->sql_text + rmq__sql92_ignored(t->sql));
     }
     if (!t->format) t->format = DEFAULT_FORMAT;

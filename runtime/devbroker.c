@@ -1263,11 +1263,10 @@ RMQ_EXPORT int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const 
                                        body_len);
 }
 
-RMQ_EXPORT int64_t rmq_devbroker_produce_props(rmq_devbroker_t *db, int broker,
-                                               const char *topic, int queue_id, const char *tags,
-                                               const char *keys, const char *props,
-                                               size_t props_len, const char *body,
-                                               size_t body_len)
+RMQ_EXPORT int64_t rmq_devbroker_produce_props(rmq_devbroker_t *db, int broker, const char *topic,
+                                               int queue_id, const char *tags, const char *keys,
+                                               const char *props, size_t props_len,
+                                               const char *body, size_t body_len)
 {
     if (broker < 0 || broker >= db->n_brokers || !topic || !*topic) return RMQ_ERR_INVALID;
     if (props_len && (!props || props[0] == '\002' || props[props_len - 1] == '\002'))

@@ -188,11 +188,10 @@ RMQ_EXPORT int rmq_devbroker_corrupt(rmq_devbroker_t *db, int broker, const char
                                      int queue_id, int64_t offset, size_t pos, unsigned mask);
 /* The same with user properties: props is name\1value\2name\1value (props_len bytes, no
  * leading or trailing \2), stored after KEYS, UNIQ_KEY and TAGS. */
-RMQ_EXPORT int64_t rmq_devbroker_produce_props(rmq_devbroker_t *db, int broker,
-                                               const char *topic, int queue_id, const char *tags,
-                                               const char *keys, const char *props,
-                                               size_t props_len, const char *body,
-                                               size_t body_len);
+RMQ_EXPORT int64_t rmq_devbroker_produce_props(rmq_devbroker_t *db, int broker, const char *topic,
+                                               int queue_id, const char *tags, const char *keys,
+                                               const char *props, size_t props_len,
+                                               const char *body, size_t body_len);
 /* Max / min queue offset, or the committed offset of group (-1 when none); < -1 on errors. */
 RMQ_EXPORT int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic,
                                             int queue_id);

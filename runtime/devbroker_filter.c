@@ -84,8 +84,10 @@ void rmq__db_filter_register(db_broker_t *b, const char *group, const rmq_sub_t 
     if (old && sub->sub_version <= old->client_version) return;
     rmq_sql92_t *e = NULL;
     if (rmq__db_filter_compile(sub->expression_type, sub->sub_string, &e, err, sizeof(err))) {
-        rmq_log_warn(DB_LOG, "%s: consumer %s subscribes %s with an expression that does not "
-                     "compile (%s): %s", b->name, group, sub->topic, sub->sub_string, err);
+        rmq_log_warn(DB_LOG,
+                     "%s: consumer %s subscribes %s with an expression that does not "
+                     "compile (%s): %s",
+                     b->name, group, sub->topic, sub->sub_string, err);
         return;
     }
     db_filter_t *f = rmq__xcalloc(1, sizeof(*f));
@@ -94,8 +96,8 @@ void rmq__db_filter_register(db_broker_t *b, const char *group, const rmq_sub_t 
     f->client_version = sub->sub_version;
     f->compiled = e;
     filter_free(rmq__dbmap_put(&b->filters, key, f));
-    rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: filter of %s on %s: %s %s (version %lld)", b->name,
-            group, sub->topic, f->type, f->expression, (long long)f->client_version);
+    rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: filter of %s on %s: %s %s (version %lld)", b->name, group,
+            sub->topic, f->type, f->expression, (long long)f->client_version);
 }
 
 void rmq__db_filter_free_all(db_broker_t *b)
@@ -186,9 +188,11 @@ void rmq__db_h_check_client_config(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t 
         if (rmq__db_filter_compile(type, expression ? expression : "", &e, err, sizeof(err))) {
             const char *client = rmq__fj_get_str(rmq__fj_root(doc), "clientId");
             const char *group = rmq__fj_get_str(rmq__fj_root(doc), "group");
-            rmq_log_warn(DB_LOG, "Client %s@%s filter message, but failed to compile "
-                         "expression! sub=%s, error=%s", client ? client : "?",
-                         group ? group : "?", expression ? expression : "", err);
+            rmq_log_warn(DB_LOG,
+                         "Client %s@%s filter message, but failed to compile "
+                         "expression! sub=%s, error=%s",
+                         client ? client : "?", group ? group : "?", expression ? expression : "",
+                         err);
             rmq__db_reply_code(conn, req, RMQ_RESP_SUBSCRIPTION_PARSE_FAILED, err);
         } else {
             rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);

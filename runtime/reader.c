@@ -22,11 +22,11 @@
 #include <stdlib.h>
 
 #define SUB "reader"
-#define TOOLS_PULL_TIMEOUT_MS 10000   /* DefaultMQPullConsumer.consumerPullTimeoutMillis */
-#define SUSPEND_MS 15000              /* BROKER_SUSPEND_MAX_TIME_MILLIS */
-#define SUSPEND_TIMEOUT_MS 30000      /* CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND */
-#define ADMIN_TIMEOUT_MS 6000         /* GET_MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP */
-#define RETRY_DELAY_MS 1000           /* pullTimeDelayMillsWhenException */
+#define TOOLS_PULL_TIMEOUT_MS 10000 /* DefaultMQPullConsumer.consumerPullTimeoutMillis */
+#define SUSPEND_MS 15000            /* BROKER_SUSPEND_MAX_TIME_MILLIS */
+#define SUSPEND_TIMEOUT_MS 30000    /* CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND */
+#define ADMIN_TIMEOUT_MS 6000       /* GET_MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP */
+#define RETRY_DELAY_MS 1000         /* pullTimeDelayMillsWhenException */
 #define SYSFLAG_SUSPEND 0x2
 #define SYSFLAG_SUBSCRIPTION 0x4
 
@@ -106,7 +106,8 @@ static int send_req(rmq_reader_t *r, const char *addr, rmq_cmd_t *cmd, int64_t t
     return 0;
 }
 
-/* ---- queues: steps and retries ---------------------------------------------------------------- */
+/* ---- queues: steps and retries ----------------------------------------------------------------
+ */
 
 static void step(rmq_rq_t *q);
 
@@ -208,8 +209,10 @@ static void begin_if_ready(rmq_reader_t *r)
     for (int i = 0; i < r->n && !r->destroyed && !r->failed; i++) {
         rmq_rq_t *q = r->qs[i];
         if (q->state != RQ_PULL) continue;
-        if (at_end(q)) queue_ended(q);
-        else pull(q);
+        if (at_end(q))
+            queue_ended(q);
+        else
+            pull(q);
     }
 }
 
@@ -222,10 +225,16 @@ static void step(rmq_rq_t *q)
     case RQ_START: {
         int code = 0;
         switch (r->o.from) {
-        case RMQ_FROM_FIRST: code = RMQ_REQ_GET_MIN_OFFSET; break;
+        case RMQ_FROM_FIRST:
+            code = RMQ_REQ_GET_MIN_OFFSET;
+            break;
         case RMQ_FROM_LAST:
-        case RMQ_FROM_BEFORE_END: code = RMQ_REQ_GET_MAX_OFFSET; break;
-        case RMQ_FROM_TIMESTAMP: code = RMQ_REQ_SEARCH_OFFSET_BY_TIMESTAMP; break;
+        case RMQ_FROM_BEFORE_END:
+            code = RMQ_REQ_GET_MAX_OFFSET;
+            break;
+        case RMQ_FROM_TIMESTAMP:
+            code = RMQ_REQ_SEARCH_OFFSET_BY_TIMESTAMP;
+            break;
         case RMQ_FROM_COMMITTED:
             code = q->start == -2 ? RMQ_REQ_GET_MIN_OFFSET : RMQ_REQ_QUERY_CONSUMER_OFFSET;
             break;
@@ -238,16 +247,21 @@ static void step(rmq_rq_t *q)
         offset_request(q, code);
         return;
     }
-    case RQ_END: offset_request(q, RMQ_REQ_GET_MAX_OFFSET); return;
+    case RQ_END:
+        offset_request(q, RMQ_REQ_GET_MAX_OFFSET);
+        return;
     case RQ_PULL:
         if (!r->ready) {
             begin_if_ready(r);
             return;
         }
-        if (at_end(q)) queue_ended(q);
-        else pull(q);
+        if (at_end(q))
+            queue_ended(q);
+        else
+            pull(q);
         return;
-    default: return;
+    default:
+        return;
     }
 }
 
@@ -304,8 +318,8 @@ static void on_offset(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
                   rmq_err_name(resp->code));
             return;
         }
-        rmq_log_warn(SUB, "%s@%s#%d: %s answered %s: %s; again in 1 s", r->topic,
-                     q->broker_name, q->queue_id, rmq_request_code_name(code), rmq_err_name(resp->code),
+        rmq_log_warn(SUB, "%s@%s#%d: %s answered %s: %s; again in 1 s", r->topic, q->broker_name,
+                     q->queue_id, rmq_request_code_name(code), rmq_err_name(resp->code),
                      resp->remark ? resp->remark : "");
         later(q);
         return;
@@ -363,8 +377,8 @@ static void on_pull(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
             return;
         }
         if (rc) {
-            rmq_log_error(SUB, "%s@%s#%d: pull body decoded partly: %s", r->topic,
-                          q->broker_name, q->queue_id, errstr);
+            rmq_log_error(SUB, "%s@%s#%d: pull body decoded partly: %s", r->topic, q->broker_name,
+                          q->queue_id, errstr);
             if (set->n > 0) {
                 int64_t after = set->msgs[set->n - 1].queue_offset + 1;
                 if (after < next) next = after;
@@ -391,7 +405,8 @@ static void on_pull(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         if (q->end >= 0 && q->next > q->end) q->next = q->end;
         if (nk > 0) {
             set_state(q, RQ_HELD);
-            if (r->o.on_msgs) r->o.on_msgs(r->o.ud, q, keep, nk);
+            if (r->o.on_msgs)
+                r->o.on_msgs(r->o.ud, q, keep, nk);
             else
                 for (int i = 0; i < nk; i++)
                     rmq__msg_release(keep[i]);
@@ -410,9 +425,9 @@ static void on_pull(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         step(q);
         return;
     case RMQ_RESP_PULL_OFFSET_MOVED:
-        rmq_log_warn(SUB, "%s@%s#%d: offset %" PRId64 " is out of the queue (%s), going on at %"
-                     PRId64, r->topic, q->broker_name, q->queue_id, q->next,
-                     resp->remark ? resp->remark : "", next);
+        rmq_log_warn(
+            SUB, "%s@%s#%d: offset %" PRId64 " is out of the queue (%s), going on at %" PRId64,
+            r->topic, q->broker_name, q->queue_id, q->next, resp->remark ? resp->remark : "", next);
         if (has_next && next != q->next) {
             q->next = next;
             step(q);
@@ -426,15 +441,15 @@ static void on_pull(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
                   q->queue_id, resp->remark ? resp->remark : "", rmq_err_name(resp->code));
             return;
         }
-        rmq_log_warn(SUB, "%s@%s#%d: pull answered %s: %s; again in 1 s", r->topic,
-                     q->broker_name, q->queue_id, rmq_err_name(resp->code),
-                     resp->remark ? resp->remark : "");
+        rmq_log_warn(SUB, "%s@%s#%d: pull answered %s: %s; again in 1 s", r->topic, q->broker_name,
+                     q->queue_id, rmq_err_name(resp->code), resp->remark ? resp->remark : "");
         later(q);
         return;
     }
 }
 
-/* ---- the route -------------------------------------------------------------------------------- */
+/* ---- the route --------------------------------------------------------------------------------
+ */
 
 static void route_request(rmq_reader_t *r);
 
@@ -462,8 +477,8 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     if (resp->code != RMQ_RESP_SUCCESS || !resp->body) {
         if (resp->code == RMQ_RESP_TOPIC_NOT_EXIST) {
             const char *rm = resp->remark ? resp->remark : "no route on the name server";
-            fatal(r, resp->code, "topic %s does not exist (%.*s)", r->topic,
-                  (int)strcspn(rm, "\n"), rm);
+            fatal(r, resp->code, "topic %s does not exist (%.*s)", r->topic, (int)strcspn(rm, "\n"),
+                  rm);
             return;
         }
         rmq_log_warn(SUB, "route of %s: %s %s; again in 1 s", r->topic, rmq_err_name(resp->code),
@@ -508,9 +523,10 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
          * a 4.9 broker is created write-only). */
         for (int i = 0; i < rt->n_qds; i++) {
             if (rt->qds[i].read_queue_nums > 0 && !(rt->qds[i].perm & 4)) {
-                fatal(r, RMQ_RESP_NO_PERMISSION, "topic %s is not readable: its queues on %s "
-                      "have perm %d (no read permission)", r->topic, rt->qds[i].broker_name,
-                      (int)rt->qds[i].perm);
+                fatal(r, RMQ_RESP_NO_PERMISSION,
+                      "topic %s is not readable: its queues on %s "
+                      "have perm %d (no read permission)",
+                      r->topic, rt->qds[i].broker_name, (int)rt->qds[i].perm);
                 rmq__route_free(rt);
                 return;
             }
@@ -520,7 +536,8 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     if (r->n == 0) {
         fatal(r, RMQ_ERR_NOT_FOUND, "topic %s has no readable queue%s%s%s%s", r->topic,
               r->broker ? " on broker " : "", r->broker ? r->broker : "",
-              r->o.queue_id >= 0 ? " with the given queue id" : "", n ? "" : " (none in its route)");
+              r->o.queue_id >= 0 ? " with the given queue id" : "",
+              n ? "" : " (none in its route)");
         return;
     }
     for (int i = 0; i < r->n && !r->failed && !r->destroyed; i++)
@@ -540,7 +557,8 @@ static void route_request(rmq_reader_t *r)
     }
 }
 
-/* ---- API -------------------------------------------------------------------------------------- */
+/* ---- API --------------------------------------------------------------------------------------
+ */
 
 int rmq__reader_start(const rmq_reader_opts_t *o, rmq_reader_t **out, char *errstr,
                       size_t errstr_size)

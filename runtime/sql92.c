@@ -124,7 +124,8 @@ static char *arena_strndup(struct rmq_sql92 *e, const char *s, size_t n)
     return d;
 }
 
-/* ---- Java number texts ------------------------------------------------------------------------ */
+/* ---- Java number texts ------------------------------------------------------------------------
+ */
 
 /* Double.toString (shortest digits that read back; Java's layout: 0.001 <= |d| < 1e7 plain,
  * otherwise d.dddE[-]n). */
@@ -304,16 +305,25 @@ static int java_parse_double(const char *s, size_t n, double *out)
     return 0;
 }
 
-/* ---- toString (for messages) ------------------------------------------------------------------- */
+/* ---- toString (for messages) -------------------------------------------------------------------
+ */
 
 static void val_str(const val_t *v, int quote, rmq_buf_t *b)
 {
     char num[40];
     switch (v->t) {
-    case V_NULL: rmq__buf_append(b, "NULL", 4); break;
-    case V_BOOL: rmq__buf_appendf(b, "%s", v->u.b ? (quote ? "TRUE" : "true") : (quote ? "FALSE" : "false")); break;
-    case V_INT: rmq__buf_appendf(b, "%d", (int)v->u.i); break;
-    case V_LONG: rmq__buf_appendf(b, "%lld", (long long)v->u.l); break;
+    case V_NULL:
+        rmq__buf_append(b, "NULL", 4);
+        break;
+    case V_BOOL:
+        rmq__buf_appendf(b, "%s", v->u.b ? (quote ? "TRUE" : "true") : (quote ? "FALSE" : "false"));
+        break;
+    case V_INT:
+        rmq__buf_appendf(b, "%d", (int)v->u.i);
+        break;
+    case V_LONG:
+        rmq__buf_appendf(b, "%lld", (long long)v->u.l);
+        break;
     case V_DOUBLE:
         java_double_str(v->u.d, num, sizeof(num));
         rmq__buf_appendf(b, "%s", num);
@@ -337,25 +347,41 @@ static void val_str(const val_t *v, int quote, rmq_buf_t *b)
 static const char *sym_of(nk_t k)
 {
     switch (k) {
-    case N_AND: return "&&";
-    case N_OR: return "||";
-    case N_EQ: return "==";
-    case N_GT: return ">";
-    case N_GE: return ">=";
-    case N_LT: return "<";
-    case N_LE: return "<=";
-    case N_NOT: return "NOT";
-    case N_NEG: return "-";
-    default: return "?";
+    case N_AND:
+        return "&&";
+    case N_OR:
+        return "||";
+    case N_EQ:
+        return "==";
+    case N_GT:
+        return ">";
+    case N_GE:
+        return ">=";
+    case N_LT:
+        return "<";
+    case N_LE:
+        return "<=";
+    case N_NOT:
+        return "NOT";
+    case N_NEG:
+        return "-";
+    default:
+        return "?";
     }
 }
 
 static void node_str(const node_t *n, rmq_buf_t *b)
 {
     switch (n->k) {
-    case N_CONST: val_str(&n->v, 1, b); break;
-    case N_PROP: rmq__buf_append(b, n->name, n->name_len); break;
-    case N_CAST: node_str(n->l, b); break;
+    case N_CONST:
+        val_str(&n->v, 1, b);
+        break;
+    case N_PROP:
+        rmq__buf_append(b, n->name, n->name_len);
+        break;
+    case N_CAST:
+        node_str(n->l, b);
+        break;
     case N_NEG:
     case N_NOT:
         rmq__buf_appendf(b, "(%s ", sym_of(n->k));
@@ -381,7 +407,8 @@ static void node_str(const node_t *n, rmq_buf_t *b)
     }
 }
 
-/* ---- __compare (ComparisonExpression.__compare with convertStringExpressions) ------------------ */
+/* ---- __compare (ComparisonExpression.__compare with convertStringExpressions) ------------------
+ */
 
 typedef struct ectx {
     const char *props;
@@ -438,9 +465,12 @@ static int to_double(val_t *v, char *err, size_t size)
 
 static void widen(val_t *v, vt_t to)
 {
-    if (to == V_LONG && v->t == V_INT) v->u.l = v->u.i;
-    else if (to == V_DOUBLE && v->t == V_INT) v->u.d = v->u.i;
-    else if (to == V_DOUBLE && v->t == V_LONG) v->u.d = (double)v->u.l;
+    if (to == V_LONG && v->t == V_INT)
+        v->u.l = v->u.i;
+    else if (to == V_DOUBLE && v->t == V_INT)
+        v->u.d = v->u.i;
+    else if (to == V_DOUBLE && v->t == V_LONG)
+        v->u.d = (double)v->u.l;
     v->t = to;
 }
 
@@ -461,12 +491,14 @@ static int jcompare(val_t lv, val_t rv, int *res, char *err, size_t size)
         switch (lv.t) {
         case V_BOOL:
             if (rv.t == V_STR)
-                return throw_(err, size, "java.lang.ClassCastException: java.lang.Boolean cannot "
-                                         "be cast to java.lang.String");
+                return throw_(err, size,
+                              "java.lang.ClassCastException: java.lang.Boolean cannot "
+                              "be cast to java.lang.String");
             *res = -1;
             return 0;
         case V_INT:
-            if (rv.t == V_LONG || rv.t == V_DOUBLE) widen(&lv, rv.t);
+            if (rv.t == V_LONG || rv.t == V_DOUBLE)
+                widen(&lv, rv.t);
             else if (rv.t == V_STR) {
                 if (to_int(&rv, err, size)) return -1;
             } else {
@@ -475,8 +507,10 @@ static int jcompare(val_t lv, val_t rv, int *res, char *err, size_t size)
             }
             break;
         case V_LONG:
-            if (rv.t == V_INT) widen(&rv, V_LONG);
-            else if (rv.t == V_DOUBLE) widen(&lv, V_DOUBLE);
+            if (rv.t == V_INT)
+                widen(&rv, V_LONG);
+            else if (rv.t == V_DOUBLE)
+                widen(&lv, V_DOUBLE);
             else if (rv.t == V_STR) {
                 if (to_long(&rv, err, size)) return -1;
             } else {
@@ -485,7 +519,8 @@ static int jcompare(val_t lv, val_t rv, int *res, char *err, size_t size)
             }
             break;
         case V_DOUBLE:
-            if (rv.t == V_INT || rv.t == V_LONG) widen(&rv, V_DOUBLE);
+            if (rv.t == V_INT || rv.t == V_LONG)
+                widen(&rv, V_DOUBLE);
             else if (rv.t == V_STR) {
                 if (to_double(&rv, err, size)) return -1;
             } else {
@@ -514,17 +549,27 @@ static int jcompare(val_t lv, val_t rv, int *res, char *err, size_t size)
         }
     }
     switch (lv.t) {
-    case V_BOOL: *res = lv.u.b == rv.u.b ? 0 : (lv.u.b ? 1 : -1); break;
-    case V_INT: *res = lv.u.i < rv.u.i ? -1 : lv.u.i > rv.u.i; break;
-    case V_LONG: *res = lv.u.l < rv.u.l ? -1 : lv.u.l > rv.u.l; break;
-    case V_DOUBLE: *res = double_cmp(lv.u.d, rv.u.d); break;
+    case V_BOOL:
+        *res = lv.u.b == rv.u.b ? 0 : (lv.u.b ? 1 : -1);
+        break;
+    case V_INT:
+        *res = lv.u.i < rv.u.i ? -1 : lv.u.i > rv.u.i;
+        break;
+    case V_LONG:
+        *res = lv.u.l < rv.u.l ? -1 : lv.u.l > rv.u.l;
+        break;
+    case V_DOUBLE:
+        *res = double_cmp(lv.u.d, rv.u.d);
+        break;
     case V_STR: {
         size_t n = lv.u.s.n < rv.u.s.n ? lv.u.s.n : rv.u.s.n;
         int c = memcmp(lv.u.s.p, rv.u.s.p, n);
         *res = c ? c : (lv.u.s.n < rv.u.s.n ? -1 : lv.u.s.n > rv.u.s.n);
         break;
     }
-    default: *res = 0; break;
+    default:
+        *res = 0;
+        break;
     }
     return 0;
 }
@@ -534,16 +579,23 @@ static int jequals(const val_t *a, const val_t *b)
 {
     if (a->t != b->t) return 0;
     switch (a->t) {
-    case V_BOOL: return a->u.b == b->u.b;
-    case V_INT: return a->u.i == b->u.i;
-    case V_LONG: return a->u.l == b->u.l;
-    case V_DOUBLE: return double_cmp(a->u.d, b->u.d) == 0;
-    case V_STR: return a->u.s.n == b->u.s.n && !memcmp(a->u.s.p, b->u.s.p, a->u.s.n);
-    default: return 1;
+    case V_BOOL:
+        return a->u.b == b->u.b;
+    case V_INT:
+        return a->u.i == b->u.i;
+    case V_LONG:
+        return a->u.l == b->u.l;
+    case V_DOUBLE:
+        return double_cmp(a->u.d, b->u.d) == 0;
+    case V_STR:
+        return a->u.s.n == b->u.s.n && !memcmp(a->u.s.p, b->u.s.p, a->u.s.n);
+    default:
+        return 1;
     }
 }
 
-/* ---- evaluation ------------------------------------------------------------------------------- */
+/* ---- evaluation -------------------------------------------------------------------------------
+ */
 
 static int eval(const node_t *n, const ectx_t *c, val_t *out);
 
@@ -560,8 +612,9 @@ static int eval_bool(const node_t *n, const ectx_t *c)
     if (eval(n, c, &v)) return -1;
     if (v.t == V_NULL) return 2;
     if (v.t != V_BOOL)
-        return throw_(c->err, c->err_size, "java.lang.ClassCastException: the value is not a "
-                                           "java.lang.Boolean");
+        return throw_(c->err, c->err_size,
+                      "java.lang.ClassCastException: the value is not a "
+                      "java.lang.Boolean");
     return v.u.b;
 }
 
@@ -575,8 +628,8 @@ static int eval(const node_t *n, const ectx_t *c, val_t *out)
         return 0;
     case N_PROP: {
         uint32_t vl = 0;
-        const char *v = c->props ? rmq__props_find(c->props, c->props_len, n->name, n->name_len, &vl)
-                                 : NULL;
+        const char *v =
+            c->props ? rmq__props_find(c->props, c->props_len, n->name, n->name_len, &vl) : NULL;
         if (!v) {
             out->t = V_NULL;
         } else {
@@ -588,21 +641,29 @@ static int eval(const node_t *n, const ectx_t *c, val_t *out)
     }
     case N_NEG:
         if (eval(n->l, c, &lv)) return -1;
-        if (lv.t == V_INT) lv.u.i = (int32_t)(0u - (uint32_t)lv.u.i);
-        else if (lv.t == V_LONG) lv.u.l = (int64_t)(0ull - (uint64_t)lv.u.l);
-        else if (lv.t == V_DOUBLE) lv.u.d = -lv.u.d;
-        else lv.t = V_NULL; /* not a Number: null */
+        if (lv.t == V_INT)
+            lv.u.i = (int32_t)(0u - (uint32_t)lv.u.i);
+        else if (lv.t == V_LONG)
+            lv.u.l = (int64_t)(0ull - (uint64_t)lv.u.l);
+        else if (lv.t == V_DOUBLE)
+            lv.u.d = -lv.u.d;
+        else
+            lv.t = V_NULL; /* not a Number: null */
         *out = lv;
         return 0;
     case N_NOT:
         if ((x = eval_bool(n->l, c)) < 0) return -1;
-        if (x == 2) out->t = V_NULL;
-        else set_bool(out, !x);
+        if (x == 2)
+            out->t = V_NULL;
+        else
+            set_bool(out, !x);
         return 0;
     case N_CAST:
         if (eval(n->l, c, &lv)) return -1;
-        if (lv.t == V_NULL) out->t = V_NULL;
-        else set_bool(out, lv.t == V_BOOL && lv.u.b);
+        if (lv.t == V_NULL)
+            out->t = V_NULL;
+        else
+            set_bool(out, lv.t == V_BOOL && lv.u.b);
         return 0;
     case N_OR:
         if ((x = eval_bool(n->l, c)) < 0) return -1;
@@ -611,9 +672,12 @@ static int eval(const node_t *n, const ectx_t *c, val_t *out)
             return 0;
         }
         if ((y = eval_bool(n->r, c)) < 0) return -1;
-        if (y == 1) set_bool(out, 1);
-        else if (x == 2 || y == 2) out->t = V_NULL;
-        else set_bool(out, 0);
+        if (y == 1)
+            set_bool(out, 1);
+        else if (x == 2 || y == 2)
+            out->t = V_NULL;
+        else
+            set_bool(out, 0);
         return 0;
     case N_AND:
         if ((x = eval_bool(n->l, c)) < 0) return -1;
@@ -622,16 +686,21 @@ static int eval(const node_t *n, const ectx_t *c, val_t *out)
             return 0;
         }
         if ((y = eval_bool(n->r, c)) < 0) return -1;
-        if (y == 0) set_bool(out, 0);
-        else if (x == 2 || y == 2) out->t = V_NULL;
-        else set_bool(out, 1);
+        if (y == 0)
+            set_bool(out, 0);
+        else if (x == 2 || y == 2)
+            out->t = V_NULL;
+        else
+            set_bool(out, 1);
         return 0;
     case N_EQ:
         /* doCreateEqual: both sides first, then null rules, equals, compare. */
         if (eval(n->l, c, &lv) || eval(n->r, c, &rv)) return -1;
         if ((lv.t == V_NULL) != (rv.t == V_NULL)) {
-            if (lv.t == V_NULL) out->t = V_NULL;
-            else set_bool(out, 0);
+            if (lv.t == V_NULL)
+                out->t = V_NULL;
+            else
+                set_bool(out, 0);
             return 0;
         }
         if (lv.t == V_NULL || jequals(&lv, &rv)) {
@@ -668,8 +737,10 @@ static int eval(const node_t *n, const ectx_t *c, val_t *out)
         } else if (jcompare(lv, rv, &cmp, c->err, c->err_size)) {
             return -1;
         }
-        set_bool(out, n->k == N_GT ? cmp > 0 : n->k == N_GE ? cmp >= 0 : n->k == N_LT ? cmp < 0
-                                                                                    : cmp <= 0);
+        set_bool(out, n->k == N_GT   ? cmp > 0
+                      : n->k == N_GE ? cmp >= 0
+                      : n->k == N_LT ? cmp < 0
+                                     : cmp <= 0);
         return 0;
     case N_IN:
         if (eval(n->l, c, &lv)) return -1;
@@ -699,7 +770,8 @@ int rmq__sql92_eval(const rmq_sql92_t *e, const char *props, size_t props_len, c
     return v.u.b ? RMQ_SQL92_TRUE : RMQ_SQL92_FALSE;
 }
 
-/* ---- lexer (SelectorParserTokenManager) ------------------------------------------------------- */
+/* ---- lexer (SelectorParserTokenManager) -------------------------------------------------------
+ */
 
 typedef enum {
     T_EOF = 0,
@@ -729,18 +801,38 @@ typedef enum {
     T_MINUS
 } tk_t;
 
-static const char *const tok_names[] = {
-    "<EOF>", "\"NOT\"", "\"AND\"", "\"OR\"", "\"BETWEEN\"", "\"IN\"", "\"TRUE\"", "\"FALSE\"",
-    "\"NULL\"", "\"IS\"", "<DECIMAL_LITERAL>", "<FLOATING_POINT_LITERAL>", "<STRING_LITERAL>",
-    "<ID>", "\"=\"", "\"<>\"", "\">\"", "\">=\"", "\"<\"", "\"<=\"", "\"(\"", "\",\"", "\")\"",
-    "\"+\"", "\"-\""};
+static const char *const tok_names[] = {"<EOF>",
+                                        "\"NOT\"",
+                                        "\"AND\"",
+                                        "\"OR\"",
+                                        "\"BETWEEN\"",
+                                        "\"IN\"",
+                                        "\"TRUE\"",
+                                        "\"FALSE\"",
+                                        "\"NULL\"",
+                                        "\"IS\"",
+                                        "<DECIMAL_LITERAL>",
+                                        "<FLOATING_POINT_LITERAL>",
+                                        "<STRING_LITERAL>",
+                                        "<ID>",
+                                        "\"=\"",
+                                        "\"<>\"",
+                                        "\">\"",
+                                        "\">=\"",
+                                        "\"<\"",
+                                        "\"<=\"",
+                                        "\"(\"",
+                                        "\",\"",
+                                        "\")\"",
+                                        "\"+\"",
+                                        "\"-\""};
 
 static const struct {
     const char *word;
     tk_t k;
-} keywords[] = {{"NOT", T_NOT},   {"AND", T_AND},     {"OR", T_OR},   {"BETWEEN", T_BETWEEN},
-                {"IN", T_IN},     {"TRUE", T_TRUE},   {"FALSE", T_FALSE}, {"NULL", T_NULL},
-                {"IS", T_IS}};
+} keywords[] = {{"NOT", T_NOT},         {"AND", T_AND},   {"OR", T_OR},
+                {"BETWEEN", T_BETWEEN}, {"IN", T_IN},     {"TRUE", T_TRUE},
+                {"FALSE", T_FALSE},     {"NULL", T_NULL}, {"IS", T_IS}};
 
 typedef struct tok {
     tk_t k;
@@ -927,31 +1019,52 @@ static int lex(parser_t *p, tok_t *t)
         char d = i + 1 < n ? s[i + 1] : 0;
         len = 1;
         switch (c) {
-        case '=': t->k = T_EQ; break;
+        case '=':
+            t->k = T_EQ;
+            break;
         case '<':
-            if (d == '>') t->k = T_NE, len = 2;
-            else if (d == '=') t->k = T_LE, len = 2;
-            else t->k = T_LT;
+            if (d == '>')
+                t->k = T_NE, len = 2;
+            else if (d == '=')
+                t->k = T_LE, len = 2;
+            else
+                t->k = T_LT;
             break;
         case '>':
-            if (d == '=') t->k = T_GE, len = 2;
-            else t->k = T_GT;
+            if (d == '=')
+                t->k = T_GE, len = 2;
+            else
+                t->k = T_GT;
             break;
-        case '(': t->k = T_LP; break;
-        case ',': t->k = T_COMMA; break;
-        case ')': t->k = T_RP; break;
-        case '+': t->k = T_PLUS; break;
-        case '-': t->k = T_MINUS; break;
-        default: len = 0; break;
+        case '(':
+            t->k = T_LP;
+            break;
+        case ',':
+            t->k = T_COMMA;
+            break;
+        case ')':
+            t->k = T_RP;
+            break;
+        case '+':
+            t->k = T_PLUS;
+            break;
+        case '-':
+            t->k = T_MINUS;
+            break;
+        default:
+            len = 0;
+            break;
         }
     }
     if (!len) {
         unsigned char ch = (unsigned char)c;
         if (ch >= 0x20 && ch < 0x7f)
-            fail(p, CLS_TOKEN, "Lexical error at line %d, column %d.  Encountered: \"%c\" (%d), after : \"\"",
+            fail(p, CLS_TOKEN,
+                 "Lexical error at line %d, column %d.  Encountered: \"%c\" (%d), after : \"\"",
                  p->line, p->col, c, ch);
         else
-            fail(p, CLS_TOKEN, "Lexical error at line %d, column %d.  Encountered: byte 0x%02x, after : \"\"",
+            fail(p, CLS_TOKEN,
+                 "Lexical error at line %d, column %d.  Encountered: byte 0x%02x, after : \"\"",
                  p->line, p->col, ch);
         return -1;
     }
@@ -1007,7 +1120,8 @@ static int expect(parser_t *p, tk_t k, const char *what)
     return 0;
 }
 
-/* ---- building nodes (the Java factories and their checks) -------------------------------------- */
+/* ---- building nodes (the Java factories and their checks) --------------------------------------
+ */
 
 static node_t *mk(parser_t *p, nk_t k, node_t *l, node_t *r)
 {
@@ -1058,7 +1172,8 @@ static node_t *as_boolean(parser_t *p, node_t *n)
     if (is_boolean(n)) return n;
     if (n->k == N_PROP) return mk(p, N_CAST, n, NULL);
     char s[200];
-    fail(p, CLS_PARSE, "Expression will not result in a boolean value: %s", str_of(n, s, sizeof(s)));
+    fail(p, CLS_PARSE, "Expression will not result in a boolean value: %s",
+         str_of(n, s, sizeof(s)));
     return NULL;
 }
 
@@ -1107,10 +1222,10 @@ static node_t *mk_is_null(parser_t *p, node_t *l)
 }
 
 /* ComparisonExpression.createBetween: constant bounds must be non-null and low <= high. */
-static node_t *mk_between(parser_t *p, node_t *v, node_t *lo, node_t *hi, int not)
+static node_t *mk_between(parser_t *p, node_t *v, node_t *lo, node_t *hi, int not )
 {
     if (!v || !lo || !hi) return NULL;
-    if (!not && lo->k == N_CONST && hi->k == N_CONST) {
+    if (!not &&lo->k == N_CONST && hi->k == N_CONST) {
         if (lo->v.t == V_NULL || hi->v.t == V_NULL) {
             fail(p, CLS_RUNTIME, "Illegal values of between, values can not be null!");
             return NULL;
@@ -1138,7 +1253,7 @@ static node_t *mk_between(parser_t *p, node_t *v, node_t *lo, node_t *hi, int no
             return NULL;
         }
     }
-    if (not) /* createNotBetween: OR(value < low, value > high) */
+    if (not ) /* createNotBetween: OR(value < low, value > high) */
         return mk(p, N_OR, mk_ordered(p, N_LT, v, lo), mk_ordered(p, N_GT, v, hi));
     node_t *ge = mk_ordered(p, N_GE, v, lo);
     node_t *le = ge ? mk_ordered(p, N_LE, v, hi) : NULL;
@@ -1255,7 +1370,8 @@ static node_t *primary_expr(parser_t *p)
     case T_NULL:
     case T_DEC:
     case T_FLOAT:
-    case T_STR: return literal(p);
+    case T_STR:
+        return literal(p);
     case T_ID: {
         tok_t id = take(p);
         node_t *n = mk(p, N_PROP, NULL, NULL);
@@ -1273,8 +1389,9 @@ static node_t *primary_expr(parser_t *p)
         return n;
     }
     default:
-        parse_error(p, t, "one of: \"+\" \"-\" \"NOT\" \"TRUE\" \"FALSE\" \"NULL\" "
-                          "<DECIMAL_LITERAL> <FLOATING_POINT_LITERAL> <STRING_LITERAL> <ID> \"(\"");
+        parse_error(p, t,
+                    "one of: \"+\" \"-\" \"NOT\" \"TRUE\" \"FALSE\" \"NULL\" "
+                    "<DECIMAL_LITERAL> <FLOATING_POINT_LITERAL> <STRING_LITERAL> <ID> \"(\"");
         return NULL;
     }
 }
@@ -1299,12 +1416,13 @@ static node_t *unary_expr(parser_t *p)
         n = as_boolean(p, n);
         return n ? mk(p, N_NOT, n, NULL) : NULL;
     }
-    default: return primary_expr(p);
+    default:
+        return primary_expr(p);
     }
 }
 
 /* IN ( 'a' [, 'b']... ) after IN was consumed. */
-static node_t *in_list(parser_t *p, node_t *left, int not)
+static node_t *in_list(parser_t *p, node_t *left, int not )
 {
     if (expect(p, T_LP, "\"(\"")) return NULL;
     val_t items[64], *list = items, v;
@@ -1333,7 +1451,7 @@ static node_t *in_list(parser_t *p, node_t *left, int not)
     }
     node_t *in = mk(p, N_IN, left, NULL);
     if (in) {
-        in->not_in = not;
+        in->not_in = not ;
         in->n_list = n;
         in->list = arena_alloc(p->e, sizeof(val_t) * (size_t)n);
         memcpy(in->list, list, sizeof(val_t) * (size_t)n);
@@ -1394,7 +1512,8 @@ static node_t *comparison_expr(parser_t *p)
             }
             break;
         }
-        default: return left;
+        default:
+            return left;
         }
     }
     return NULL;
@@ -1419,8 +1538,7 @@ static node_t *equality_expr(parser_t *p)
                 take(p);
                 left = mk_is_null(p, left);
             } else {
-                if (expect(p, T_NOT, "one of: \"NULL\" \"NOT\"") ||
-                    expect(p, T_NULL, "\"NULL\""))
+                if (expect(p, T_NOT, "one of: \"NULL\" \"NOT\"") || expect(p, T_NULL, "\"NULL\""))
                     return NULL;
                 left = mk_is_null(p, left);
                 if (left) left = mk(p, N_NOT, left, NULL);
@@ -1488,8 +1606,13 @@ int rmq__sql92_compile(const char *expr, rmq_sql92_t **out, char *errstr, size_t
     }
     rmq_sql92_t *e = rmq__xcalloc(1, sizeof(*e));
     e->ignored = -1;
-    parser_t p = {.src = expr, .len = strlen(expr), .line = 1, .col = 1, .e = e,
-                  .err = errstr, .err_size = errstr_size};
+    parser_t p = {.src = expr,
+                  .len = strlen(expr),
+                  .line = 1,
+                  .col = 1,
+                  .e = e,
+                  .err = errstr,
+                  .err_size = errstr_size};
     node_t *n = or_expr(&p); /* JmsSelector: orExpression, then asBooleanExpression */
     if (n) n = as_boolean(&p, n);
     if (!n || p.failed) {
