@@ -368,25 +368,43 @@ static void on_pull(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         rmq__cmd_ext_i64(resp, "minOffset", &min_off);
         rmq__cmd_ext_i64(resp, "maxOffset", &max_off);
         rmq_msgset_t *set = NULL;
-        int rc = rmq__msgset_decode(resp->frame, resp->body, resp->body_len, q->broker_name,
-                                    min_off, max_off, &set, errstr, sizeof(errstr));
+        int rc =
+            rmq__msgset_decode_ex(resp->frame, resp->body, resp->body_len, q->broker_name, min_off,
+                                  max_off, RMQ_DECODE_KEEP_BAD, &set, errstr, sizeof(errstr));
         if (!set) {
             rmq_log_error(SUB, "%s@%s#%d: cannot decode the pull body: %s", r->topic,
                           q->broker_name, q->queue_id, rmq_err_str(rc));
             later(q);
             return;
         }
-        if (rc) {
-            rmq_log_error(SUB, "%s@%s#%d: pull body decoded partly: %s", r->topic, q->broker_name,
-                          q->queue_id, errstr);
-            if (set->n > 0) {
-                int64_t after = set->msgs[set->n - 1].queue_offset + 1;
-                if (after < next) next = after;
-            } else {
+        /* A message that cannot be decoded is passed over, loudly: reading goes on after it. */
+        int64_t last = set->n > 0 ? set->msgs[set->n - 1].queue_offset : -1;
+        for (int i = 0; i < set->n_bad; i++) {
+            rmq_msg_t *m = &set->bad[i];
+            rmq_log_error(SUB,
+                          "%s@%s#%d: the message at queue offset %" PRId64 " cannot be "
+                          "decoded (%s): passed over",
+                          r->topic, q->broker_name, q->queue_id, m->queue_offset,
+                          set->bad_why[i] ? set->bad_why[i] : "?");
+            if (m->queue_offset > last) last = m->queue_offset;
+            rmq__msg_release(m);
+        }
+        if (set->lost) {
+            /* The framing is lost at a message: go on after it when its offset is known. */
+            int64_t after = set->lost_queue_offset >= 0 ? set->lost_queue_offset + 1
+                            : last >= 0                 ? last + 1
+                                                        : -1;
+            rmq_log_error(SUB,
+                          "%s@%s#%d: pull body unreadable after queue offset %" PRId64 " (%s)%s",
+                          r->topic, q->broker_name, q->queue_id, last, errstr,
+                          after >= 0 ? ": passed over" : ": again in 1 s");
+            if (after < 0) {
                 rmq__msgset_release(set);
                 later(q);
                 return;
             }
+            if (after < next || !has_next) next = after;
+            has_next = 1;
         }
         rmq_msg_t *stack[64];
         rmq_msg_t **keep = set->n <= 64 ? stack : rmq__xmalloc(sizeof(*keep) * (size_t)set->n);

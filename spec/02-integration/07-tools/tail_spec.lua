@@ -262,6 +262,21 @@ return {
     assert.same(exp, lines)
   end)
 
+  it("passes over a message it cannot decode and reads on", function()
+    for i = 1, 4 do
+      local body = "d" .. i
+      assert(lib.rmq_devbroker_produce(db, 0, "TailBad", 0, nil, nil, body, #body) == i - 1)
+    end
+    -- the sysFlag's COMPRESSED bit on a plain body: an invalid zlib stream (PROTOCOL 4.1: SYSFLAG
+    -- at byte 36, big-endian)
+    assert.are.equal(0, lib.rmq_devbroker_corrupt(db, 0, "TailBad", 0, 1, 39, 1))
+    local rc, out = helpers.run(string.format("timeout %d %s tail TailBad --namesrv %s --from "
+      .. "first -e --format 'M %%q %%o %%s'", math.floor(60 * helpers.scale), helpers.bin, ns))
+    assert.are.equal(0, rc, out)
+    assert.same({ "0:0:d1", "0:2:d3", "0:3:d4" }, got_of(out))
+    assert.matches("the message at queue offset 1 cannot be decoded", out, 1, true)
+  end)
+
   it("never commits an offset", function()
     local rc, out = tail("--from first -e --format 'M %q %o %s'")
     assert.are.equal(0, rc, out)
