@@ -12,5 +12,7 @@ int rmq__cli_check(int argc, char **argv);  /* cli_lua.c: rmqlua check SCRIPT */
 int rmq__cli_test(int argc, char **argv);   /* cli_lua.c: rmqlua test SCRIPT CASES */
 int rmq__cli_broker(int argc, char **argv); /* cli_broker.c: rmqlua broker */
 int rmq__cli_send(int argc, char **argv);   /* cli_send.c: rmqlua send */
+int rmq__cli_tail(int argc, char **argv);   /* cli_tail.c: rmqlua tail TOPIC */
+int rmq__cli_redrive(int argc, char **argv); /* cli_redrive.c: rmqlua redrive --group G */
 
 #endif

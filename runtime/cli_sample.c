@@ -1,8 +1,9 @@
 /*
  * cli_sample.c -- the sample producer of `rmqlua run --embedded` (cli_sample.h): N messages put
  * straight into the in-process development broker, round robin over the script's subscribed
- * topics, tags TagA / TagB alternately, keys sample-<i>, so that each example shows its point
- * without another program.
+ * topics, tags TagA / TagB alternately, keys sample-<i>, user properties id = i, region = eu,
+ * us or apac in turn and amount = the json body's amount (for SQL92 selectors, examples/sql92.lua),
+ * so that each example shows its point without another program.
  *
  * Bodies (--sample-body):
  *   json (default)  {"id":i,"customer":"c1".."c5","amount":0.00..19.99,"note":NOTE}
@@ -119,7 +120,8 @@ void rmq__sample_main(void *arg)
     rmq_sample_t *sp = arg;
     const char *topics[64];
     int nt = 0;
-    char buf[256], keys[32];
+    char buf[256], keys[32], props[96];
+    static const char *const regions[] = {"eu", "us", "apac"};
     long sent = 0;
     for (int i = 0; i < sp->conf->n_subs && nt < 64; i++)
         if (strncmp(sp->conf->subs[i].topic, "%RETRY%", 7)) topics[nt++] = sp->conf->subs[i].topic;
@@ -127,8 +129,12 @@ void rmq__sample_main(void *arg)
         const char *body;
         size_t len = body_of(sp, i, buf, sizeof(buf), &body);
         snprintf(keys, sizeof(keys), "sample-%ld", i);
-        if (rmq_devbroker_produce(sp->db, 0, topics[(i - 1) % nt], -1, (i & 1) ? "TagA" : "TagB",
-                                  keys, body, len) >= 0)
+        long cents = (i * 7919) % 2000; /* the json body's amount */
+        int pn = snprintf(props, sizeof(props), "id\001%ld\002region\001%s\002amount\001%ld.%02ld",
+                          i, regions[(i - 1) % 3], cents / 100, cents % 100);
+        if (rmq_devbroker_produce_props(sp->db, 0, topics[(i - 1) % nt], -1,
+                                        (i & 1) ? "TagA" : "TagB", keys, props, (size_t)pn, body,
+                                        len) >= 0)
             sent++;
     }
     rmq_log_info("cli", "sample producer: %ld message(s) stored", sent);

@@ -404,7 +404,9 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     s->have_route = 1;
     rmq_log_info("client", "route of %s changed: %d readable queue(s) on %d broker(s)",
                  s->sd->topic, n, r->n_bds);
-    /* New brokers need our heartbeat before pulls; then rebalance. */
+    /* A SQL92 subscription is checked with the broker first (check_client.c). New brokers
+     * need our heartbeat before pulls; then rebalance. */
+    if (rmq__check_client_config(c, s)) return;
     heartbeat_round(c, 1);
 }
 

@@ -8,6 +8,7 @@
 
 #include "codes.h"
 #include "log.h"
+#include "sql92.h"
 #include "subscription.h"
 
 #include <ctype.h>
@@ -802,6 +803,17 @@ int rmq__conf_add_subscription_type(rmq_conf_t *c, const char *topic, const char
         return RMQ_ERR_CONFIG;
     }
     rmq__sub_destroy(sub);
+    if (type && !strcmp(type, "SQL92")) {
+        /* Java leaves the syntax to the broker (CHECK_CLIENT_CONFIG at start); checking it here
+         * reports a bad selector with the script's line, before any connection. */
+        rmq_sql92_t *e = NULL;
+        if (rmq__sql92_compile(expression, &e, err, sizeof(err), NULL) != RMQ_OK) {
+            rmq__seterr(errstr, n, "invalid SQL92 expression: %s\n(subscription %s: \"%s\")", err,
+                        topic, expression);
+            return RMQ_ERR_CONFIG;
+        }
+        rmq__sql92_free(e);
+    }
     for (k = 0; k < c->n_subs; k++)
         if (!strcmp(c->subs[k].topic, topic)) break;
     if (k == c->n_subs) {

@@ -237,7 +237,8 @@ int rmq__conf_get(const rmq_conf_t *conf, const char *name, char *out, size_t ou
  * subscribe(topic, expression): check the topic (Validators.checkTopic without the system-topic
  * rule: not blank, <= 127 characters, only [%|a-zA-Z0-9_-]) and the expression
  * (FilterAPI.buildSubscriptionData: "||" alone is "subString split error"); type NULL means
- * "TAG". expression NULL means "*". Subscribing a topic again replaces its expression.
+ * "TAG". expression NULL means "*". A "SQL92" expression must compile (sql92.h). Subscribing a
+ * topic again replaces its expression.
  * Returns RMQ_OK or RMQ_ERR_CONFIG with errstr.
  */
 int rmq__conf_add_subscription(rmq_conf_t *conf, const char *topic, const char *expression,

@@ -362,11 +362,13 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
     lua_State *L = rmq__lua_new(&h, err, errsz);
     if (!L) return RMQ_ERR_LUA;
     t->L = L;
-    if (rmq__lua_getfield_mod(L, "rmq.script", "load", err, errsz)) return RMQ_ERR_LUA;
+    const char *loader = p->o.loader_module ? p->o.loader_module : "rmq.script";
+    const char *dispatcher = p->o.dispatch_module ? p->o.dispatch_module : "rmq.dispatch";
+    if (rmq__lua_getfield_mod(L, loader, "load", err, errsz)) return RMQ_ERR_LUA;
     lua_pushstring(L, p->script_path);
     if (rmq__lua_pcall(L, 1, 1, err, errsz)) return RMQ_ERR_LUA;
     int spec = lua_gettop(L);
-    if (rmq__lua_getfield_mod(L, "rmq.dispatch", "new", err, errsz)) return RMQ_ERR_LUA;
+    if (rmq__lua_getfield_mod(L, dispatcher, "new", err, errsz)) return RMQ_ERR_LUA;
     lua_pushvalue(L, spec);
     lua_createtable(L, 0, 3);
     lua_pushinteger(L, t->index);
@@ -392,7 +394,7 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
     lua_pushcfunction(L, batch_traceback); /* stays at index 1 for run_batch */
     lua_sethook(L, check_hook, LUA_MASKCOUNT, RMQ_POOL_HOOK_COUNT); /* this thread, its state */
     if (!t->slot) {
-        rmq__seterr(err, errsz, "rmq.dispatch returned no slot");
+        rmq__seterr(err, errsz, "%s returned no slot", dispatcher);
         return RMQ_ERR_LUA;
     }
     return 0;

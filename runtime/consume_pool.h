@@ -59,6 +59,12 @@ typedef struct rmq_pool_opts {
      * starts taking batches after rmq__pool_go() (a reload: the old threads' shutdown hooks run
      * first). An init failure is then logged, and the thread runs its state anyway. */
     int defer_init;
+    /* Lua modules the threads use: loader_module.load(path) validates the script and returns its
+     * spec (NULL = "rmq.script", the consumer script contract), dispatch_module.new(spec, info)
+     * builds the per-batch dispatcher (NULL = "rmq.dispatch"). `rmqlua tail --handler` and
+     * `rmqlua redrive --where` run their scripts through these. */
+    const char *loader_module;
+    const char *dispatch_module;
 } rmq_pool_opts_t;
 
 /*

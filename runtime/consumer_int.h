@@ -64,6 +64,8 @@ typedef enum {
 
 /* ---- subscriptions ---------------------------------------------------------------------------- */
 
+enum { RMQ_CHECK_NONE = 0, RMQ_CHECK_PENDING, RMQ_CHECK_DONE };
+
 typedef struct rmq_csub {
     rmq_sub_t *sd;    /* SubscriptionData: topic (wire, namespace-wrapped), tags, subVersion */
     /* The subscribe set from the last route: readable queues, sorted Java order. */
@@ -71,6 +73,7 @@ typedef struct rmq_csub {
     int n_mqs;
     int have_route;
     int route_inflight;
+    int check_state; /* RMQ_CHECK_*: CHECK_CLIENT_CONFIG of a non-TAG subscription */
     /* ConsumeStatus counters for GET_CONSUMER_RUNNING_INFO (messages of this topic's queues) */
     int64_t n_ok, n_failed, n_pulled, n_pulls;
     double consume_rt_sum, pull_rt_sum;
@@ -244,6 +247,11 @@ void rmq__c_refresh_routes(rmq_consumer_t *c);
 int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
 /* wrapNamespace(ns, r) (PROTOCOL.md 9): a new string. */
 char *rmq__c_ns_wrap(const char *ns, const char *r);
+
+/* check_client.c: CHECK_CLIENT_CONFIG for a non-TAG subscription whose route just arrived.
+ * Returns 1 when the check is on its way (its answer sends the heartbeat and wakes the
+ * rebalance, or stops the consumer when the broker refuses), 0 when none is needed. */
+int rmq__check_client_config(rmq_consumer_t *c, rmq_csub_t *s);
 
 /* rebalance.c */
 void rmq__rb_wakeup(rmq_consumer_t *c);

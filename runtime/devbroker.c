@@ -44,6 +44,11 @@ static const char usage_text[] =
     "  --name-server ADDR        serve no name server; register the brokers with ADDR\n"
     "  --channel-expire-ms N     consumer channel expiry without heartbeat (default 120000)\n"
     "  --lock-expire-ms N        queue lock expiry (default 60000)\n"
+    "  --enable-property-filter [true|false]\n"
+    "                            serve SQL92 subscriptions (enablePropertyFilter; off by\n"
+    "                            default as in the Java broker, which then refuses them with\n"
+    "                            \"The broker does not support consumer to filter message by\n"
+    "                            SQL92\")\n"
     "  --log-level L             error, warn, info (default) or debug\n"
     "  --log-debug CATS          debug categories: remoting,broker,... or all\n"
     "  --acl FILE                check every broker request against FILE, a plain_acl.yml\n"
@@ -109,6 +114,13 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
         if (strncmp(a, "--", 2) != 0) {
             rmq__seterr(errstr, errstr_size, "unexpected argument '%s'", a);
             goto bad;
+        }
+        if (!strcmp(a, "--enable-property-filter")) {
+            /* BrokerConfig.enablePropertyFilter: a bare flag, or followed by true / false. */
+            o->enable_property_filter = 1;
+            if (i + 1 < argc && (!strcmp(argv[i + 1], "true") || !strcmp(argv[i + 1], "false")))
+                o->enable_property_filter = !strcmp(argv[++i], "true");
+            continue;
         }
         if (i + 1 >= argc) {
             rmq__seterr(errstr, errstr_size, "option %s needs a value", a);
@@ -616,6 +628,7 @@ static void db_free(rmq_devbroker_t *db)
         rmq__db_file_close(b);
         free(b->dir);
         rmq__db_broker_free_groups(b);
+        rmq__db_filter_free_all(b);
         rmq__db_broker_store_free(b);
         for (db_fault_t *f = b->node.faults, *n; f; f = n) {
             n = f->next;
@@ -675,6 +688,7 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
     db->cluster = rmq__xstrdup(o->cluster ? o->cluster : RMQ_DEVBROKER_CLUSTER);
     db->default_queues = o->default_queues > 0 ? o->default_queues : RMQ_DEVBROKER_DEFAULT_QUEUES;
     db->delay_scale = o->delay_scale > 0 ? o->delay_scale : 1.0;
+    db->property_filter = o->enable_property_filter;
     db->max_bytes = o->max_bytes > 0 ? o->max_bytes : RMQ_DEVBROKER_MAX_BYTES;
     db->channel_expire_ms =
         o->channel_expire_ms > 0 ? o->channel_expire_ms : RMQ_DEVBROKER_CHANNEL_EXPIRE_MS;
@@ -1174,8 +1188,8 @@ RMQ_EXPORT int rmq_devbroker_request_body(rmq_devbroker_t *db, int target, int r
 
 typedef struct {
     int broker, queue_id, queues;
-    const char *topic, *group, *tags, *keys, *body;
-    size_t body_len;
+    const char *topic, *group, *tags, *keys, *body, *props;
+    size_t body_len, props_len;
     int64_t result;
     char *buf;
     size_t size;
@@ -1215,6 +1229,10 @@ static void op_produce(rmq_devbroker_t *db, void *arg)
     if (a->keys) rmq__props_append(&props, "KEYS", a->keys);
     rmq__props_append(&props, "UNIQ_KEY", uniq);
     if (a->tags) rmq__props_append(&props, "TAGS", a->tags);
+    if (a->props_len) {
+        rmq__buf_append(&props, "\002", 1);
+        rmq__buf_append(&props, a->props, a->props_len);
+    }
     rmq__props_append(&props, "CLUSTER", db->cluster);
     static const uint8_t lo[4] = {127, 0, 0, 1};
     db_msg_in_t in = {.topic = a->topic,
@@ -1241,12 +1259,25 @@ RMQ_EXPORT int64_t rmq_devbroker_produce(rmq_devbroker_t *db, int broker, const 
                                          int queue_id, const char *tags, const char *keys,
                                          const char *body, size_t body_len)
 {
+    return rmq_devbroker_produce_props(db, broker, topic, queue_id, tags, keys, NULL, 0, body,
+                                       body_len);
+}
+
+RMQ_EXPORT int64_t rmq_devbroker_produce_props(rmq_devbroker_t *db, int broker, const char *topic,
+                                               int queue_id, const char *tags, const char *keys,
+                                               const char *props, size_t props_len,
+                                               const char *body, size_t body_len)
+{
     if (broker < 0 || broker >= db->n_brokers || !topic || !*topic) return RMQ_ERR_INVALID;
+    if (props_len && (!props || props[0] == '\002' || props[props_len - 1] == '\002'))
+        return RMQ_ERR_INVALID;
     data_args_t a = {.broker = broker,
                      .topic = topic,
                      .queue_id = queue_id,
                      .tags = tags,
                      .keys = keys,
+                     .props = props,
+                     .props_len = props ? props_len : 0,
                      .body = body,
                      .body_len = body_len,
                      .result = RMQ_ERR_SHUTDOWN};

@@ -8,18 +8,20 @@
  * REGISTER_BROKER (so a second `rmqlua broker --name-server ADDR` process joins the cluster).
  * Each broker stores messages per (topic, queue) and serves SEND_MESSAGE(_V2) and
  * SEND_BATCH_MESSAGE, PULL_MESSAGE
- * with long polling and tag filtering, consumer offsets, heartbeats and consumer groups,
+ * with long polling and tag filtering, SQL92 property filtering when started with
+ * --enable-property-filter (refused otherwise, as the Java broker's default refuses it),
+ * consumer offsets, heartbeats and consumer groups,
  * CONSUMER_SEND_MSG_BACK with the retry/DLQ rules and delay levels, queue locks, and relays
  * admin calls to consumers. PROTOCOL.md sections 2, 3, 4, 5.3, 6.5, 6.11, 9. Not served:
- * transactions, SQL92 filters (REQUEST_CODE_NOT_SUPPORTED or the broker's "not supported" error,
- * as a broker without those features answers). With --slaves N each broker has N slaves
+ * transactions (REQUEST_CODE_NOT_SUPPORTED or the broker's "not supported" error, as a broker
+ * without those features answers). With --slaves N each broker has N slaves
  * (devbroker_slave.c): same name, broker ids 1..N, its messages replicated, reads and offsets
  * served, writes refused.
  *
  * Files: devbroker.c (options, thread, request gate, controls), devbroker_ns.c (name server),
  * devbroker_broker.c (broker requests), devbroker_store.c (topics, queues, messages),
  * devbroker_file.c (--store), devbroker_slave.c (--slaves), devbroker_inject.c (offset gaps,
- * corrupted messages), devbroker_int.h (shared internals).
+ * corrupted messages), devbroker_filter.c (SQL92 filters), devbroker_int.h (shared internals).
  *
  * Running: rmq__devbroker_start() starts its own thread and libuv loop; everything the
  * broker owns (sockets, store, groups) lives on that thread. The control functions below are
@@ -70,6 +72,7 @@ typedef struct rmq_devbroker_opts {
     int64_t lock_expire_ms;    /* 0 = RMQ_DEVBROKER_LOCK_EXPIRE_MS */
     const char *store_dir;     /* NULL = memory only; else append-only files (devbroker_file.c) */
     int slaves;                /* slaves per broker, broker ids 1..slaves (devbroker_slave.c) */
+    int enable_property_filter; /* serve SQL92 subscriptions (devbroker_filter.c); 0 = refuse */
     /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */
     int log_level;
     const char *log_debug; /* debug categories ("remoting,broker") or NULL */
@@ -183,6 +186,12 @@ RMQ_EXPORT int64_t rmq_devbroker_skip_offsets(rmq_devbroker_t *db, int broker, c
                                               int queue_id, int64_t n);
 RMQ_EXPORT int rmq_devbroker_corrupt(rmq_devbroker_t *db, int broker, const char *topic,
                                      int queue_id, int64_t offset, size_t pos, unsigned mask);
+/* The same with user properties: props is name\1value\2name\1value (props_len bytes, no
+ * leading or trailing \2), stored after KEYS, UNIQ_KEY and TAGS. */
+RMQ_EXPORT int64_t rmq_devbroker_produce_props(rmq_devbroker_t *db, int broker, const char *topic,
+                                               int queue_id, const char *tags, const char *keys,
+                                               const char *props, size_t props_len,
+                                               const char *body, size_t body_len);
 /* Max / min queue offset, or the committed offset of group (-1 when none); < -1 on errors. */
 RMQ_EXPORT int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic,
                                             int queue_id);

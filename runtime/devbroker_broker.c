@@ -16,6 +16,7 @@
 #include "devbroker_int.h"
 #include "fjson.h"
 #include "message.h"
+#include "sql92.h"
 #include "subscription.h"
 
 #include <arpa/inet.h>
@@ -448,6 +449,7 @@ static void park_finish(db_broker_t *b, db_park_t *p)
     rmq__conn_release(p->conn);
     rmq__rbuf_release(p->frame);
     if (p->sub) rmq__sub_destroy(p->sub);
+    rmq__sql92_free(p->expr);
     uv_close((uv_handle_t *)&p->timer, park_closed);
 }
 
@@ -472,9 +474,11 @@ static void park_timeout(uv_timer_t *t)
     park_wake(p->b, p);
 }
 
-static int sub_match(const rmq_sub_t *sub, const db_msg_t *m)
+/* isMatchedByConsumeQueue (tags code), then for SQL92 isMatchedByCommitLog (properties). */
+static int sub_match(const rmq_sub_t *sub, const rmq_sql92_t *expr, const db_msg_t *m)
 {
     if (!sub) return 1;
+    if (!rmq__db_filter_is_tag(sub->expression_type)) return rmq__db_filter_match(expr, m);
     return rmq__sub_match_code(sub, 1, m->has_tag ? m->tagcode : 0);
 }
 
@@ -483,7 +487,7 @@ void rmq__db_wake_parked(db_broker_t *b, db_queue_t *q, db_msg_t *m)
     db_park_t *p = q->parked;
     while (p) {
         db_park_t *next = p->qnext;
-        if (rmq__db_qmax(q) > p->offset && sub_match(p->sub, m)) park_wake(b, p);
+        if (rmq__db_qmax(q) > p->offset && sub_match(p->sub, p->expr, m)) park_wake(b, p);
         p = next;
     }
 }
@@ -587,14 +591,16 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
             return;
         }
     }
-    if (sub && sub->expression_type && strcmp(sub->expression_type, "TAG") != 0) {
-        snprintf(msg, sizeof(msg), "The broker does not support consumer to filter message by %s",
-                 sub->expression_type);
+    /* SQL92: the filter data (or FILTER_DATA_NOT_EXIST / _NOT_LATEST), then the refusal of a
+     * broker without property filtering (devbroker_filter.c). */
+    rmq_sql92_t *expr = NULL;
+    if (rmq__db_filter_for_pull(b, conn, req, group, sub, own != NULL, sub_version, &expr) < 0) {
         if (own) rmq__sub_destroy(own);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
         return;
     }
-    if (sub && sub->sub_string && strcmp(sub->sub_string, RMQ_SUB_ALL) == 0) sub = NULL;
+    if (rmq__db_filter_is_tag(sub->expression_type) && sub->sub_string &&
+        strcmp(sub->sub_string, RMQ_SUB_ALL) == 0)
+        sub = NULL;
 
     db_queue_t *q = rmq__db_queue(t, (int)qid);
     int64_t min = q->min_off, max = rmq__db_qmax(q), next = offset;
@@ -645,7 +651,7 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
             }
             scanned++;
             i++;
-            if (!sub_match(sub, m)) continue;
+            if (!sub_match(sub, expr, m)) continue;
             found[n++] = m;
             bytes += m->size;
             status = ST_FOUND;
@@ -687,6 +693,8 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
         p->frame = rmq__rbuf_keep(req->frame);
         p->offset = offset;
         p->sub = sub ? rmq__sub_dup(sub) : NULL;
+        p->expr = expr; /* the parked pull owns it now */
+        expr = NULL;
         p->qnext = q->parked;
         if (p->qnext) p->qnext->qprev = p;
         q->parked = p;
@@ -700,6 +708,7 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
         return;
     }
     if (own) rmq__sub_destroy(own);
+    rmq__sql92_free(expr);
     if (req->flag & RMQ_FLAG_ONEWAY) return;
 
     rmq_cmd_t resp;
@@ -1091,6 +1100,7 @@ static void h_heartbeat(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
             }
             if (old) rmq__sub_destroy(old);
             rmq__dbmap_put(&g->subs, topic, ns);
+            rmq__db_filter_register(b, gname, ns);
         }
         /* Remove topics that are no longer subscribed. */
         char *gone[256];
@@ -1744,20 +1754,8 @@ static void h_view_by_id(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 
 /* ---- CONSUMER_SEND_MSG_BACK ------------------------------------------------------------------ */
 
-typedef struct stored_view {
-    const char *topic;
-    size_t topic_len;
-    const char *body, *props;
-    size_t body_len, props_len;
-    int32_t flag, sys_flag, reconsume;
-    int64_t born_ts;
-    uint8_t born_host[16];
-    int born_ip_len;
-    int32_t born_port;
-} stored_view_t;
-
-/* Read back the fields CONSUMER_SEND_MSG_BACK needs from one stored message. */
-static int stored_parse(const db_msg_t *m, stored_view_t *v)
+/* Read back the fields of one stored message (CONSUMER_SEND_MSG_BACK, property filters). */
+int rmq__db_stored_parse(const db_msg_t *m, db_stored_t *v)
 {
     const uint8_t *p = (const uint8_t *)m->data, *end = p + m->size;
     memset(v, 0, sizeof(*v));
@@ -1807,8 +1805,8 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     snprintf(retry, sizeof(retry), "%%RETRY%%%s", group);
     sys_topic(b, retry);
     db_msg_t *m = rmq__db_find_phys(b, off);
-    stored_view_t v;
-    if (!m || stored_parse(m, &v)) {
+    db_stored_t v;
+    if (!m || rmq__db_stored_parse(m, &v)) {
         snprintf(msg, sizeof(msg), "look message by offset failed, %lld", (long long)off);
         rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
         return;
@@ -1976,11 +1974,6 @@ static void h_create_topic(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
 }
 
-static void h_ok(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
-{
-    rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
-}
-
 /* ---- REGISTER_BROKER towards a remote name server ------------------------------------------- */
 
 static void topic_cfg_json(const char *key, void *val, void *ud)
@@ -2068,7 +2061,7 @@ void rmq__db_broker_install(db_broker_t *b)
     rmq__db_set_handler(n, RMQ_REQ_GET_CONSUMER_LIST_BY_GROUP, h_consumer_list);
     rmq__db_set_handler(n, RMQ_REQ_LOCK_BATCH_MQ, h_lock_batch);
     rmq__db_set_handler(n, RMQ_REQ_UNLOCK_BATCH_MQ, h_unlock_batch);
-    rmq__db_set_handler(n, RMQ_REQ_CHECK_CLIENT_CONFIG, h_ok);
+    rmq__db_set_handler(n, RMQ_REQ_CHECK_CLIENT_CONFIG, rmq__db_h_check_client_config);
     rmq__db_set_handler(n, RMQ_REQ_GET_CONSUMER_CONNECTION_LIST, h_connection_list);
     rmq__db_set_handler(n, RMQ_REQ_GET_CONSUME_STATS, h_consume_stats);
     rmq__db_set_handler(n, RMQ_REQ_GET_CONSUMER_RUNNING_INFO, h_running_info);

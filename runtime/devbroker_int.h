@@ -136,6 +136,7 @@ typedef struct db_park {
     struct db_park *bnext, *bprev; /* on b->parks */
     db_queue_t *q;
     struct rmq_sub *sub; /* the filter (a copy), NULL = every message */
+    struct rmq_sql92 *expr; /* SQL92: the compiled filter (own copy), NULL = none */
     struct db_broker *b;
     rmq_conn_t *conn;  /* kept */
     rmq_rbuf_t *frame; /* kept: the request is decoded again when woken */
@@ -182,6 +183,7 @@ typedef struct db_broker {
     db_map_t groups;  /* name -> db_group_t */
     db_map_t offsets; /* "group\001topic\001qid" -> int64_t* */
     db_map_t locks;   /* "group\001topic\001qid" -> db_lock_t */
+    db_map_t filters; /* "group\001topic" -> SQL92 filter data (devbroker_filter.c) */
     /* commit log: every retained message in physical order */
     db_msg_t **log;
     size_t log_cap, log_head, log_n;
@@ -252,6 +254,7 @@ struct rmq_devbroker {
     char *store_dir; /* --store */
     int default_queues;
     double delay_scale;
+    int property_filter; /* --enable-property-filter (BrokerConfig.enablePropertyFilter) */
     int64_t max_bytes, channel_expire_ms, lock_expire_ms;
     struct rmq_tls_ctx *tls; /* --tls-cert/--tls-key: name server and brokers serve TLS */
     int tls_enforcing;       /* --tls-mode enforcing: plain clients are refused */
@@ -323,6 +326,44 @@ int64_t rmq__db_offset_get(db_broker_t *b, const char *group, const char *topic,
 void rmq__db_offset_set(db_broker_t *b, const char *group, const char *topic, int qid, int64_t v);
 /* Register this process's brokers with the remote name server (REGISTER_BROKER). */
 void rmq__db_register_all(struct rmq_devbroker *db);
+
+/* A stored message read back (devbroker_broker.c). */
+typedef struct db_stored {
+    const char *topic;
+    size_t topic_len;
+    const char *body, *props;
+    size_t body_len, props_len;
+    int32_t flag, sys_flag, reconsume;
+    int64_t born_ts;
+    uint8_t born_host[16];
+    int born_ip_len;
+    int32_t born_port;
+} db_stored_t;
+int rmq__db_stored_parse(const db_msg_t *m, db_stored_t *v); /* 0 or -1 (malformed) */
+
+/* devbroker_filter.c: SQL92 subscriptions (ConsumerFilterManager, checkClientConfig). */
+struct rmq_sub;
+struct rmq_sql92;
+int rmq__db_filter_is_tag(const char *type);
+/* Compile a filter expression as FilterFactory.get(type).compile does; errstr is the message a
+ * broker reports ("<exception class>: <message>"). */
+int rmq__db_filter_compile(const char *type, const char *expression, struct rmq_sql92 **out,
+                           char *errstr, size_t errstr_size);
+/* A heartbeat stored a new subscription of group: register its filter data when not TAG. */
+void rmq__db_filter_register(db_broker_t *b, const char *group, const struct rmq_sub *sub);
+void rmq__db_filter_free_all(db_broker_t *b);
+/*
+ * The filter a pull uses. sub is the request's subscription (from_request: the SUBSCRIPTION
+ * flag) or the group's registered one. Returns 0 for TAG (no expression), 1 with *expr (the
+ * caller frees it; NULL means "no filter data: every message matches"), or -1 after answering
+ * the request (FILTER_DATA_NOT_EXIST / _NOT_LATEST, or SYSTEM_ERROR without property filtering).
+ */
+int rmq__db_filter_for_pull(db_broker_t *b, rmq_conn_t *conn, const rmq_cmd_t *req,
+                            const char *group, const struct rmq_sub *sub, int from_request,
+                            int64_t sub_version, struct rmq_sql92 **expr);
+/* isMatchedByCommitLog: 1 when m's properties satisfy expr (expr NULL: 1). */
+int rmq__db_filter_match(const struct rmq_sql92 *expr, const db_msg_t *m);
+void rmq__db_h_check_client_config(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req);
 
 /* devbroker_file.c: --store DIR */
 int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t errstr_size);

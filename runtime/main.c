@@ -22,6 +22,8 @@ static void usage(FILE *out)
             "  check SCRIPT    load and validate a script without a broker\n"
             "  test SCRIPT CASES  run a script's handler over offline test cases\n"
             "  send            produce messages (route lookup, SEND_MESSAGE_V2)\n"
+            "  tail TOPIC      print a topic's messages without a consumer group\n"
+            "  redrive         move dead letters (%%DLQ%%group) back for another try\n"
             "  broker          run the development name server and broker\n"
             "  version         print the version\n"
             "\n"
@@ -47,6 +49,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "test")) return rmq__cli_test(argc - 1, argv + 1);
     if (!strcmp(cmd, "broker")) return rmq__cli_broker(argc - 1, argv + 1);
     if (!strcmp(cmd, "send")) return rmq__cli_send(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tail")) return rmq__cli_tail(argc - 1, argv + 1);
+    if (!strcmp(cmd, "redrive")) return rmq__cli_redrive(argc - 1, argv + 1);
     fprintf(stderr, "rmqlua: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

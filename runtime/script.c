@@ -73,15 +73,17 @@ static int apply_conf(lua_State *L, int si, const char *path, unsigned hooks, rm
         lua_getfield(L, -1, "topic");
         lua_getfield(L, -2, "expression");
         lua_getfield(L, -3, "line");
-        const char *topic = lua_tostring(L, -3);
-        const char *expr = lua_tostring(L, -2);
-        int line = (int)lua_tointeger(L, -1);
-        if (rmq__conf_add_subscription(conf, topic, expr, err, sizeof(err))) {
+        lua_getfield(L, -4, "type");
+        const char *topic = lua_tostring(L, -4);
+        const char *expr = lua_tostring(L, -3);
+        int line = (int)lua_tointeger(L, -2);
+        const char *type = lua_tostring(L, -1);
+        if (rmq__conf_add_subscription_type(conf, topic, expr, type, err, sizeof(err))) {
             rmq__seterr(errstr, errstr_size, "%s:%d: subscribe %s: %s", path, line, topic, err);
-            lua_pop(L, 5);
+            lua_pop(L, 6);
             return RMQ_ERR_CONFIG;
         }
-        lua_pop(L, 4);
+        lua_pop(L, 5);
     }
     lua_pop(L, 1);
 

@@ -33,6 +33,10 @@ int64_t rmq_devbroker_skip_offsets(rmq_devbroker_t *db, int broker, const char *
                                    int queue_id, int64_t n);
 int rmq_devbroker_corrupt(rmq_devbroker_t *db, int broker, const char *topic, int queue_id,
                           int64_t offset, size_t pos, unsigned mask);
+int64_t rmq_devbroker_produce_props(rmq_devbroker_t *db, int broker, const char *topic,
+                                    int queue_id, const char *tags, const char *keys,
+                                    const char *props, size_t props_len, const char *body,
+                                    size_t body_len);
 int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic, int queue_id);
 int64_t rmq_devbroker_min_offset(rmq_devbroker_t *db, int broker, const char *topic, int queue_id);
 int64_t rmq_devbroker_committed_offset(rmq_devbroker_t *db, int broker, const char *group,

@@ -151,5 +151,15 @@ void rmq_shdict_free_buf(void *p);
  */
 typedef struct rmq_flow rmq_flow_t;
 int rmq_flow_request(rmq_flow_t *f, int op, double seconds, int thread_index);
+/* SQL92 selectors (sql92.h): compile (NULL with errstr on a bad expression), evaluate over a
+ * properties string (0 FALSE, 1 TRUE, 2 NULL, 3 the evaluation threw: errstr says why), free.
+ * rmq_sql92_ignored: where text after the expression starts (Java ignores it), or -1. */
+typedef struct rmq_sql92 rmq_sql92_t;
+rmq_sql92_t *rmq_sql92_compile(const char *expr, char *errstr, size_t errstr_size);
+int rmq_sql92_eval(const rmq_sql92_t *e, const char *props, size_t props_len, char *errstr,
+                   size_t errstr_size);
+void rmq_sql92_free(rmq_sql92_t *e);
+int rmq_sql92_ignored(const rmq_sql92_t *e);
+size_t rmq_sql92_to_string(const rmq_sql92_t *e, char *out, size_t out_size);
 ]==],
 }

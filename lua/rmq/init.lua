@@ -9,6 +9,9 @@
 --                                 queued and sent by the runtime after the handler returns, only
 --                                 when the batch succeeded; if the send fails the batch counts as
 --                                 failed (RECONSUME_LATER).
+--   rmq.sql92(expression)         a SQL92 selector for subscribe (MessageSelector.bySql):
+--                                 subscribe = { Orders = rmq.sql92("region = 'eu'") } is
+--                                 { type = "SQL92", expression = "region = 'eu'" }
 --   rmq.role                      "consume", "control", "check" or "test"
 --   rmq.shared.NAME               the shared dictionary NAME the script declared with
 --                                 shared = { NAME = "16m" } (rmq.shared, ngx.shared.DICT-like)
@@ -94,6 +97,14 @@ end
 function rmq.resume() return request("resume") end
 
 function rmq.stop() return request("stop") end
+
+-- MessageSelector.bySql: the selector table subscribe takes (checked when the script loads).
+function rmq.sql92(expression)
+  if type(expression) ~= "string" then
+    error("rmq.sql92: the expression must be a string, got " .. type(expression), 2)
+  end
+  return { type = "SQL92", expression = expression }
+end
 
 -- Set by the dispatcher around a handler call: rmq.send is valid only then.
 rmq._in_handler = false

@@ -3,7 +3,8 @@
 -- A consumer script returns one table:
 --   consumer_group = "name",                      -- option (any DefaultMQPushConsumer option in
 --   consume_thread_min = 4, ...                   --   snake_case; Java defaults otherwise)
---   subscribe = { Topic = "TagA || TagB" },       -- topic -> tag expression ("*" for all)
+--   subscribe = { Topic = "TagA || TagB" },       -- topic -> tag expression ("*" for all), or a
+--                                                 --   selector: rmq.sql92("a > 5") (SQL92)
 --   consume = function(msgs, ctx) ... end,        -- or consume_orderly (exactly one)
 --   allocate, init, shutdown, on_assign, on_revoke  -- optional hooks
 --   shared = { counters = "16m" },                -- shared dictionaries (rmq.shared.NAME)
@@ -66,7 +67,7 @@ end
 --[[
 load(path) -> spec
   spec = the returned table, plus spec.__options = { {name=, value=, line=}... } (source order),
-  spec.__subscribe = { {topic=, expression=, line=}... }, spec.__path = path.
+  spec.__subscribe = { {topic=, expression=, type= "TAG"|"SQL92", line=}... }, spec.__path = path.
 Raises "path:line: message" on any problem (syntax, run-time error, contract, option types).
 ]]
 local function load_script(path)
@@ -113,12 +114,32 @@ local function load_script(path)
     if type(topic) ~= "string" then
       fail(sl, "subscribe: keys must be topic names, got " .. tostring(topic))
     end
+    local line = key_line(lines, topic, sl)
+    local etype = "TAG"
     if expr == true then expr = "*" end
-    if type(expr) ~= "string" then
-      fail(key_line(lines, topic, sl), "subscribe." .. topic
-        .. ": the tag expression must be a string (\"*\", \"TagA || TagB\"), got " .. type(expr))
+    if type(expr) == "table" then
+      -- A selector table, as MessageSelector.bySql / byTag build it (rmq.sql92(...) makes one).
+      for k in pairs(expr) do
+        if k ~= "type" and k ~= "expression" then
+          fail(line, "subscribe." .. topic .. ": unknown key '" .. tostring(k)
+            .. "' in the selector (type, expression)")
+        end
+      end
+      etype = expr.type == nil and "TAG" or expr.type
+      if etype ~= "TAG" and etype ~= "SQL92" then
+        fail(line, "subscribe." .. topic .. ": type must be \"TAG\" or \"SQL92\", got "
+          .. tostring(etype))
+      end
+      expr = expr.expression
+      if type(expr) ~= "string" then
+        fail(line, "subscribe." .. topic .. ": expression must be a string, got " .. type(expr))
+      end
+    elseif type(expr) ~= "string" then
+      fail(line, "subscribe." .. topic
+        .. ": the tag expression must be a string (\"*\", \"TagA || TagB\") or a selector table "
+        .. "(rmq.sql92(\"a > 5\")), got " .. type(expr))
     end
-    subs[#subs + 1] = { topic = topic, expression = expr, line = key_line(lines, topic, sl) }
+    subs[#subs + 1] = { topic = topic, expression = expr, type = etype, line = line }
   end
   if #subs == 0 then fail(sl, "subscribe is empty: subscribe to at least one topic") end
   table.sort(subs, function(a, b)

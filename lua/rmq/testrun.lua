@@ -12,6 +12,9 @@
 --           broker_name = "broker-a", born_host = "10.0.0.1:1234", store_host = "..." },
 --       },
 --       expect = {                        -- every field is optional
+--         delivered = 2,                  -- messages that pass the script's subscription and
+--                                         -- reach the handler (a number, or the list of their
+--                                         -- indexes in messages: { 1, 3 })
 --         status = "SUCCESS",             -- or RECONSUME_LATER, DLQ, SUSPEND, COMMIT
 --         ack_index = 1,                  -- messages acknowledged (ctx.ack_index or all)
 --         delay_level = 3,                -- ctx.delay_level
@@ -28,10 +31,16 @@
 -- msg_id = a UNIQ_KEY of its own for every message ("7F000001" .. 8 zeros .. the case number and
 -- the message number, 8 hex digits each; msg_id = false: none, the offset msg id is used),
 -- commit_log_offset = a number of its own.
+-- A SQL92 subscription filters the messages first, as the broker would: its selector is
+-- evaluated over each message's properties (TAGS, KEYS and the `properties` table); only the
+-- messages that pass reach the handler, and when none does the handler is not called (expect
+-- then only `delivered`). Tag expressions do not filter here (a case may hand the handler any
+-- tag, to test how it copes).
 -- Any other key (in a case, a message, expect or a sent entry) is an error naming the cases
 -- file and line, as is a syntax error: run() returns nil and the message, before any case runs.
 -- Otherwise run() returns the number of failed cases and prints one line per case.
 local ffi = require "ffi"
+local core = require "rmq.core"
 local rmq = require "rmq"
 local script = require "rmq.script"
 local dispatch = require "rmq.dispatch"
@@ -61,8 +70,8 @@ local KNOWN = {
   message = { "topic", "tags", "keys", "body", "properties", "msg_id", "queue_id", "queue_offset",
     "commit_log_offset", "reconsume_times", "born_timestamp", "store_timestamp", "broker_name",
     "born_host", "store_host" },
-  expect = { "status", "ack_index", "delay_level", "suspend_millis", "error", "sent", "pause",
-    "resume", "stop" },
+  expect = { "delivered", "status", "ack_index", "delay_level", "suspend_millis", "error", "sent",
+    "pause", "resume", "stop" },
   sent = { "topic", "body", "tags", "keys", "props", "delay_level" },
 }
 local KNOWN_SET = {}
@@ -206,6 +215,43 @@ function M.build(msgs, default_topic, anchor, case_index)
   return ptrs, n
 end
 
+-- The script's SQL92 subscriptions, compiled, by topic. An expression that does not compile is
+-- an error naming the topic.
+function M.filters(subscribe)
+  local C = core.C
+  local out = {}
+  for _, s in ipairs(subscribe) do
+    if s.type == "SQL92" then
+      local err = ffi.new("char[1024]")
+      local e = C.rmq_sql92_compile(s.expression, err, 1024)
+      if e == nil then
+        error("subscribe " .. s.topic .. ": invalid SQL92 expression: " .. ffi.string(err), 0)
+      end
+      out[s.topic] = { sql = ffi.gc(e, C.rmq_sql92_free) }
+    end
+  end
+  return out
+end
+
+-- Keep the messages that pass their topic's filter: a new pointer array, its length, and the
+-- 1-based indexes of the kept messages.
+function M.select(filters, ptrs, n, anchor)
+  local C = core.C
+  local kept, idx = ffi.new("rmq_msg_t *[?]", math.max(n, 1)), {}
+  anchor[#anchor + 1] = kept
+  for i = 0, n - 1 do
+    local m = ptrs[i]
+    local f = filters[ffi.string(m.topic, m.topic_len)]
+    local pass = true
+    if f then pass = C.rmq_sql92_eval(f.sql, m.props, m.props_len, nil, 0) == 1 end
+    if pass then
+      kept[#idx] = m
+      idx[#idx + 1] = i + 1
+    end
+  end
+  return kept, #idx, idx
+end
+
 local function fmt(v)
   if type(v) == "string" then return string.format("%q", v) end
   return tostring(v)
@@ -244,10 +290,41 @@ local function check_requests(e, reqs, probs)
   end
 end
 
-local function check_case(c, b, err, sends, reqs)
+local function check_delivered(e, idx, probs)
+  local d = e.delivered
+  if type(d) == "number" then
+    if #idx ~= d then
+      probs[#probs + 1] = "delivered " .. #idx .. " message(s) (" .. table.concat(idx, ",")
+        .. "), expected " .. d
+    end
+  elseif type(d) == "table" then
+    local same = #d == #idx
+    for i = 1, #d do same = same and d[i] == idx[i] end
+    if not same then
+      probs[#probs + 1] = "delivered messages {" .. table.concat(idx, ",") .. "}, expected {"
+        .. table.concat(d, ",") .. "}"
+    end
+  elseif d ~= nil then
+    probs[#probs + 1] = "expect.delivered must be a number or a list of message indexes"
+  end
+end
+
+local function check_case(c, b, err, sends, idx, reqs)
   local e = c.expect or {}
   local probs = {}
+  check_delivered(e, idx, probs)
   check_requests(e, reqs or {}, probs)
+  if not b then
+    -- nothing passed the subscription: the handler was not called
+    for k in pairs(e) do
+      if k ~= "delivered" and e[k] ~= false then
+        probs[#probs + 1] = "expect." .. k .. " given, but no message passed the subscription "
+          .. "(the handler was not called)"
+        break
+      end
+    end
+    return probs
+  end
   local function want(what, got, exp)
     if exp ~= nil and got ~= exp then
       probs[#probs + 1] = what .. " " .. fmt(got) .. ", expected " .. fmt(exp)
@@ -308,6 +385,8 @@ function M.run(script_path, cases_path, out)
   if verr then return nil, verr end
   local d = dispatch.new(spec, { thread_index = 0, thread_count = 1,
     consumer_group = type(spec.consumer_group) == "string" and spec.consumer_group or nil })
+  local fok, filters = pcall(M.filters, spec.__subscribe)
+  if not fok then return nil, script_path .. ": " .. tostring(filters) end
   d.init()
   local default_topic = spec.__subscribe[1] and spec.__subscribe[1].topic or "TopicTest"
   local failed = 0
@@ -319,15 +398,19 @@ function M.run(script_path, cases_path, out)
       failed = failed + 1
       out("FAIL " .. name .. ": " .. tostring(ptrs))
     else
-      local b = ffi.new("rmq_batch_t")
-      b.msgs = ptrs
-      b.n = n
-      b.orderly = d.orderly and 1 or 0
-      d.slot[0] = b
+      local kept, nk, idx = M.select(filters, ptrs, n, anchor)
+      local b, err, sends
       rmq._requests = {}
-      local err, sends = d.dispatch()
-      d.slot[0] = nil
-      local probs = check_case(c, b, err, sends, rmq._requests)
+      if nk > 0 or n == 0 then -- a case without messages still calls the handler once
+        b = ffi.new("rmq_batch_t")
+        b.msgs = kept
+        b.n = nk
+        b.orderly = d.orderly and 1 or 0
+        d.slot[0] = b
+        err, sends = d.dispatch()
+        d.slot[0] = nil
+      end
+      local probs = check_case(c, b, err, sends, idx, rmq._requests)
       if #probs == 0 then
         out("ok   " .. name)
       else

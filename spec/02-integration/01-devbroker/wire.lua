@@ -29,7 +29,7 @@ function M.heartbeat_body(client_id, group, subs, opts)
     set[#set + 1] = {classFilterMode = false, topic = s.topic, subString = s.sub or "*",
                      tagsSet = setmetatable(s.tags or {}, cjson.array_mt),
                      codeSet = setmetatable(s.codes or {}, cjson.array_mt),
-                     subVersion = s.version or 1000, expressionType = "TAG"}
+                     subVersion = s.version or 1000, expressionType = s.type or "TAG"}
   end
   return cjson.encode({clientID = client_id, producerDataSet = setmetatable({}, cjson.array_mt),
                        consumerDataSet = {{groupName = group, consumeType = "CONSUME_PASSIVELY",
@@ -44,7 +44,7 @@ function M.pull_ext(group, topic, qid, offset, opts)
           queueOffset = tostring(offset), maxMsgNums = tostring(opts.max or 32),
           sysFlag = tostring(opts.sys_flag or 0), commitOffset = tostring(opts.commit or 0),
           suspendTimeoutMillis = tostring(opts.suspend or 15000),
-          subVersion = tostring(opts.sub_version or 0), expressionType = "TAG",
+          subVersion = tostring(opts.sub_version or 0), expressionType = opts.type or "TAG",
           subscription = opts.subscription}
 end
 

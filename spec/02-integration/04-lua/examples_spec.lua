@@ -7,7 +7,7 @@ local R = require "02-integration.04-lua.runner"
 local function example(name) return helpers.root .. "/examples/" .. name .. ".lua" end
 
 describe("examples against the development broker", function()
-  lazy_setup(function() R.start_broker("--delay-scale 0.01") end)
+  lazy_setup(function() R.start_broker("--delay-scale 0.01 --enable-property-filter") end)
   lazy_teardown(function() R.stop_broker() end)
 
   it("hello prints every message", function()
@@ -133,6 +133,22 @@ describe("examples against the development broker", function()
       "a2 in %DLQ%reload_demo")
     assert.are.equal(0, h.stop())
     assert.matches("version 2 stops: 1 accepted, 0 delayed, 1 dropped so far", h.out())
+  end)
+
+  it("sql92 gets only the EU orders over 10, chosen by the broker", function()
+    R.produce_props("OrderTopic", "a", { region = "eu", amount = "12.53" }, "TagA", "sql-o1")
+    R.produce_props("OrderTopic", "b", { region = "us", amount = "19" }, "TagA", "sql-o2")
+    R.produce_props("OrderTopic", "c", { region = "eu", amount = "9.5" }, "TagB", "sql-o3")
+    R.produce_props("OrderTopic", "d", { region = "eu" }, "TagB", "sql-o4")
+    R.produce_props("OrderTopic", "e", { region = "eu", amount = "10.25" }, "TagB", "sql-o5")
+    local h = R.run(example("sql92"))
+    helpers.defer(function() h.stop() end)
+    h.wait_for("order sql%-o1 region=eu amount=12.53 tags=TagA")
+    h.wait_for("order sql%-o5 region=eu amount=10.25 tags=TagB")
+    assert.are.equal(0, h.stop())
+    local out = h.out()
+    for _, k in ipairs { "sql-o2", "sql-o3", "sql-o4" } do assert.is_nil(out:find(k, 1, true), k) end
+    assert.are.equal(2, h.count("order sql%-o"))
   end)
 
   it("forward sends transformed messages to OutTopic", function()

@@ -36,6 +36,17 @@ function M.produce(topic, body, tags, keys, queue_id)
   assert(off >= 0, "produce to " .. topic .. " failed")
 end
 
+-- produce with user properties { name = value }
+function M.produce_props(topic, body, props, tags, keys)
+  local names, p = {}, {}
+  for k in pairs(props) do names[#names + 1] = k end
+  table.sort(names)
+  for _, k in ipairs(names) do p[#p + 1] = k .. "\1" .. props[k] end
+  local ps = table.concat(p, "\2")
+  local off = lib.rmq_devbroker_produce_props(M.db, 0, topic, -1, tags, keys, ps, #ps, body, #body)
+  assert(off >= 0, "produce to " .. topic .. " failed")
+end
+
 function M.topic_count(topic, queues)
   local n = 0
   for q = 0, queues - 1 do
