@@ -71,6 +71,15 @@ local function signed_codes(db, target, codes)
   end
 end
 
+-- The dead-letter and retry topics of groups, with one queue each, as a broker makes them for a
+-- group that consumed (its heartbeat) and gave up on messages.
+local function group_topics(db, groups)
+  for _, g in ipairs(groups) do
+    assert.equal(0, lib.rmq_devbroker_create_topic(db, 0, "%RETRY%" .. g, 1))
+    assert.equal(0, lib.rmq_devbroker_create_topic(db, 0, "%DLQ%" .. g, 1))
+  end
+end
+
 local function produce_props(db, topic, q, body, props)
   local p = {}
   for k, v in pairs(props or {}) do p[#p + 1] = k .. "\1" .. v end
@@ -114,6 +123,7 @@ describe("rmqlua tail and redrive with ACL", function()
     sec.produce(db, "SecT", 6, "t")
     sec.produce(db, "SecNoSub", 2, "n")
     sec.produce(db, "ns1%SecNsT", 3, "ns")
+    group_topics(db, { "SecG", "SecSubG", "ns1%SecNsG" })
   end)
   lazy_teardown(function()
     if db then lib.rmq_devbroker_stop(db) end
@@ -250,6 +260,7 @@ describe("rmqlua tail and redrive over TLS", function()
     db, ns = sec.start_broker(("--acl %s --topic SecT:2 --tls-cert %s --tls-key %s --tls-mode enforcing")
       :format(dir .. "/plain_acl.yml", certs.server, certs.server_key))
     sec.produce(db, "SecT", 5, "tls")
+    group_topics(db, { "SecG" })
   end)
   lazy_teardown(function()
     if db then lib.rmq_devbroker_stop(db) end
