@@ -16,6 +16,7 @@
 
 #include "acl.h"
 #include "fjson.h"
+#include "namespace.h"
 #include "reload.h"
 #include "route.h"
 
@@ -45,43 +46,7 @@ void rmq__client_set_state(rmq_consumer_t *c, rmq_client_state_t s)
     c->state = s;
 }
 
-/* ---- namespaces (PROTOCOL.md 9) ---------------------------------------------------------------- */
-
-static const char *system_topics[] = {"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest",
-                                      "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-                                      "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-                                      "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"};
-
-static int is_system(const char *r)
-{
-    for (size_t i = 0; i < RMQ_ARRAY_SIZE(system_topics); i++)
-        if (!strcmp(r, system_topics[i])) return 1;
-    return !strncmp(r, "rmq_sys_", 8) || !strncmp(r, "CID_RMQ_SYS_", 12);
-}
-
-/* wrapNamespace(ns, r): a new string. */
-char *rmq__c_ns_wrap(const char *ns, const char *r)
-{
-    if (!ns || !*ns || !*r || is_system(r)) return rmq__xstrdup(r);
-    const char *prefix = "";
-    const char *s = r;
-    if (!strncmp(r, "%RETRY%", 7)) prefix = "%RETRY%", s = r + 7;
-    else if (!strncmp(r, "%DLQ%", 5)) prefix = "%DLQ%", s = r + 5;
-    size_t nl = strlen(ns);
-    if (!strncmp(s, ns, nl) && s[nl] == '%') return rmq__xstrdup(r);
-    rmq_buf_t b;
-    rmq__buf_init(&b);
-    rmq__buf_appendf(&b, "%s%s%%%s", prefix, ns, s);
-    return b.data;
-}
-
-/* Length of the retry / DLQ prefix of r (NamespaceUtil.withOutRetryAndDLQ). */
-static size_t rd_prefix(const char *r, size_t len)
-{
-    if (len >= 7 && !memcmp(r, "%RETRY%", 7)) return 7;
-    if (len >= 5 && !memcmp(r, "%DLQ%", 5)) return 5;
-    return 0;
-}
+/* ---- namespaces (PROTOCOL.md 9, namespace.c) -------------------------------------------------- */
 
 /*
  * Before the handler runs: NamespaceUtil.withoutNamespace(msg.getTopic(), namespace), as
@@ -91,37 +56,13 @@ static size_t rd_prefix(const char *r, size_t len)
  */
 void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m)
 {
-    const char *ns = c->conf->namespace;
-    if (!ns || !*ns || m->topic_len == 0) return;
-    size_t nl = strlen(ns), pl = rd_prefix(m->topic, m->topic_len);
-    const char *s = m->topic + pl;
-    size_t sl = m->topic_len - pl;
-    if (sl <= nl || memcmp(s, ns, nl) != 0 || s[nl] != '%') return;
-    nl = (size_t)((const char *)memchr(s, '%', sl) - s); /* Java cuts at the first '%' */
-    if (nl == 0) return;
-    char name[256];
-    if (m->topic_len < sizeof(name)) { /* withoutNamespace(r): not for system resources */
-        memcpy(name, m->topic, m->topic_len);
-        name[m->topic_len] = 0;
-        if (is_system(name)) return;
-    }
-    if (pl == 0) { /* a suffix of the same bytes */
-        m->topic += nl + 1;
-        m->topic_len -= (uint32_t)(nl + 1);
-        return;
-    }
-    size_t rest = sl - nl - 1;
-    char *t = rmq__msgset_alloc(m->owner, pl + rest);
-    memcpy(t, m->topic, pl);
-    memcpy(t + pl, s + nl + 1, rest);
-    m->topic = t;
-    m->topic_len = (uint32_t)(pl + rest);
+    rmq__ns_strip_msg(c->conf->namespace, m);
 }
 
 char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m)
 {
     char *t = rmq__xstrndup(m->topic, m->topic_len);
-    char *w = rmq__c_ns_wrap(c->conf->namespace, t);
+    char *w = rmq__ns_wrap(c->conf->namespace, t);
     free(t);
     return w;
 }
@@ -135,7 +76,7 @@ int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out,
     rmq_csub_t *subs = rmq__xcalloc((size_t)cf->n_subs + 1, sizeof(rmq_csub_t));
     int n = 0, retry = 0;
     for (int i = 0; i < cf->n_subs; i++) {
-        char *t = rmq__c_ns_wrap(cf->namespace, cf->subs[i].topic);
+        char *t = rmq__ns_wrap(cf->namespace, cf->subs[i].topic);
         int rc = rmq__sub_build(t, cf->subs[i].expression, cf->subs[i].type, &subs[n].sd, errstr,
                                 errstr_size);
         free(t);
@@ -1066,7 +1007,7 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
         c->hooks = rmq__script_hooks(c->script);
     }
     const rmq_conf_t *cf = c->conf;
-    c->group = rmq__c_ns_wrap(cf->namespace, cf->consumer_group);
+    c->group = rmq__ns_wrap(cf->namespace, cf->consumer_group);
     rmq_buf_t b;
     rmq__buf_init(&b);
     rmq__buf_appendf(&b, "%%RETRY%%%s", c->group);

@@ -245,8 +245,6 @@ int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out,
 void rmq__c_shutdown_resume(rmq_consumer_t *c);
 void rmq__c_refresh_routes(rmq_consumer_t *c);
 int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
-/* wrapNamespace(ns, r) (PROTOCOL.md 9): a new string. */
-char *rmq__c_ns_wrap(const char *ns, const char *r);
 
 /* check_client.c: CHECK_CLIENT_CONFIG for a non-TAG subscription whose route just arrived.
  * Returns 1 when the check is on its way (its answer sends the heartbeat and wakes the
