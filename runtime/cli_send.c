@@ -7,13 +7,11 @@
  * loop never blocks; reading pauses while the send window is full.
  * Threads: the main thread, which runs the loop.
  */
-#include "acl.h"
 #include "cli.h"
+#include "cli_conn.h"
 #include "common.h"
-#include "conf.h"
 #include "producer.h"
 #include "remoting.h"
-#include "tls.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -45,9 +43,7 @@ typedef struct send_run {
     const char *file;
     int window;
     int verbose;
-    rmq_conf_t *conf;   /* --set: the connection options (ACL keys, TLS) */
-    rmq_tls_ctx_t *tls; /* use_tls */
-    int acl_refused;    /* a broker's ACL refused a send: stop, exit 3 */
+    rmq_cli_conn_t cc; /* --set: the connection options (ACL keys, TLS); a refusal: exit 3 */
 
     /* source state */
     int64_t next; /* messages handed to the producer */
@@ -68,7 +64,7 @@ typedef struct send_run {
     int stopping;
 } send_run_t;
 
-static void usage(FILE *out)
+static void usage(const rmq_cli_conn_t *cc, FILE *out)
 {
     fprintf(
         out,
@@ -96,22 +92,19 @@ static void usage(FILE *out)
         "  --timeout MS         send timeout over all attempts (default %d)\n"
         "  --retries N          extra attempts on another queue/broker (default %d)\n"
         "  --compress-over N    zlib-compress bodies of at least N bytes (default %d)\n"
-        "  --no-compress        never compress\n"
-        "  --set KEY=VALUE      a connection option, named as in consumer scripts (repeatable):\n"
-        "                       access_key, secret_key, security_token (ACL signing), use_tls,\n"
-        "                       tls_test_mode_enable, tls_client_cert_path, tls_client_key_path,\n"
-        "                       tls_client_key_password, tls_client_trust_cert_path,\n"
-        "                       tls_client_auth_server\n"
-        "  --verbose            print one line per message sent (status, ids, queue, offset)\n"
-        "  --log-debug CATS     debug logging (\"remoting,namesrv\" or \"all\")\n"
-        "  --help               this text\n"
-        "\n"
-        "Prints \"sent N, failed M in X s (R msg/s)\" on stderr at the end.\n"
-        "exit codes: 0 all sent, 1 some failed, 2 usage error (certificates that do not load\n"
-        "included), 3 refused by a broker's access control (the message names access key,\n"
-        "topic and permission)\n",
+        "  --no-compress        never compress\n",
         RMQ_PRODUCER_GROUP_DEFAULT, RMQ_PRODUCER_MAX_INFLIGHT, RMQ_PRODUCER_SEND_TIMEOUT_MS,
         RMQ_PRODUCER_RETRY_TIMES, RMQ_PRODUCER_COMPRESS_OVER);
+    rmq__cli_conn_usage(cc, out, 23);
+    fputs("  --verbose            print one line per message sent (status, ids, queue, offset)\n"
+          "  --log-debug CATS     debug logging (\"remoting,namesrv\" or \"all\")\n"
+          "  --help               this text\n"
+          "\n"
+          "Prints \"sent N, failed M in X s (R msg/s)\" on stderr at the end.\n"
+          "exit codes: 0 all sent, 1 some failed, 2 usage error (certificates that do not load\n"
+          "included), 3 refused by a broker's access control (the message names access key,\n"
+          "topic and permission)\n",
+          out);
 }
 
 /* MessageConst.STRING_HASH_SET: names Message.putUserProperty refuses. */
@@ -175,8 +168,8 @@ static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char 
                    res->broker_name, res->queue_id, (long long)res->queue_offset);
     } else {
         r->failed++;
-        if (r->acl_refused)
-            ; /* said once, in on_acl_refused */
+        if (r->cc.refused)
+            ; /* said once, by the connection's refusal hook (cli_conn.c) */
         else if (r->failed <= MAX_REPORTED_FAILURES)
             fprintf(stderr, "rmqlua send: %s (%s)\n", errmsg, rmq_err_name(err));
         else if (r->failed == MAX_REPORTED_FAILURES + 1)
@@ -372,48 +365,11 @@ static int read_file(send_run_t *r)
     return 0;
 }
 
-/* --set KEY=VALUE: only the options about the connection apply to a producer. */
-static int set_option(send_run_t *r, const char *kv)
-{
-    static const char *const allowed[] = {
-        "access_key",           "secret_key",          "security_token",
-        "use_tls",              "tls_test_mode_enable", "tls_client_cert_path",
-        "tls_client_key_path",  "tls_client_key_password", "tls_client_trust_cert_path",
-        "tls_client_auth_server"};
-    const char *eq = strchr(kv, '=');
-    char err[512];
-    if (!eq || eq == kv) {
-        fprintf(stderr, "rmqlua send: --set needs KEY=VALUE, got '%s'\n", kv);
-        return -1;
-    }
-    char *key = rmq__xstrndup(kv, (size_t)(eq - kv));
-    int ok = 0;
-    for (size_t i = 0; i < RMQ_ARRAY_SIZE(allowed) && !ok; i++)
-        ok = !strcmp(key, allowed[i]);
-    if (!ok) {
-        fprintf(stderr, "rmqlua send: --set %s: not an option of rmqlua send (only access_key, "
-                "secret_key, security_token, use_tls and tls_*)\n", key);
-        free(key);
-        return -1;
-    }
-    if (!r->conf) r->conf = rmq__conf_new();
-    int rc = rmq__conf_set(r->conf, key, eq + 1, err, sizeof err);
-    if (rc) fprintf(stderr, "rmqlua send: --set %s: %s\n", key, err);
-    free(key);
-    return rc ? -1 : 0;
-}
-
-/* A broker's ACL refused a send: say so once, in the user's terms, and stop producing. */
-static void on_acl_refused(void *ud, const char *addr, int32_t code, const rmq_cmd_t *resp)
+/* A broker's ACL refused a send (said by cli_conn.c): stop producing; the exit code is 3. */
+static void on_acl_refused(void *ud)
 {
     send_run_t *r = ud;
-    char msg[768];
-    if (r->acl_refused) return;
-    r->acl_refused = 1;
     r->eof = 1;
-    rmq__acl_explain(msg, sizeof msg, addr, code, r->conf ? r->conf->access_key : NULL,
-                     resp->remark);
-    fprintf(stderr, "rmqlua send: %s\n", msg);
 }
 
 static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t *po)
@@ -432,7 +388,7 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
         i++;                                                                                       \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
+            usage(&r->cc, stdout);
             return 1;
         } else if (!strcmp(a, "--namesrv") || !strcmp(a, "-n")) {
             NEED_VALUE();
@@ -519,7 +475,7 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
             po->compress_over = -1;
         } else if (!strcmp(a, "--set")) {
             NEED_VALUE();
-            if (set_option(r, v)) return 2;
+            if (rmq__cli_conn_set(&r->cc, v)) return 2;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             r->verbose = 1;
         } else if (!strcmp(a, "--log-debug")) {
@@ -554,20 +510,16 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
     }
     r->src = r->file ? SRC_FILE : r->count ? SRC_COUNT : SRC_STDIN;
     if (!have_size) r->size = 100;
-    if (r->conf) {
-        char err[512];
-        if (rmq__conf_check_security(r->conf, err, sizeof err) ||
-            rmq__tls_ctx_from_conf(r->conf, &r->tls, err, sizeof err)) {
-            fprintf(stderr, "rmqlua send: %s\n", err);
-            return 2;
-        }
-    }
+    if (rmq__cli_conn_check(&r->cc)) return 2;
     return 0;
 }
 
 int rmq__cli_send(int argc, char **argv)
 {
     send_run_t *r = rmq__xcalloc(1, sizeof(*r));
+    rmq__cli_conn_init(&r->cc, "send", 0);
+    r->cc.on_refused = on_acl_refused;
+    r->cc.ud = r;
     rmq_producer_opts_t po;
     memset(&po, 0, sizeof(po));
     po.retry_times = -1;
@@ -601,14 +553,7 @@ int rmq__cli_send(int argc, char **argv)
         memset(&ro, 0, sizeof(ro));
         ro.loop = &r->loop;
         ro.name = "send";
-        ro.tls_client = r->tls;
-        if (r->conf) {
-            ro.acl_access_key = r->conf->access_key;
-            ro.acl_secret_key = r->conf->secret_key;
-            ro.acl_security_token = r->conf->security_token;
-        }
-        ro.on_acl_refused = on_acl_refused;
-        ro.ud = r;
+        rmq__cli_conn_remoting_opts(&r->cc, &ro);
         if (rmq__remoting_new(&ro, &r->t, err, sizeof(err)) ||
             rmq__remoting_set_namesrv(r->t, r->namesrv, err, sizeof(err))) {
             fprintf(stderr, "rmqlua send: --namesrv: %s\n", err);
@@ -625,7 +570,7 @@ int rmq__cli_send(int argc, char **argv)
             fflush(stdout);
             fprintf(stderr, "sent %lld, failed %lld in %.3f s (%.0f msg/s)\n", (long long)r->sent,
                     (long long)r->failed, secs, secs > 0 ? (double)r->sent / secs : 0.0);
-            rc = r->acl_refused ? 3 : r->failed ? 1 : 0;
+            rc = r->cc.refused ? RMQ_CLI_EXIT_ACL : r->failed ? 1 : 0;
         } else {
             if (r->p) rmq__producer_destroy(r->p);
             if (r->t) rmq__remoting_destroy(r->t, NULL, NULL);
@@ -637,8 +582,7 @@ int rmq__cli_send(int argc, char **argv)
     }
     for (int i = 0; i < r->n_props; i++)
         free((char *)r->props[i].key);
-    rmq__tls_ctx_release(r->tls);
-    if (r->conf) rmq__conf_destroy(r->conf);
+    rmq__cli_conn_free(&r->cc);
     free(r->filebuf);
     rmq__buf_free(&r->body);
     rmq__buf_free(&r->pattern);
