@@ -13,17 +13,25 @@
  * killed in the middle of a batch can move that batch's first messages again next time. The run
  * reads up to the max offsets %DLQ%G had when it started.
  *
+ * Connection: --set signs every request and opens TLS sessions (cli_conn.c); an ACL refusal ends
+ * the run with exit code 3. --set namespace=NS works on the namespace's names, as a Java client
+ * with that namespace would: %DLQ%NS%G, %RETRY%NS%G and the progress group %REDRIVE%NS%G (a
+ * --progress-group P is NS%P).
+ *
  * Ownership: this command's run owns its loop, transport, reader (reader.c), producer
  * (producer.c), output writer and, with --where, one consume thread (consume_pool.c with
  * rmq.where). A pulled batch is owned by its job until it is moved and committed.
  * Threads: the main thread runs the loop; the --where script runs in the consume thread.
  */
+#include "acl.h"
 #include "cli.h"
+#include "cli_conn.h"
 #include "codes.h"
 #include "common.h"
 #include "consume_pool.h"
 #include "fdwriter.h"
 #include "message.h"
+#include "namespace.h"
 #include "producer.h"
 #include "reader.h"
 #include "remoting.h"
@@ -64,6 +72,7 @@ struct redrive_run {
     rmq_fdw_t *out;
     uv_signal_t sigint, sigterm;
     uv_timer_t progress;
+    rmq_cli_conn_t cc; /* --set: ACL keys, TLS, namespace; an ACL refusal ends the run (exit 3) */
 
     const char *namesrv, *group, *where, *progress_group_opt;
     char dlq[300], retry[300], progress_group[300];
@@ -74,7 +83,7 @@ struct redrive_run {
     int stopping, exit_code, started;
 };
 
-static void usage(FILE *out)
+static void usage(const rmq_cli_conn_t *cc, FILE *out)
 {
     fputs(
         "usage: rmqlua redrive --group G [options]\n"
@@ -95,7 +104,13 @@ static void usage(FILE *out)
         "                      (default %REDRIVE%G); a second run goes on from there, so nothing\n"
         "                      moves twice. Another P starts again from the oldest dead letter.\n"
         "  --verbose           print one line per message moved\n"
-        "  --namesrv ADDR      name server(s) (default $NAMESRV_ADDR)\n"
+        "  --namesrv ADDR      name server(s) (default $NAMESRV_ADDR)\n",
+        out);
+    rmq__cli_conn_usage(cc, out, 22);
+    fputs(
+        "                      (ACL: the access key needs SUB on %DLQ%G and on the progress\n"
+        "                      group, PUB on G, or with --to-origin on the original topics;\n"
+        "                      namespace=NS works on %DLQ%NS%G, %RETRY%NS%G, %REDRIVE%NS%G)\n"
         "  --log-debug CATS    debug logs (remoting,pull,lua,... or all)\n"
         "  -h, --help          this text\n"
         "\n"
@@ -103,7 +118,8 @@ static void usage(FILE *out)
         "and a summary at the end. A Java 4.9 broker creates %DLQ% topics write-only: allow\n"
         "reading first (mqadmin updateTopicPerm -t %DLQ%G -p 6 ...).\n"
         "exit codes: 0 done (or nothing to move), 1 a message could not be moved or read,\n"
-        "2 usage error\n",
+        "2 usage error (certificates that do not load included), 3 refused by a broker's\n"
+        "access control (the message names access key, resource and permission)\n",
         out);
 }
 
@@ -202,6 +218,13 @@ static void on_signal(uv_signal_t *h, int sig)
     stop(h->data, 0);
 }
 
+/* A broker's ACL refused a request (said by cli_conn.c): stop reading; the batches being moved
+ * end at their first message not moved, and their progress is recorded if the broker lets us. */
+static void on_acl_refused(void *ud)
+{
+    stop(ud, RMQ_CLI_EXIT_ACL);
+}
+
 /* ---- a batch: move, commit, next ----------------------------------------------------------------
  */
 
@@ -250,7 +273,8 @@ static void on_commit(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
              err            ? errmsg
              : resp->remark ? resp->remark
                             : rmq_err_name(resp->code));
-    if (++j->tries < COMMIT_TRIES) {
+    /* An ACL refusal (said once by cli_conn.c) does not go away by asking again. */
+    if (++j->tries < COMMIT_TRIES && !(resp && rmq__acl_refused(resp))) {
         rmq_log_warn("redrive", "%s#%d: recording the progress (%" PRId64 ") failed: %s; again",
                      j->q->broker_name, j->q->queue_id, j->commit, why);
         uv_timer_start(&j->timer, on_commit_timer, 1000, 0);
@@ -308,15 +332,17 @@ static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char 
     redrive_run_t *r = j->run;
     rmq_msg_t *m = j->msgs[j->i];
     if (err) {
-        rmq_buf_t b;
-        rmq__buf_init(&b);
-        describe(&b, m);
-        rmq__buf_append(&b, "", 1);
-        rmq_log_error("redrive",
-                      "cannot move %s: %s (%s); this queue stops here, the next run "
-                      "starts with it",
-                      b.data, errmsg, rmq_err_name(err));
-        rmq__buf_free(&b);
+        if (!r->cc.refused) { /* an ACL refusal was said once by cli_conn.c */
+            rmq_buf_t b;
+            rmq__buf_init(&b);
+            describe(&b, m);
+            rmq__buf_append(&b, "", 1);
+            rmq_log_error("redrive",
+                          "cannot move %s: %s (%s); this queue stops here, the next run "
+                          "starts with it",
+                          b.data, errmsg, rmq_err_name(err));
+            rmq__buf_free(&b);
+        }
         r->failed++;
         j->failed = 1;
         j->commit = m->queue_offset;
@@ -526,7 +552,7 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
         i++;                                                                                       \
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+            usage(&r->cc, stdout);
             return 1;
         } else if (!strcmp(a, "--group") || !strcmp(a, "-g")) {
             NEED_VALUE();
@@ -546,6 +572,9 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
             r->progress_group_opt = v;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             r->verbose = 1;
+        } else if (!strcmp(a, "--set")) {
+            NEED_VALUE();
+            if (rmq__cli_conn_set(&r->cc, v)) return 2;
         } else if (!strcmp(a, "--log-debug")) {
             NEED_VALUE();
             char err[128];
@@ -572,12 +601,28 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
                 r->group);
         return 2;
     }
-    snprintf(r->dlq, sizeof(r->dlq), "%%DLQ%%%s", r->group);
-    snprintf(r->retry, sizeof(r->retry), "%%RETRY%%%s", r->group);
-    if (r->progress_group_opt)
-        snprintf(r->progress_group, sizeof(r->progress_group), "%s", r->progress_group_opt);
-    else
-        snprintf(r->progress_group, sizeof(r->progress_group), "%%REDRIVE%%%s", r->group);
+    if (rmq__cli_conn_check(&r->cc)) return 2;
+    /* In a namespace: the group's wire name (NamespaceUtil.wrapNamespace), whose %DLQ% and
+     * %RETRY% topics a consumer of G with that namespace uses. */
+    const char *ns = rmq__cli_conn_namespace(&r->cc);
+    char *wg = rmq__ns_wrap(ns, r->group);
+    int wg_ok = group_ok(wg);
+    snprintf(r->dlq, sizeof(r->dlq), "%%DLQ%%%s", wg);
+    snprintf(r->retry, sizeof(r->retry), "%%RETRY%%%s", wg);
+    if (r->progress_group_opt) {
+        char *wp = rmq__ns_wrap(ns, r->progress_group_opt);
+        snprintf(r->progress_group, sizeof(r->progress_group), "%s", wp);
+        free(wp);
+    } else {
+        snprintf(r->progress_group, sizeof(r->progress_group), "%%REDRIVE%%%s", wg);
+    }
+    if (!wg_ok) {
+        fprintf(stderr, "rmqlua redrive: --group '%s' in namespace %s is '%s': longer than 255\n",
+                r->group, ns ? ns : "(none)", wg);
+        free(wg);
+        return 2;
+    }
+    free(wg);
     if (!group_ok(r->progress_group)) {
         fprintf(stderr,
                 "rmqlua redrive: --progress-group '%s' is not a group name (1..255 of "
@@ -593,13 +638,22 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
     return 0;
 }
 
+static void run_free(redrive_run_t *r)
+{
+    rmq__cli_conn_free(&r->cc);
+    free(r);
+}
+
 int rmq__cli_redrive(int argc, char **argv)
 {
     redrive_run_t *r = rmq__xcalloc(1, sizeof(*r));
+    rmq__cli_conn_init(&r->cc, "redrive", 1);
+    r->cc.on_refused = on_acl_refused;
+    r->cc.ud = r;
     int rc = parse_args(r, argc, argv);
     char err[1024];
     if (rc) {
-        free(r);
+        run_free(r);
         return rc == 1 ? 0 : rc;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -608,6 +662,7 @@ int rmq__cli_redrive(int argc, char **argv)
     memset(&ro, 0, sizeof(ro));
     ro.loop = &r->loop;
     ro.name = "redrive";
+    rmq__cli_conn_remoting_opts(&r->cc, &ro);
     rmq_producer_opts_t po;
     memset(&po, 0, sizeof(po));
     po.retry_times = -1;
@@ -669,8 +724,8 @@ int rmq__cli_redrive(int argc, char **argv)
     uv_timer_start(&r->progress, on_progress, PROGRESS_EVERY_MS, PROGRESS_EVERY_MS);
     uv_run(&r->loop, UV_RUN_DEFAULT);
     uv_loop_close(&r->loop);
-    rc = r->exit_code;
-    free(r);
+    rc = r->cc.refused ? RMQ_CLI_EXIT_ACL : r->exit_code;
+    run_free(r);
     return rc;
 fail:
     if (r->pool) rmq__pool_stop(r->pool, 0, NULL, NULL);
@@ -678,6 +733,6 @@ fail:
     if (r->rt) rmq__remoting_destroy(r->rt, NULL, NULL);
     uv_run(&r->loop, UV_RUN_DEFAULT);
     uv_loop_close(&r->loop);
-    free(r);
+    run_free(r);
     return rc;
 }

@@ -4,7 +4,9 @@
  * (reader.c), on every queue or one, with a tag filter (broker and client) or a SQL92 selector
  * (evaluated here, sql92.c), as lines in a --format, as JSON, or through a Lua --handler run by a
  * consume thread (consume_pool.c with rmq.handler). Nothing is committed: tail pulls without the
- * COMMIT flag under MixAll.TOOLS_CONSUMER_GROUP, as mqadmin's readers do.
+ * COMMIT flag under MixAll.TOOLS_CONSUMER_GROUP, as mqadmin's readers do. With --set, requests
+ * are signed and go over TLS (cli_conn.c); --set namespace=NS reads NS%TOPIC under
+ * NS%TOOLS_CONSUMER and shows TOPIC, as DefaultMQPullConsumer with a namespace does.
  *
  * Ownership: everything belongs to this command's run: its loop, transport, reader, output
  * writer, pool and selector. Messages go back (rmq__msg_release) once printed or handled.
@@ -12,10 +14,12 @@
  * Output is written by the libuv thread pool (fdwriter.c), so the loop never blocks on stdout.
  */
 #include "cli.h"
+#include "cli_conn.h"
 #include "common.h"
 #include "consume_pool.h"
 #include "fdwriter.h"
 #include "message.h"
+#include "namespace.h"
 #include "reader.h"
 #include "remoting.h"
 #include "sql92.h"
@@ -40,6 +44,8 @@ typedef struct tail_run {
     rmq_pool_t *pool;
     uv_signal_t sigint, sigterm;
     rmq_sql92_t *sql;
+    rmq_cli_conn_t cc; /* --set: ACL keys, TLS, namespace; an ACL refusal ends tail (exit 3) */
+    char *wire_topic, *wire_group; /* the topic and group in the namespace */
 
     /* options */
     const char *namesrv, *topic, *tags, *sql_text, *format, *handler, *broker;
@@ -58,7 +64,7 @@ typedef struct tail_run {
     int stopping, exit_code, warned_send;
 } tail_run_t;
 
-static void usage(FILE *out)
+static void usage(const rmq_cli_conn_t *cc, FILE *out)
 {
     fputs(
         "usage: rmqlua tail [options] TOPIC\n"
@@ -101,15 +107,22 @@ static void usage(FILE *out)
         "                     or a table with consume (a consumer script works as it is); it runs\n"
         "                     in a consume thread, its result is reported, never acted upon\n"
         "\n"
-        "  --namesrv ADDR     name server(s) \"host:port;host:port\" (default $NAMESRV_ADDR)\n"
-        "  --log-debug CATS   debug logs (remoting,pull,lua,... or all)\n"
-        "  -h, --help         this text\n"
-        "\n"
-        "Stops on SIGINT/SIGTERM, at -n, or with -e at the end. Messages go to stdout, the rest "
-        "to\n"
-        "stderr. exit codes: 0 stopped, 1 runtime failure (no such topic, reading refused, a\n"
-        "failed --handler batch), 2 usage error\n",
+        "  --namesrv ADDR     name server(s) \"host:port;host:port\" (default $NAMESRV_ADDR)\n",
         out);
+    rmq__cli_conn_usage(cc, out, 21);
+    fputs("                     (ACL: the access key needs SUB on TOPIC and on group\n"
+          "                     TOOLS_CONSUMER; namespace=NS reads NS%TOPIC as group\n"
+          "                     NS%TOOLS_CONSUMER and shows the topic as TOPIC)\n"
+          "  --log-debug CATS   debug logs (remoting,pull,lua,... or all)\n"
+          "  -h, --help         this text\n"
+          "\n"
+          "Stops on SIGINT/SIGTERM, at -n, or with -e at the end. Messages go to stdout, the rest "
+          "to\n"
+          "stderr. exit codes: 0 stopped, 1 runtime failure (no such topic, reading refused, a\n"
+          "failed --handler batch), 2 usage error (certificates that do not load included),\n"
+          "3 refused by a broker's access control (the message names access key, resource and\n"
+          "permission)\n",
+          out);
 }
 
 /* ---- --from --------------------------------------------------------------------------------- */
@@ -488,6 +501,12 @@ static void on_signal(uv_signal_t *h, int sig)
     stop(t, 0);
 }
 
+/* A broker's ACL refused a request (said by cli_conn.c): stop reading. */
+static void on_acl_refused(void *ud)
+{
+    stop(ud, RMQ_CLI_EXIT_ACL);
+}
+
 /* ---- the reader's callbacks -------------------------------------------------------------------
  */
 
@@ -563,8 +582,11 @@ static void on_msgs(void *ud, rmq_rq_t *q, rmq_msg_t **msgs, int n)
 {
     tail_run_t *t = ud;
     int keep = 0;
+    const char *ns = rmq__cli_conn_namespace(&t->cc);
     for (int i = 0; i < n; i++) {
         rmq_msg_t *m = msgs[i];
+        /* DefaultMQPullConsumerImpl.resetTopic: the topic as the user named it */
+        if (ns) rmq__ns_strip_msg(ns, m);
         int pass = !t->stopping && !(t->limit && t->shown + keep >= t->limit);
         if (pass && t->sql && !rmq__sql92_match(t->sql, m->props, m->props_len)) {
             t->filtered++;
@@ -653,7 +675,7 @@ static int parse_args(tail_run_t *t, int argc, char **argv)
         i++;                                                                                       \
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+            usage(&t->cc, stdout);
             return 1;
         } else if (!strcmp(a, "--namesrv")) {
             NEED_VALUE();
@@ -700,6 +722,9 @@ static int parse_args(tail_run_t *t, int argc, char **argv)
         } else if (!strcmp(a, "--handler")) {
             NEED_VALUE();
             t->handler = v;
+        } else if (!strcmp(a, "--set")) {
+            NEED_VALUE();
+            if (rmq__cli_conn_set(&t->cc, v)) return 2;
         } else if (!strcmp(a, "--log-debug")) {
             NEED_VALUE();
             char err[128];
@@ -749,7 +774,21 @@ static int parse_args(tail_run_t *t, int argc, char **argv)
                     t->sql_text + rmq__sql92_ignored(t->sql));
     }
     if (!t->format) t->format = DEFAULT_FORMAT;
+    if (rmq__cli_conn_check(&t->cc)) return 2;
+    /* DefaultMQPullConsumer: the topic (withNamespace) and the group (start()) in the namespace */
+    t->wire_topic = rmq__ns_wrap(rmq__cli_conn_namespace(&t->cc), t->topic);
+    t->wire_group = rmq__ns_wrap(rmq__cli_conn_namespace(&t->cc), TOOLS_GROUP);
     return 0;
+}
+
+static void run_free(tail_run_t *t)
+{
+    rmq__sql92_free(t->sql);
+    rmq__cli_conn_free(&t->cc);
+    free(t->wire_topic);
+    free(t->wire_group);
+    free(t->held);
+    free(t);
 }
 
 int rmq__cli_tail(int argc, char **argv)
@@ -757,11 +796,13 @@ int rmq__cli_tail(int argc, char **argv)
     tail_run_t *t = rmq__xcalloc(1, sizeof(*t));
     t->queue_id = -1;
     t->from = RMQ_FROM_LAST;
+    rmq__cli_conn_init(&t->cc, "tail", 1);
+    t->cc.on_refused = on_acl_refused;
+    t->cc.ud = t;
     int rc = parse_args(t, argc, argv);
     char err[1024];
     if (rc) {
-        rmq__sql92_free(t->sql);
-        free(t);
+        run_free(t);
         return rc == 1 ? 0 : rc;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -770,6 +811,7 @@ int rmq__cli_tail(int argc, char **argv)
     memset(&ro, 0, sizeof(ro));
     ro.loop = &t->loop;
     ro.name = "tail";
+    rmq__cli_conn_remoting_opts(&t->cc, &ro);
     if (rmq__remoting_new(&ro, &t->rt, err, sizeof(err)) ||
         rmq__remoting_set_namesrv(t->rt, t->namesrv, err, sizeof(err))) {
         fprintf(stderr, "rmqlua tail: --namesrv: %s\n", err);
@@ -798,8 +840,8 @@ int rmq__cli_tail(int argc, char **argv)
     memset(&o, 0, sizeof(o));
     o.loop = &t->loop;
     o.rt = t->rt;
-    o.topic = t->topic;
-    o.group = TOOLS_GROUP;
+    o.topic = t->wire_topic;
+    o.group = t->wire_group;
     o.tags = t->tags;
     o.from = t->from;
     o.from_value = t->from_value;
@@ -823,13 +865,11 @@ int rmq__cli_tail(int argc, char **argv)
     uv_signal_start(&t->sigint, on_signal, SIGINT);
     uv_signal_start(&t->sigterm, on_signal, SIGTERM);
     uv_run(&t->loop, UV_RUN_DEFAULT);
-    rc = t->exit_code ? t->exit_code : (t->failed ? 1 : 0);
+    rc = t->cc.refused ? RMQ_CLI_EXIT_ACL : t->exit_code ? t->exit_code : (t->failed ? 1 : 0);
     if (t->sql_text && t->filtered)
         rmq_dbg(RMQ_DBG_PULL, "tail", "%" PRId64 " message(s) did not match --sql", t->filtered);
     uv_loop_close(&t->loop);
-    free(t->held);
-    rmq__sql92_free(t->sql);
-    free(t);
+    run_free(t);
     return rc;
 out:
     if (t->pool) rmq__pool_stop(t->pool, 0, NULL, NULL);
@@ -837,7 +877,6 @@ out:
     if (t->rt) rmq__remoting_destroy(t->rt, NULL, NULL);
     uv_run(&t->loop, UV_RUN_DEFAULT);
     uv_loop_close(&t->loop);
-    rmq__sql92_free(t->sql);
-    free(t);
+    run_free(t);
     return rc;
 }

@@ -180,6 +180,17 @@ describe("rmqlua tail and redrive with ACL", function()
     rc, out = cmd(ns, "tail SecNsT --from first -e -n 1 --json --set namespace=ns1 " .. KEYS)
     assert.equal(0, rc, out)
     assert.matches('"topic":"SecNsT"', out, 1, true)
+    local dir = helpers.tmpdir("tools-ns-handler")
+    local seen = dir .. "/seen"
+    local f = assert(io.open(dir .. "/h.lua", "w"))
+    f:write(("local out = assert(io.open(%q, 'a'))\n"
+      .. "return function(msgs) for i = 1, #msgs do out:write(msgs[i].topic, '\\n') end "
+      .. "out:flush() end\n"):format(seen))
+    f:close()
+    rc, out = cmd(ns, "tail SecNsT --from first -e --handler " .. shq(dir .. "/h.lua")
+      .. " --set namespace=ns1 " .. KEYS)
+    assert.equal(0, rc, out)
+    assert.same({ "SecNsT", "SecNsT", "SecNsT" }, sec.lines(seen))
   end)
 
   it("redrive moves dead letters with the right keys; every request is signed", function()
