@@ -52,7 +52,10 @@ typedef struct redrive_run redrive_run_t;
 typedef struct job {
     rmq_batch_t b; /* for the --where thread; b.msgs = msgs */
     redrive_run_t *run;
-    rmq_rq_t *q;
+    rmq_rq_t *q; /* the reader's: used only while the run is not stopping (stop frees it) */
+    /* q's broker, master address and queue id, for the commit and the logs: they outlive q */
+    char broker[128], addr[80];
+    int queue_id;
     int n, nsel;    /* messages; selected (moved) ones at the front */
     int i;          /* next selected message to send */
     int64_t next;   /* the queue's offset after this batch */
@@ -242,12 +245,10 @@ static void job_end(job_t *j)
     for (int i = 0; i < j->n; i++)
         if (j->msgs[i]) rmq__msg_release(j->msgs[i]);
     if (!r->stopping) {
-        if (j->failed) {
+        if (j->failed)
             rmq__reader_stop_queue(j->q);
-            r->exit_code = 1;
-        } else {
+        else
             rmq__reader_next(j->q);
-        }
     }
     uv_close((uv_handle_t *)&j->timer, job_closed);
 }
@@ -263,8 +264,8 @@ static void on_commit(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
 {
     job_t *j = ud;
     if (!err && resp->code == RMQ_RESP_SUCCESS) {
-        rmq_dbg(RMQ_DBG_OFFSET, "redrive", "%s#%d: progress %" PRId64 " committed",
-                j->q->broker_name, j->q->queue_id, j->commit);
+        rmq_dbg(RMQ_DBG_OFFSET, "redrive", "%s#%d: progress %" PRId64 " committed", j->broker,
+                j->queue_id, j->commit);
         job_end(j);
         return;
     }
@@ -276,14 +277,15 @@ static void on_commit(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     /* An ACL refusal (said once by cli_conn.c) does not go away by asking again. */
     if (++j->tries < COMMIT_TRIES && !(resp && rmq__acl_refused(resp))) {
         rmq_log_warn("redrive", "%s#%d: recording the progress (%" PRId64 ") failed: %s; again",
-                     j->q->broker_name, j->q->queue_id, j->commit, why);
+                     j->broker, j->queue_id, j->commit, why);
         uv_timer_start(&j->timer, on_commit_timer, 1000, 0);
         return;
     }
     rmq_log_error("redrive",
                   "%s#%d: cannot record the progress (offset %" PRId64 ") in group %s: "
                   "%s. What this batch moved may move again at the next run",
-                  j->q->broker_name, j->q->queue_id, j->commit, j->run->progress_group, why);
+                  j->broker, j->queue_id, j->commit, j->run->progress_group, why);
+    j->run->exit_code = 1;
     j->failed = 1;
     job_end(j);
 }
@@ -299,9 +301,9 @@ static void commit(job_t *j)
     rmq__cmd_init(&cmd, RMQ_REQ_UPDATE_CONSUMER_OFFSET, RMQ_SERIALIZE_JSON);
     rmq__cmd_set_ext(&cmd, "consumerGroup", r->progress_group);
     rmq__cmd_set_ext(&cmd, "topic", r->dlq);
-    rmq__cmd_set_ext_i64(&cmd, "queueId", j->q->queue_id);
+    rmq__cmd_set_ext_i64(&cmd, "queueId", j->queue_id);
     rmq__cmd_set_ext_i64(&cmd, "commitOffset", j->commit);
-    int rc = rmq__remoting_request(r->rt, j->q->addr, &cmd, COMMIT_TIMEOUT_MS, on_commit, j);
+    int rc = rmq__remoting_request(r->rt, j->addr, &cmd, COMMIT_TIMEOUT_MS, on_commit, j);
     rmq__cmd_free(&cmd);
     if (rc) on_commit(j, rc, NULL, rmq_err_str(rc));
 }
@@ -344,6 +346,7 @@ static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char 
             rmq__buf_free(&b);
         }
         r->failed++;
+        r->exit_code = 1;
         j->failed = 1;
         j->commit = m->queue_offset;
         commit(j);
@@ -383,6 +386,7 @@ static void send_next(job_t *j)
                               b.data);
                 rmq__buf_free(&b);
                 r->failed++;
+                r->exit_code = 1;
                 j->failed = 1;
                 j->commit = m->queue_offset;
                 commit(j);
@@ -441,7 +445,7 @@ static void on_where_done(void *ud, rmq_batch_t *b)
     redrive_run_t *r = j->run;
     rmq__pool_batch_release(b);
     if (b->status == RMQ_CONSUME_NOT_RUN) {
-        /* stopping: nothing of this batch moved, nothing committed */
+        /* stopping: nothing of this batch moved, nothing committed (not a failure) */
         j->nsel = 0;
         j->failed = 1;
         job_end(j);
@@ -452,7 +456,7 @@ static void on_where_done(void *ud, rmq_batch_t *b)
         fprintf(stderr,
                 "rmqlua redrive: --where failed on %s#%d: this queue stops before queue "
                 "offset %" PRId64 "\n",
-                j->q->broker_name, j->q->queue_id, j->msgs[0]->queue_offset);
+                j->broker, j->queue_id, j->msgs[0]->queue_offset);
         r->exit_code = 1;
         r->failed++;
         j->failed = 1;
@@ -471,6 +475,9 @@ static void on_msgs(void *ud, rmq_rq_t *q, rmq_msg_t **msgs, int n)
     memcpy(j->msgs, msgs, sizeof(rmq_msg_t *) * (size_t)n);
     j->run = r;
     j->q = q;
+    snprintf(j->broker, sizeof(j->broker), "%s", q->broker_name);
+    snprintf(j->addr, sizeof(j->addr), "%s", q->addr);
+    j->queue_id = q->queue_id;
     j->n = n;
     j->nsel = n;
     j->next = q->next;

@@ -539,7 +539,9 @@ static void hold(tail_run_t *t, rmq_rq_t *q)
 
 typedef struct tail_batch {
     rmq_batch_t b;
-    rmq_rq_t *q;
+    rmq_rq_t *q;      /* the reader's: used only while tail is not stopping (stop frees it) */
+    char broker[128]; /* q's broker and queue id, for the log: they outlive q */
+    int queue_id;
     rmq_msg_t *msgs[];
 } tail_batch_t;
 
@@ -556,8 +558,8 @@ static void on_batch_done(void *ud, rmq_batch_t *b)
         rmq_log_warn("tail",
                      "the handler did not consume %d of %d message(s) of %s#%d "
                      "(status %d); tail reports it and goes on (nothing is retried)",
-                     (int)(b->n - (b->handler_error ? 0 : b->ack_count)), (int)b->n,
-                     tb->q->broker_name, tb->q->queue_id, (int)b->status);
+                     (int)(b->n - (b->handler_error ? 0 : b->ack_count)), (int)b->n, tb->broker,
+                     tb->queue_id, (int)b->status);
     }
     if (b->nsends && !t->warned_send) {
         t->warned_send = 1;
@@ -603,6 +605,8 @@ static void on_msgs(void *ud, rmq_rq_t *q, rmq_msg_t **msgs, int n)
         tb->b.msgs = tb->msgs;
         tb->b.n = keep;
         tb->q = q;
+        snprintf(tb->broker, sizeof(tb->broker), "%s", q->broker_name);
+        tb->queue_id = q->queue_id;
         t->shown += keep;
         t->handler_batches++;
         rmq__pool_submit(t->pool, &tb->b);

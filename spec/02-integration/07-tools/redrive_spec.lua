@@ -294,6 +294,60 @@ describe("rmqlua redrive", function()
     assert.are.equal(-1, progress("RxG"))
   end)
 
+  it("finishes and records the batch it is moving when stopped (SIGTERM) in the middle of it", function()
+    -- G's topics, as its consumers' heartbeat and first dead letter make them
+    lib.rmq_devbroker_create_topic(db, 0, "%RETRY%RsG", 1)
+    lib.rmq_devbroker_create_topic(db, 0, "%DLQ%RsG", 1)
+    local dir = helpers.tmpdir("redrive-stop")
+    local where, marker = dir .. "/slow.lua", dir .. "/started"
+    local f = assert(io.open(where, "w"))
+    -- the predicate says it started, then takes a while over each message
+    f:write(string.format([[
+return function(m)
+  local mk = io.open(%q, "w"); mk:write("x"); mk:close()
+  local t = os.clock() + 0.5
+  while os.clock() < t do end
+  return true
+end
+]], marker))
+    f:close()
+    local function stopped_run(name)
+      os.remove(marker)
+      local log, rcf = dir .. "/" .. name .. ".log", dir .. "/" .. name .. ".rc"
+      local pid = helpers.spawn(string.format("%s redrive --namesrv %s --group RsG --where %s",
+        helpers.bin, ns, where), { log = log, rc = rcf })
+      helpers.wait_until(function() return io.open(marker) ~= nil end, 30, "the predicate to start")
+      os.execute("kill -TERM " .. pid)
+      local rc = helpers.wait_until(function()
+        local fh = io.open(rcf)
+        if not fh then return nil end
+        local v = fh:read("*n")
+        fh:close()
+        return v
+      end, 60, "redrive to stop")
+      return rc, helpers.read_file(log)
+    end
+
+    for i = 1, 3 do produce("%DLQ%RsG", 0, "s" .. i, nil, nil, { RETRY_TOPIC = "RsT" }) end
+    local rc, out = stopped_run("first")
+    assert.are.equal(0, rc, out)
+    assert.matches("3 moved to %RETRY%RsG", out, 1, true)
+    assert.are.equal(3, count("%RETRY%RsG"))
+    assert.are.equal(3, progress("RsG"))
+
+    -- a message that cannot be sent while stopping is still a failure (exit 1), not moved past
+    produce("%DLQ%RsG", 0, "s4", nil, nil, { RETRY_TOPIC = "RsT" })
+    assert.are.equal(0, lib.rmq_devbroker_push_error(db, 0, 310 --[[SEND_MESSAGE_V2]],
+      1 --[[SYSTEM_ERROR]], 100))
+    helpers.defer(function() lib.rmq_devbroker_clear_errors(db) end)
+    rc, out = stopped_run("second")
+    lib.rmq_devbroker_clear_errors(db)
+    assert.are.equal(1, rc, out)
+    assert.matches("0 moved to %RETRY%RsG, 0 passed over by --where, 1 failed", out, 1, true)
+    assert.are.equal(3, count("%RETRY%RsG"))
+    assert.are.equal(3, progress("RsG"))
+  end)
+
   it("has nothing to do for a group without dead letters, and wants --group", function()
     local rc, out = redrive("--group NoDeadLetters")
     assert.are.equal(0, rc, out)

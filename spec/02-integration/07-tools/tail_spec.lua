@@ -262,6 +262,36 @@ return {
     assert.same(exp, lines)
   end)
 
+  it("reports a --handler batch that fails while tail is being stopped (SIGTERM)", function()
+    local dir = helpers.tmpdir("tail-handler-stop")
+    local script, marker = dir .. "/h.lua", dir .. "/started"
+    local f = assert(io.open(script, "w"))
+    f:write(string.format([[
+return function(msgs)
+  local mk = io.open(%q, "w"); mk:write("x"); mk:close()
+  local t = os.clock() + 0.5
+  while os.clock() < t do end
+  error("handler gives up")
+end
+]], marker))
+    f:close()
+    local log, rcf = dir .. "/tail.log", dir .. "/tail.rc"
+    local pid = helpers.spawn(string.format("%s tail %s --namesrv %s --from first --handler %s",
+      helpers.bin, TOPIC, ns, script), { log = log, rc = rcf })
+    helpers.wait_until(function() return io.open(marker) ~= nil end, 30, "the handler to start")
+    os.execute("kill -TERM " .. pid)
+    local rc = helpers.wait_until(function()
+      local fh = io.open(rcf)
+      if not fh then return nil end
+      local v = fh:read("*n")
+      fh:close()
+      return v
+    end, 60, "tail to stop")
+    local text = helpers.read_file(log)
+    assert.are.equal(1, rc, text) -- the batch that ran failed: reported, exit 1
+    assert.matches("the handler did not consume %d+ of %d+ message%(s%) of broker%-a#%d", text)
+  end)
+
   it("passes over a message it cannot decode and reads on", function()
     for i = 1, 4 do
       local body = "d" .. i
