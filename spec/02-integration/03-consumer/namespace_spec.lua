@@ -25,7 +25,7 @@ describe("consumer: namespace", function()
     local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
       extra = string.format("namespace = %q,", NS),
       body = [[
-      out:write("Q ", msgs[1].body, " ", ctx.queue.topic, "\n")
+      out:write("Q " .. msgs[1].body .. " " .. ctx.queue.topic .. "\n") -- one write: two threads share the file
       if msgs[1].body == "n3" and msgs[1].reconsume_times == 0 then
         return rmq.RECONSUME_LATER
       end

@@ -242,7 +242,7 @@ out:setvbuf("no")
 return {
   consumer_group = "ignored", subscribe = { Ignored = "*" },
   consume = function(msgs, ctx)
-    for i = 1, #msgs do out:write(msgs[i].body, " ", tostring(msgs[i]:property("region")), "\n") end
+    for i = 1, #msgs do out:write(msgs[i].body .. " " .. tostring(msgs[i]:property("region")) .. "\n") end
     if msgs[1].body == "m2" then error("handler refuses m2") end
   end,
 }
