@@ -48,6 +48,7 @@ typedef struct cli_opts {
     const char *log_format;
     const char *log_file;
     const char *sample_body;
+    const char *metrics; /* --metrics HOST:PORT (option metrics_listen) */
     int embedded;
     int watch;            /* --watch: reload when the script or a module beside it changes */
     long sample_messages; /* --sample-messages: -1 = default (1000 with --embedded) */
@@ -81,6 +82,8 @@ static const char run_usage[] =
     "  --log-format F      text (default) or json: one JSON object per line (log_format)\n"
     "  --log-file PATH     append the log to PATH instead of stderr; SIGUSR1 reopens it\n"
     "                      (log_file)\n"
+    "  --metrics HOST:PORT serve /metrics (Prometheus), /stats (JSON) and /health over HTTP\n"
+    "                      (option metrics_listen; port 0 = any free port, logged)\n"
     "  --log-debug CATS    debug logs: remoting,namesrv,rebalance,pull,consume,offset,lua,broker\n"
     "                      or all (log_debug)\n"
     "  -h, --help          this text\n"
@@ -156,6 +159,12 @@ static int parse(int argc, char **argv, cli_opts_t *o, int npos, const char *usa
             if (!strcmp(a, "--log-format")) o->log_format = argv[++i];
             else if (!strcmp(a, "--log-file")) o->log_file = argv[++i];
             else o->sample_body = argv[++i];
+        } else if (allow_run_flags && !strcmp(a, "--metrics")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "rmqlua run: --metrics needs HOST:PORT\n");
+                return EXIT_USAGE;
+            }
+            o->metrics = argv[++i];
         } else if (allow_run_flags && !strcmp(a, "--embedded")) {
             o->embedded = 1;
         } else if (allow_run_flags && !strcmp(a, "--watch")) {
@@ -188,8 +197,9 @@ static int parse(int argc, char **argv, cli_opts_t *o, int npos, const char *usa
     return 0;
 }
 
-/* The conf: --namesrv, then the script's options, then --set, then the --log-* flags. 0, or
- * EXIT_USAGE with the message in err. Any thread (a reload builds its conf on a worker thread). */
+/* The conf: --namesrv, then the script's options, then --set, then the --log-* and --metrics
+ * flags. 0, or EXIT_USAGE with the message in err. Any thread (a reload builds its conf on a
+ * worker thread). */
 static int make_conf(const cli_opts_t *o, rmq_conf_t **out, char *err, size_t errsz)
 {
     char e[2048];
@@ -219,7 +229,8 @@ static int make_conf(const cli_opts_t *o, rmq_conf_t **out, char *err, size_t er
         const char *flag, *opt, *val;
     } flags[] = {{"--log-format", "log_format", o->log_format},
                  {"--log-file", "log_file", o->log_file},
-                 {"--log-debug", "log_debug", o->log_debug}};
+                 {"--log-debug", "log_debug", o->log_debug},
+                 {"--metrics", "metrics_listen", o->metrics}};
     for (size_t i = 0; i < RMQ_ARRAY_SIZE(flags); i++) {
         if (flags[i].val && rmq__conf_set(conf, flags[i].opt, flags[i].val, e, sizeof(e))) {
             rmq__seterr(err, errsz, "%s: %s", flags[i].flag, e);

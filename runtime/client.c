@@ -425,7 +425,11 @@ static void stats_build(rmq_consumer_t *c)
     uv_mutex_unlock(&c->stats_mu);
 }
 
-static void on_stats_timer(uv_timer_t *t) { stats_build(t->data); }
+static void on_stats_timer(uv_timer_t *t)
+{
+    stats_build(t->data);
+    rmq__stats_tick(t->data);
+}
 
 void rmq__consumer_stats(rmq_consumer_t *c, rmq_consumer_stats_t *out)
 {
@@ -561,10 +565,9 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     rmq__fj_obj_set(d, props, "PROP_CONSUMER_START_TIMESTAMP",
                     rmq__fj_new_str(d, val, strlen(val)));
     rmq__fj_obj_set(d, root, "properties", props);
-    /* statusTable: topic -> ConsumeStatus, a TreeMap (Java String order). */
+    /* statusTable: topic -> ConsumeStatus (ConsumerStatsManager.consumeStatus), a TreeMap
+     * (Java String order). */
     rmq_fj_t *st = rmq__fj_new_obj(d);
-    double secs = (double)(rmq__now_ms() - c->start_ms) / 1000.0;
-    if (secs <= 0) secs = 1;
     int *so = rmq__xmalloc(sizeof(int) * (size_t)(c->n_subs + 1));
     for (int i = 0; i < c->n_subs; i++) so[i] = i;
     for (int i = 1; i < c->n_subs; i++)
@@ -576,14 +579,15 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
         }
     for (int k = 0; k < c->n_subs; k++) {
         const rmq_csub_t *s = &c->subs[so[k]];
+        rmq_consume_status_t v;
+        rmq__topic_consume_status(&s->st, &v);
         rmq_fj_t *cs = rmq__fj_new_obj(d);
-        rmq__fj_obj_set(d, cs, "consumeFailedMsgs", rmq__fj_new_i64(d, s->n_failed));
-        rmq__fj_obj_set(d, cs, "consumeFailedTPS", fj_num_d(d, (double)s->n_failed / secs));
-        rmq__fj_obj_set(d, cs, "consumeOKTPS", fj_num_d(d, (double)s->n_ok / secs));
-        rmq__fj_obj_set(d, cs, "consumeRT",
-                        fj_num_d(d, s->consume_rt_n ? s->consume_rt_sum / s->consume_rt_n : 0));
-        rmq__fj_obj_set(d, cs, "pullRT", fj_num_d(d, s->n_pulls ? s->pull_rt_sum / s->n_pulls : 0));
-        rmq__fj_obj_set(d, cs, "pullTPS", fj_num_d(d, (double)s->n_pulled / secs));
+        rmq__fj_obj_set(d, cs, "consumeFailedMsgs", rmq__fj_new_i64(d, v.consume_failed_msgs));
+        rmq__fj_obj_set(d, cs, "consumeFailedTPS", fj_num_d(d, v.consume_failed_tps));
+        rmq__fj_obj_set(d, cs, "consumeOKTPS", fj_num_d(d, v.consume_ok_tps));
+        rmq__fj_obj_set(d, cs, "consumeRT", fj_num_d(d, v.consume_rt));
+        rmq__fj_obj_set(d, cs, "pullRT", fj_num_d(d, v.pull_rt));
+        rmq__fj_obj_set(d, cs, "pullTPS", fj_num_d(d, v.pull_tps));
         rmq__fj_obj_set(d, st, s->sd->topic, cs);
     }
     free(so);
@@ -1006,6 +1010,7 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
         }
         c->hooks = rmq__script_hooks(c->script);
     }
+    rmq__stats_init(c);
     const rmq_conf_t *cf = c->conf;
     c->group = rmq__ns_wrap(cf->namespace, cf->consumer_group);
     rmq_buf_t b;
@@ -1102,6 +1107,8 @@ int rmq__consumer_run(rmq_consumer_t *c)
     ro.acl_secret_key = cf->secret_key;
     ro.acl_security_token = cf->security_token;
     ro.on_acl_refused = on_acl_refused;
+    ro.on_open = rmq__stats_on_open;
+    ro.on_close = rmq__stats_on_close;
     ro.ud = c;
     if (rmq__remoting_new(&ro, &c->rt, err, sizeof(err)) ||
         rmq__remoting_set_namesrv(c->rt, cf->namesrv_addr, err, sizeof(err))) {
@@ -1151,6 +1158,16 @@ int rmq__consumer_run(rmq_consumer_t *c)
     pl.begin = rmq__consume_begin;
     pl.shdicts = c->shdicts;
     pl.flow = c->flow;
+    pl.ran = rmq__stats_ran;
+    if (rmq__stats_start(c, err, sizeof(err))) {
+        rmq_log_error("client", "cannot start: %s", err);
+        c->exit_code = RMQ_CONSUMER_EXIT_FAILURE;
+        rmq__client_set_state(c, RMQ_CLIENT_RUNNING);
+        c->stop_requested = 1;
+        shutdown_begin(c);
+        uv_run(&c->loop, UV_RUN_DEFAULT);
+        return c->exit_code;
+    }
     if (rmq__pool_start(&pl, &c->pool, err, sizeof(err))) {
         rmq_log_error("client", "cannot start the consume threads: %s", err);
         c->pool = NULL;
@@ -1184,6 +1201,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     if (c->stop_requested) shutdown_begin(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);
     stats_build(c);
+    rmq__stats_tick(c);
     return c->exit_code;
 }
 
@@ -1312,6 +1330,7 @@ static void shutdown_finish(rmq_consumer_t *c)
     uv_close((uv_handle_t *)&c->t_expire, NULL);
     uv_close((uv_handle_t *)&c->t_lock, NULL);
     uv_close((uv_handle_t *)&c->t_bad, NULL);
+    rmq__stats_close(c);
     if (c->producer) rmq__producer_destroy(c->producer);
     c->producer = NULL;
     rmq__client_set_state(c, RMQ_CLIENT_STOPPED);
@@ -1345,6 +1364,7 @@ void rmq__consumer_destroy(rmq_consumer_t *c)
     rmq_shdicts_free(c->shdicts); /* after every state that used it is closed */
     rmq__flow_free(c->flow);
     rmq__reload_free(c->reload);
+    rmq__stats_free(c);
     uv_mutex_destroy(&c->stats_mu);
     rmq__conf_destroy(c->conf);
     free(c->script_path);

@@ -9,6 +9,7 @@
 #include "codes.h"
 #include "log.h"
 #include "sql92.h"
+#include "metrics_http.h"
 #include "subscription.h"
 
 #include <ctype.h>
@@ -155,6 +156,17 @@ static int v_config_queues(rmq_conf_t *c, const char *v, char *errstr, size_t n)
 static int v_log_debug(rmq_conf_t *c, const char *v, char *errstr, size_t n)
 {
     return rmq__log_debug_parse(v, errstr, n) < 0 ? -1 : 0;
+}
+
+static int v_metrics_listen(rmq_conf_t *c, const char *v, char *errstr, size_t n)
+{
+    char err[256];
+    if (!v) return 0;
+    if (rmq__metrics_parse_listen(v, NULL, 0, NULL, err, sizeof(err))) {
+        rmq__seterr(errstr, n, "metrics_listen: %s", err);
+        return -1;
+    }
+    return 0;
 }
 
 static int v_nonempty(rmq_conf_t *c, const char *v, char *errstr, size_t n)
@@ -372,6 +384,12 @@ static const rmq_conf_prop_t props[] = {
      "rmqlua's own (Java has only pull_interval): at most this many messages per second for the "
      "whole process. A token bucket paces the pulls (a pull asks for no more than the bucket "
      "holds, at most pull_batch_size), so messages do not pile up in memory."},
+    {"metrics_listen", NULL, RMQ_CONF_STRING, OFF(metrics_listen), NULL, NOLIM,
+     "host:port (port 0 = any free port)", NULL, v_metrics_listen, 0,
+     "Serve /metrics (Prometheus), /stats (JSON) and /health over HTTP on this address; unset = "
+     "off. `--metrics HOST:PORT`."},
+    {"stats_interval_ms", NULL, RMQ_CONF_INT, OFF(stats_interval_ms), "10000", 100, INT32_MAX,
+     NULL, NULL, NULL, 0, "Period of the script's on_stats(snapshot) hook, ms."},
 };
 
 const rmq_conf_prop_t *rmq__conf_props(int *n)

@@ -153,6 +153,8 @@ typedef struct rmq_conf {
     int log_format;               /* RMQ_LOG_TEXT / RMQ_LOG_JSON (log.h); `rmqlua run` applies */
     char *log_file;               /* NULL = stderr; `rmqlua run` applies */
     int consume_tps_limit;        /* messages per second per process, 0 = no limit (flow.c) */
+    char *metrics_listen;         /* "host:port" of the metrics endpoint; NULL = off */
+    int stats_interval_ms;        /* period of the on_stats hook, 10000 */
 
     /* subscriptions, in subscribe order */
     rmq_conf_sub_t *subs;

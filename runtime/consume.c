@@ -166,6 +166,7 @@ static void sendback_finish(sendback_t *sb, int ok)
             c->n_dlq++;
         else
             c->n_retried++;
+        rmq__stats_sent_back(sb->q, sb->delay_level < 0);
         resolve(sb->q, &sb->m, 1);
     } else if (c->state != RMQ_CLIENT_RUNNING) {
         /* Shutting down: leave it unresolved in the process queue (offset stays before it). */
@@ -303,6 +304,7 @@ static void on_expire_sendback(void *ud, int err, rmq_cmd_t *resp, const char *e
         }
     if (!err && resp->code == RMQ_RESP_SUCCESS) {
         x->c->n_retried++;
+        rmq__stats_sent_back(q, 0);
         /* Still held (its batch has not come back): resolve it now, the batch skips it. */
         if (rmq__pq_get(&q->pq, x->m->queue_offset) == x->m) {
             int64_t off = rmq__pq_remove(&q->pq, &x->m, 1);
@@ -416,6 +418,7 @@ void rmq__consume_expire_timer(uv_timer_t *t)
             if (!cb) break;
             if (!expiring(c, m)) {
                 if (first_off < 0) first_off = m->queue_offset;
+                if (!cb->expired) rmq__stats_timeout(q); /* counted once per batch */
                 cb->expired = 1;
                 expire_send_back(c, q, m, addr);
                 sent++;
@@ -483,10 +486,7 @@ static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
     if (ack > n) ack = n;
     c->n_consumed += ack;
     c->n_failed += n - ack;
-    if (q->sub) {
-        q->sub->n_ok += ack;
-        q->sub->n_failed += n - ack;
-    }
+    rmq__stats_consumed(q, ack, n - ack);
     if (c->conf->message_model == RMQ_MODEL_BROADCASTING) {
         for (int i = ack; i < n; i++)
             rmq_log_warn("consume", "%s: BROADCASTING, consume failed, drop it: offset %" PRId64,
@@ -608,13 +608,7 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         }
         return;
     }
-    double rt = (double)((int64_t)uv_now(&c->loop) - cb->submit_ms);
-    c->consume_rt_sum += rt;
-    c->consume_rt_n++;
-    if (cb->q->sub) {
-        cb->q->sub->consume_rt_sum += rt;
-        cb->q->sub->consume_rt_n++;
-    }
+    rmq__stats_batch_done(c, cb);
     if (b->nsends > 0 && cb->q->pq.state != RMQ_PQ_DROPPED &&
         (b->status == RMQ_CONSUME_SUCCESS || b->status == RMQ_CONSUME_COMMIT)) {
         start_sends(c, cb);

@@ -336,6 +336,7 @@ static void settle(dlq_ctx_t *x)
             if (off >= 0 && q->pq.state != RMQ_PQ_DROPPED) rmq__offset_update(q, off, 1);
             rmq__msg_release(m);
             c->n_dlq++;
+            rmq__stats_sent_back(q, 1);
         } else {
             k++;
         }
@@ -389,7 +390,7 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
     int n = b->n;
     if (b->status == RMQ_CONSUME_SUCCESS || b->status == RMQ_CONSUME_COMMIT) {
         c->n_consumed += n;
-        if (q->sub) q->sub->n_ok += n;
+        rmq__stats_consumed(q, n, 0);
         commit(q, cb->msgs, n);
         q->consuming = 0;
         rmq__cbatch_free(cb);
@@ -398,7 +399,7 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
     }
     /* SUSPEND_CURRENT_QUEUE_A_MOMENT (RECONSUME_LATER, DLQ and errors count as suspend). */
     c->n_failed += n;
-    if (q->sub) q->sub->n_failed += n;
+    rmq__stats_consumed(q, 0, n);
     int64_t susp = b->suspend_millis >= 0 ? b->suspend_millis
                                           : c->conf->suspend_current_queue_time_millis;
     if (susp < 10) susp = 10;

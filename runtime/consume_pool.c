@@ -86,6 +86,7 @@ typedef struct cthread {
     int abandoned;      /* stop gave up on it: it must not post its batch */
     int woken;          /* signalled for a shared batch and not yet awake (under p->mu;
                          * counted in p->waking) */
+    int64_t lua_bytes;  /* its Lua heap after the last batch (relaxed atomic: any thread reads) */
 } cthread_t;
 
 struct rmq_pool {
@@ -426,6 +427,13 @@ static void run_shutdown(cthread_t *t)
         rmq_log_error("lua", "thread %d: shutdown hook failed: %s", t->index + 1, err);
 }
 
+/* The consume thread records its Lua heap for rmq__pool_lua_memory (a field read, no GC). */
+static void note_lua_memory(cthread_t *t)
+{
+    int64_t kb = lua_gc(t->L, LUA_GCCOUNT, 0), b = lua_gc(t->L, LUA_GCCOUNTB, 0);
+    __atomic_store_n(&t->lua_bytes, kb * 1024 + b, __ATOMIC_RELAXED);
+}
+
 static void thread_main(void *arg)
 {
     cthread_t *t = arg;
@@ -460,6 +468,7 @@ static void thread_main(void *arg)
     }
     set_state(t, CT_IDLE);
     uv_cond_broadcast(&p->start_cond);
+    note_lua_memory(t);
     for (;;) {
         rmq_batch_t *b = bq_pop(&t->q);
         int shared = 0;
@@ -484,7 +493,10 @@ static void thread_main(void *arg)
             uv_mutex_unlock(&p->mu);
             if (next) uv_cond_signal(&next->cond);
 
+            rmq_batch_run_t run = {.start_ns = (int64_t)uv_hrtime()};
             run_batch(t, b);
+            run.end_ns = (int64_t)uv_hrtime();
+            note_lua_memory(t);
 
             uv_mutex_lock(&p->mu);
             if (t->abandoned) break; /* stop already returned its batch */
@@ -495,6 +507,9 @@ static void thread_main(void *arg)
                 b->status = RMQ_CONSUME_NOT_RUN;
                 b->ack_count = 0;
             }
+            run.timed_out = t->interrupted && t->interrupt_why &&
+                            !strcmp(t->interrupt_why, "consume_timeout");
+            if (p->o.ran) p->o.ran(p->o.ud, b, &run);
             set_state(t, CT_IDLE);
             post_done(p, b);
             if (p->stopping) uv_cond_broadcast(&p->start_cond);
@@ -795,6 +810,12 @@ int rmq__pool_pending(const rmq_pool_t *p)
 int rmq__pool_nthreads(const rmq_pool_t *p)
 {
     return p->n;
+}
+
+int64_t rmq__pool_lua_memory(const rmq_pool_t *p, int i)
+{
+    if (i < 0 || i >= p->n) return 0;
+    return __atomic_load_n(&p->t[i].lua_bytes, __ATOMIC_RELAXED);
 }
 
 int64_t rmq__pool_errors(const rmq_pool_t *p)

@@ -41,6 +41,15 @@ typedef void (*rmq_pool_done_cb)(void *ud, rmq_batch_t *batch);
  */
 typedef int (*rmq_pool_begin_cb)(void *ud, rmq_batch_t *batch, int64_t start_ms);
 
+/* What a consume thread measured about one run of a batch (uv_hrtime clock, ns). */
+typedef struct rmq_batch_run {
+    int64_t start_ns, end_ns; /* the handler call */
+    int timed_out;            /* interrupted for running past consume_timeout */
+} rmq_batch_run_t;
+/* Called on the consume thread right after a batch ran, before it goes back: keep it to a few
+ * stores into the batch's own bookkeeping (no locks, no logging). */
+typedef void (*rmq_pool_ran_cb)(void *ud, rmq_batch_t *batch, const rmq_batch_run_t *run);
+
 typedef struct rmq_pool_opts {
     const char *script_path; /* the consumer script */
     int nthreads;            /* consume_thread_min */
@@ -65,6 +74,7 @@ typedef struct rmq_pool_opts {
      * `rmqlua redrive --where` run their scripts through these. */
     const char *loader_module;
     const char *dispatch_module;
+    rmq_pool_ran_cb ran; /* optional (statistics) */
 } rmq_pool_opts_t;
 
 /*
@@ -127,6 +137,8 @@ int rmq__pool_pending(const rmq_pool_t *p);
 int rmq__pool_running(const rmq_pool_t *p);
 /* Number of consume threads. */
 int rmq__pool_nthreads(const rmq_pool_t *p);
+/* Bytes of Lua heap of consume thread i (after its last batch, or its init). Any thread. */
+int64_t rmq__pool_lua_memory(const rmq_pool_t *p, int i);
 /* Handler errors (raised or timed out) since start. Any thread. */
 int64_t rmq__pool_errors(const rmq_pool_t *p);
 /*

@@ -26,6 +26,7 @@
 #include "producer.h"
 #include "remoting.h"
 #include "script.h"
+#include "stats.h"
 #include "subscription.h"
 #include "tls.h"
 
@@ -74,10 +75,7 @@ typedef struct rmq_csub {
     int have_route;
     int route_inflight;
     int check_state; /* RMQ_CHECK_*: CHECK_CLIENT_CONFIG of a non-TAG subscription */
-    /* ConsumeStatus counters for GET_CONSUMER_RUNNING_INFO (messages of this topic's queues) */
-    int64_t n_ok, n_failed, n_pulled, n_pulls;
-    double consume_rt_sum, pull_rt_sum;
-    int64_t consume_rt_n;
+    rmq_topic_stats_t st;  /* statistics of this topic's queues (stats.h) */
 } rmq_csub_t;
 
 /* ---- owned queue ------------------------------------------------------------------------------ */
@@ -115,6 +113,7 @@ typedef struct rmq_qent {
     /* flow.c: parked while the script paused pulling or waiting for consume_tps_limit tokens */
     int flow_parked, flow_go, flow_reserved;
     struct rmq_qent *flow_next;
+    int64_t pull_sent_ns;  /* uv_hrtime() when the pull in flight was sent (stats) */
 } rmq_qent_t;
 
 /* ---- batch in flight -------------------------------------------------------------------------- */
@@ -133,6 +132,7 @@ typedef struct rmq_cbatch {
     struct rmq_direct *direct; /* CONSUME_MESSAGE_DIRECTLY: no queue; answered when done */
     int n_pending;          /* send-backs still in flight for this batch */
     int n_retry;            /* messages collected for the local retry */
+    rmq_batch_run_t run;    /* handler timing, written by the consume thread (stats) */
     rmq_msg_t *msgs[];      /* b.n views */
 } rmq_cbatch_t;
 
@@ -211,11 +211,7 @@ struct rmq_consumer {
     int64_t last_consumed, last_pulled, last_stats_ms;
     uv_mutex_t stats_mu;
     rmq_consumer_stats_t snap;
-    /* ConsumeStatus for GET_CONSUMER_RUNNING_INFO */
-    double pull_rt_sum;
-    int64_t pull_rt_n;
-    double consume_rt_sum;
-    int64_t consume_rt_n;
+    rmq_cstats_t stats;     /* stats.c: metrics, on_stats, health */
 };
 
 /* client.c */
@@ -315,6 +311,28 @@ void rmq__reload_close(rmq_consumer_t *c);
 
 /* client.c: the result of a CONSUME_MESSAGE_DIRECTLY batch (answers the broker, frees it). */
 void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb);
+
+/* stats.c (stats.h): the live counters, where things happen; one call each */
+void rmq__stats_pulled(rmq_qent_t *q, rmq_msgset_t *set, int n);   /* FOUND, after the filter */
+void rmq__stats_pull_done(rmq_qent_t *q, int err, int code);      /* any pull outcome */
+void rmq__stats_consumed(rmq_qent_t *q, int ok, int failed);
+void rmq__stats_sent_back(rmq_qent_t *q, int dlq);
+void rmq__stats_timeout(rmq_qent_t *q);                           /* a batch hit consume_timeout */
+void rmq__stats_batch_done(rmq_consumer_t *c, rmq_cbatch_t *cb);  /* a batch came back, ran */
+void rmq__stats_ran(void *ud, rmq_batch_t *b, const rmq_batch_run_t *run); /* pool's ran hook */
+/* Transport on_open / on_close (ud = consumer): reconnects, name-server connectivity. */
+void rmq__stats_on_open(rmq_conn_t *conn, void *ud);
+void rmq__stats_on_close(rmq_conn_t *conn, int err, const char *why, void *ud);
+/* Lifecycle: init in rmq__consumer_new; start when running (the metrics endpoint, on_stats):
+ * 0 or an error with errstr; tick every second (sampling, snapshot); close with the other
+ * handles; free in rmq__consumer_destroy (stops the endpoint). */
+void rmq__stats_init(rmq_consumer_t *c);
+int rmq__stats_start(rmq_consumer_t *c, char *errstr, size_t errstr_size);
+void rmq__stats_tick(rmq_consumer_t *c);
+/* After a reload: (re)start or stop the on_stats timer for the new hooks and interval. */
+void rmq__stats_reconf(rmq_consumer_t *c);
+void rmq__stats_close(rmq_consumer_t *c);
+void rmq__stats_free(rmq_consumer_t *c);
 
 /* offset_store.c */
 void rmq__offset_update(rmq_qent_t *q, int64_t off, int increase_only);

@@ -511,6 +511,7 @@ int rmq__msgset_decode_ex(rmq_rbuf_t *frame, const char *body, size_t len, const
     set->lost_at = len;
     set->lost_queue_offset = -1;
     set->infl = NULL;
+    set->recv_ns = 0;
     set->broker_name = (char *)(set->msgs + nmax);
     if (bnlen) memcpy(set->broker_name, broker_name, bnlen);
     set->broker_name[bnlen] = '\0';

@@ -67,6 +67,7 @@ typedef struct rmq_msgset {
     size_t mem;              /* bytes the set keeps alive: its frame, its allocation and the
                               * inflated bodies (what flow control counts, process_queue.h) */
     int pq_held;             /* its messages held in a process queue (loop thread only) */
+    int64_t recv_ns;         /* uv_hrtime() when its pull response arrived (stats), 0 unknown */
 } rmq_msgset_t;
 
 /* rmq__msgset_decode_ex() flags. */

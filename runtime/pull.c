@@ -125,6 +125,7 @@ void rmq__pull_now(rmq_qent_t *q)
     rmq__cmd_set_ext(&cmd, "expressionType", s->sd->expression_type);
     rmq__qent_keep(q);
     q->pull_inflight = 1;
+    q->pull_sent_ns = (int64_t)uv_hrtime();
     int rc = rmq__remoting_request(c->rt, addr, &cmd, RMQ_PULL_TIMEOUT_MS, on_pull_resp, q);
     rmq__cmd_free(&cmd);
     rmq_dbg(RMQ_DBG_PULL, "pull", "%s: PULL offset=%" PRId64 " sysFlag=%d commit=%" PRId64
@@ -174,7 +175,7 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp, int64_t min_off, int64_
     }
     c->n_pulled += nk;
     rmq__flow_charge(q, nk);
-    if (q->sub) q->sub->n_pulled += nk;
+    rmq__stats_pulled(q, set, nk);
     if (nk > 0 && keep[0]->queue_offset < q->next_offset)
         rmq_log_warn("pull", "[BUG] %s: first message offset %" PRId64 " < pulled offset %"
                      PRId64, q->name, keep[0]->queue_offset, q->next_offset);
@@ -263,13 +264,7 @@ static void on_pull_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         rmq__qent_release(q);
         return;
     }
-    double rt = (double)(rmq__mono_ms() - q->last_pull_ms);
-    c->pull_rt_sum += rt;
-    c->pull_rt_n++;
-    if (q->sub) {
-        q->sub->pull_rt_sum += rt;
-        q->sub->n_pulls++;
-    }
+    rmq__stats_pull_done(q, err, err ? 0 : resp->code);
     if (err) {
         rmq_log_warn("pull", "%s: pull failed: %s", q->name, errmsg);
         exception_later(q);

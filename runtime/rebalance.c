@@ -413,6 +413,7 @@ static void rb_round(uv_timer_t *t)
         return;
     }
     rb_set_state(c, RMQ_RB_RUNNING);
+    c->stats.rebalances++;
     c->rb_outstanding = 1;
     c->rb_changed = 0;
     int need_route = 0;

@@ -141,6 +141,7 @@ static const struct {
     {"local_offset_store_dir", "the offset file was opened at start"},
     {"log_format", "the log writer was started with it"},
     {"log_file", "the log writer opened it at start (SIGUSR1 reopens it)"},
+    {"metrics_listen", "the metrics endpoint was started on it"},
 };
 
 static int same_value(const rmq_conf_t *a, const rmq_conf_t *b, const rmq_conf_prop_t *p)
@@ -215,6 +216,7 @@ static void work(uv_work_t *w)
     pl.consumer_group = conf->consumer_group;
     pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(conf);
     pl.begin = rmq__consume_begin;
+    pl.ran = rmq__stats_ran;
     pl.shdicts = c->shdicts;
     pl.flow = c->flow;
     pl.defer_init = 1;
@@ -433,6 +435,7 @@ static void commit(rmq_reload_t *r)
         }
     }
     rmq__flow_set_limit(c->flow, cf->consume_tps_limit, cf->pull_batch_size);
+    rmq__stats_reconf(c); /* the new script's on_stats hook and stats_interval_ms */
     retimer(&c->t_route, old->poll_name_server_interval, cf->poll_name_server_interval);
     retimer(&c->t_heartbeat, old->heartbeat_broker_interval, cf->heartbeat_broker_interval);
     retimer(&c->t_persist, old->persist_consumer_offset_interval,

@@ -1,6 +1,6 @@
 /*
  * script.c -- the consumer script's control state (script.h): configuration from the returned
- * table, and the allocate / on_assign / on_revoke hooks on the loop thread.
+ * table, and the allocate / on_assign / on_revoke / on_stats hooks on the loop thread.
  *
  * Ownership: an rmq_script_t owns its lua_State; hook arguments are copied into it.
  * Threads: one thread at a time (the loop thread, or the CLI's main thread for check/run set-up).
@@ -10,6 +10,7 @@
 #include "allocate.h"
 #include "conf.h"
 #include "lua_state.h"
+#include "stats.h"
 
 #include <lauxlib.h>
 
@@ -20,7 +21,7 @@ struct rmq_script {
     lua_State *L;
     char *path;
     unsigned hooks;
-    int ref_allocate, ref_on_assign, ref_on_revoke;
+    int ref_allocate, ref_on_assign, ref_on_revoke, ref_on_stats;
     char **files; /* rmq__script_files */
     int nfiles;
 };
@@ -32,7 +33,7 @@ static const struct {
     {"consume", RMQ_HOOK_CONSUME},     {"consume_orderly", RMQ_HOOK_CONSUME_ORDERLY},
     {"allocate", RMQ_HOOK_ALLOCATE},   {"init", RMQ_HOOK_INIT},
     {"shutdown", RMQ_HOOK_SHUTDOWN},   {"on_assign", RMQ_HOOK_ON_ASSIGN},
-    {"on_revoke", RMQ_HOOK_ON_REVOKE},
+    {"on_revoke", RMQ_HOOK_ON_REVOKE}, {"on_stats", RMQ_HOOK_ON_STATS},
 };
 
 /* Apply spec.__options and spec.__subscribe (spec at index si) to conf. */
@@ -223,6 +224,8 @@ int rmq__script_load_ex(const char *path, rmq_shdicts_t *shdicts, rmq_flow_t *fl
     s->ref_on_assign = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_getfield(L, si, "on_revoke");
     s->ref_on_revoke = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_getfield(L, si, "on_stats");
+    s->ref_on_stats = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, 0);
     collect_files(s);
     *out = s;
@@ -401,4 +404,15 @@ void rmq__script_on_assign(rmq_script_t *s, const rmq_mq_t *mqs, int n)
 void rmq__script_on_revoke(rmq_script_t *s, const rmq_mq_t *mqs, int n)
 {
     call_mq_hook(s, s->ref_on_revoke, RMQ_HOOK_ON_REVOKE, "on_revoke", mqs, n);
+}
+
+void rmq__script_on_stats(rmq_script_t *s, const rmq_stats_snap_t *snap)
+{
+    if (!(s->hooks & RMQ_HOOK_ON_STATS)) return;
+    lua_State *L = s->L;
+    char err[4096];
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_on_stats);
+    rmq__stats_push_lua(L, snap);
+    if (rmq__lua_pcall(L, 1, 0, err, sizeof(err)))
+        rmq_log_error("lua", "on_stats hook of %s failed: %s", s->path, err);
 }

@@ -1,6 +1,7 @@
 /*
  * script.h -- the consumer script's control state: the script loaded once on the loop thread
- * for configuration, validation and the control hooks (allocate, on_assign, on_revoke).
+ * for configuration, validation and the control hooks (allocate, on_assign, on_revoke,
+ * on_stats).
  *
  * The script contract (what `return { ... }` may hold) is documented in lua/rmq/script.lua and
  * the examples. Options are applied to an rmq_conf_t with rmq__conf_set(); `subscribe` with
@@ -21,6 +22,7 @@
 typedef struct rmq_conf rmq_conf_t;
 typedef struct rmq_mq rmq_mq_t; /* route.h: { char *topic; char *broker_name; int queue_id; } */
 typedef struct rmq_script rmq_script_t;
+typedef struct rmq_stats_snap rmq_stats_snap_t; /* stats.h */
 
 /* Which optional hooks a script defines (rmq__script_hooks()). */
 enum {
@@ -30,7 +32,8 @@ enum {
     RMQ_HOOK_INIT = 1 << 3,
     RMQ_HOOK_SHUTDOWN = 1 << 4,
     RMQ_HOOK_ON_ASSIGN = 1 << 5,
-    RMQ_HOOK_ON_REVOKE = 1 << 6
+    RMQ_HOOK_ON_REVOKE = 1 << 6,
+    RMQ_HOOK_ON_STATS = 1 << 7
 };
 
 /*
@@ -97,5 +100,12 @@ void rmq__script_on_revoke(rmq_script_t *s, const rmq_mq_t *mqs, int n);
 #define RMQ_SCRIPT_LISTENER_MSG                                                                    \
     "option message_listener is set by the runtime from the script's hooks (consume: "             \
     "CONCURRENTLY, consume_orderly: ORDERLY); a script does not set it"
+
+/*
+ * on_stats(snapshot) with the stats snapshot as a Lua table (the shape of the /stats JSON
+ * document, stats.h). Errors are logged (subsystem "lua") and otherwise ignored. No-op without
+ * the hook.
+ */
+void rmq__script_on_stats(rmq_script_t *s, const rmq_stats_snap_t *snap);
 
 #endif

@@ -6,14 +6,14 @@
 --   subscribe = { Topic = "TagA || TagB" },       -- topic -> tag expression ("*" for all), or a
 --                                                 --   selector: rmq.sql92("a > 5") (SQL92)
 --   consume = function(msgs, ctx) ... end,        -- or consume_orderly (exactly one)
---   allocate, init, shutdown, on_assign, on_revoke  -- optional hooks
+--   allocate, init, shutdown, on_assign, on_revoke, on_stats  -- optional hooks
 --   shared = { counters = "16m" },                -- shared dictionaries (rmq.shared.NAME)
 -- Option values are strings, numbers or booleans; enumerated options take the Java constant's
 -- name as a string. Errors name the file and the line.
 local M = {}
 
 M.HOOKS = { consume = true, consume_orderly = true, allocate = true, init = true,
-  shutdown = true, on_assign = true, on_revoke = true }
+  shutdown = true, on_assign = true, on_revoke = true, on_stats = true }
 
 local function read_file(path)
   local f, err = io.open(path, "rb")
@@ -180,7 +180,7 @@ local function load_script(path)
       elseif tv == "boolean" then text = tostring(v)
       elseif tv == "function" then
         fail(line, "unknown hook or option '" .. k .. "' (hooks: consume, consume_orderly, "
-          .. "allocate, init, shutdown, on_assign, on_revoke)")
+          .. "allocate, init, shutdown, on_assign, on_revoke, on_stats)")
       else
         fail(line, "option '" .. k .. "' must be a string, number or boolean, got " .. tv)
       end
