@@ -578,11 +578,22 @@ static void lbl(rmq_buf_t *b, const char *k, const char *v)
 
 static void val_i64(rmq_buf_t *b, int64_t v) { rmq__buf_appendf(b, "} %" PRId64 "\n", v); }
 
+/* The shortest of %.15g..%.17g that reads back as v (0.03, not 0.029999999999999999). */
+static const char *dbl(char *out, size_t n, double v)
+{
+    if (isnan(v)) return "NaN";
+    if (isinf(v)) return v < 0 ? "-Inf" : "+Inf";
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(out, n, "%.*g", prec, v);
+        if (strtod(out, NULL) == v) break;
+    }
+    return out;
+}
+
 static void val_f(rmq_buf_t *b, double v)
 {
-    if (isnan(v)) rmq__buf_append(b, "} NaN\n", 6);
-    else if (isinf(v)) rmq__buf_appendf(b, "} %sInf\n", v < 0 ? "-" : "+");
-    else rmq__buf_appendf(b, "} %.17g\n", v);
+    char num[40];
+    rmq__buf_appendf(b, "} %s\n", dbl(num, sizeof(num), v));
 }
 
 typedef struct {
@@ -729,10 +740,11 @@ void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *pr
     }
 
     /* The standard process series (names and meaning of the Prometheus client libraries). */
+    char num[40];
     double cpu = proc && proc->ok ? proc->cpu_seconds : s->cpu_seconds;
     double start = proc && proc->ok && proc->start_time_s ? proc->start_time_s : s->process_start_s;
     family(out, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");
-    rmq__buf_appendf(out, "process_cpu_seconds_total %.17g\n", cpu);
+    rmq__buf_appendf(out, "process_cpu_seconds_total %s\n", dbl(num, sizeof(num), cpu));
     if (proc && proc->ok) {
         family(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
         rmq__buf_appendf(out, "process_resident_memory_bytes %" PRId64 "\n", proc->rss_bytes);
@@ -746,7 +758,7 @@ void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *pr
     if (start > 0) {
         family(out, "process_start_time_seconds", "gauge",
                "Start time of the process since unix epoch in seconds.");
-        rmq__buf_appendf(out, "process_start_time_seconds %.17g\n", start);
+        rmq__buf_appendf(out, "process_start_time_seconds %s\n", dbl(num, sizeof(num), start));
     }
 }
 
