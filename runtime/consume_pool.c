@@ -86,7 +86,8 @@ typedef struct cthread {
     int abandoned;      /* stop gave up on it: it must not post its batch */
     int woken;          /* signalled for a shared batch and not yet awake (under p->mu;
                          * counted in p->waking) */
-    int64_t lua_bytes;  /* its Lua heap after the last batch (relaxed atomic: any thread reads) */
+    int64_t lua_bytes;  /* its Lua heap (relaxed atomic: any thread reads) */
+    unsigned since_note;/* batches since lua_bytes was last noted */
 } cthread_t;
 
 struct rmq_pool {
@@ -427,11 +428,13 @@ static void run_shutdown(cthread_t *t)
         rmq_log_error("lua", "thread %d: shutdown hook failed: %s", t->index + 1, err);
 }
 
-/* The consume thread records its Lua heap for rmq__pool_lua_memory (a field read, no GC). */
+/* The consume thread records its Lua heap for rmq__pool_lua_memory (a field read, no GC): after
+ * init, every 64th batch and whenever it runs out of work. */
 static void note_lua_memory(cthread_t *t)
 {
     int64_t kb = lua_gc(t->L, LUA_GCCOUNT, 0), b = lua_gc(t->L, LUA_GCCOUNTB, 0);
     __atomic_store_n(&t->lua_bytes, kb * 1024 + b, __ATOMIC_RELAXED);
+    t->since_note = 0;
 }
 
 static void thread_main(void *arg)
@@ -496,7 +499,7 @@ static void thread_main(void *arg)
             rmq_batch_run_t run = {.start_ns = (int64_t)uv_hrtime()};
             run_batch(t, b);
             run.end_ns = (int64_t)uv_hrtime();
-            note_lua_memory(t);
+            if (++t->since_note == 64) note_lua_memory(t);
 
             uv_mutex_lock(&p->mu);
             if (t->abandoned) break; /* stop already returned its batch */
@@ -516,6 +519,7 @@ static void thread_main(void *arg)
             continue;
         }
         if (p->quit) break;
+        if (t->since_note) note_lua_memory(t);
         uv_cond_wait(&t->cond, &p->mu);
         if (t->woken) {
             t->woken = 0;

@@ -30,10 +30,12 @@
 #define MS_NS 1000000LL
 #define S_NS 1000000000LL
 
-const int64_t rmq__hist_bounds_ns[RMQ_HIST_BOUNDS] = {
+const int64_t rmq__hist_bounds_ns[32] = {
     100000,      250000,      500000,       MS_NS,        2500000,     5000000,     10000000,
     25000000,    50000000,    100000000,    250000000,    500000000,   S_NS,        5 * S_NS / 2,
-    5 * S_NS,    10 * S_NS,   30 * S_NS,    60 * S_NS,    300 * S_NS,  1800 * S_NS, 3600 * S_NS};
+    5 * S_NS,    10 * S_NS,   30 * S_NS,    60 * S_NS,    300 * S_NS,  1800 * S_NS, 3600 * S_NS,
+    INT64_MAX,   INT64_MAX,   INT64_MAX,    INT64_MAX,    INT64_MAX,   INT64_MAX,   INT64_MAX,
+    INT64_MAX,   INT64_MAX,   INT64_MAX,    INT64_MAX};
 
 const char *const rmq__pull_result_names[RMQ_PULL_R_N] = {
     "found", "no_new_msg", "no_matched_msg", "offset_illegal", "broker_error", "failed"};

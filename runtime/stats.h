@@ -35,9 +35,10 @@
 
 /* ---- histograms ------------------------------------------------------------------------------ */
 
-/* Finite upper bounds (le) of every histogram, in ns: 100 us .. 1 h, then +Inf. */
+/* Finite upper bounds (le) of every histogram, in ns: 100 us .. 1 h, then +Inf. The array has
+ * 32 entries, the ones past RMQ_HIST_BOUNDS being INT64_MAX, for a branch-free search. */
 #define RMQ_HIST_BOUNDS 21
-extern const int64_t rmq__hist_bounds_ns[RMQ_HIST_BOUNDS];
+extern const int64_t rmq__hist_bounds_ns[32];
 
 typedef struct rmq_hist {
     int64_t counts[RMQ_HIST_BOUNDS + 1]; /* per bucket (not cumulative); the last one is +Inf */
@@ -45,12 +46,18 @@ typedef struct rmq_hist {
     int64_t sum_ns;
 } rmq_hist_t;
 
-/* Count one observation of ns nanoseconds (negative counts as 0). */
+/* Count one observation of ns nanoseconds (negative counts as 0): the first bucket whose bound
+ * is >= ns, found in five steps without a branch (a lower bound over the 32 entries). */
 static inline void rmq__hist_observe(rmq_hist_t *h, int64_t ns)
 {
+    const int64_t *b = rmq__hist_bounds_ns;
     int i = 0;
     if (ns < 0) ns = 0;
-    while (i < RMQ_HIST_BOUNDS && ns > rmq__hist_bounds_ns[i]) i++;
+    i += (ns > b[i + 15]) ? 16 : 0;
+    i += (ns > b[i + 7]) ? 8 : 0;
+    i += (ns > b[i + 3]) ? 4 : 0;
+    i += (ns > b[i + 1]) ? 2 : 0;
+    i += (ns > b[i]) ? 1 : 0;
     h->counts[i]++;
     h->count++;
     h->sum_ns += ns;

@@ -81,6 +81,17 @@ static void test_hist(void)
     CHECK(h.count == 4);
     CHECK(h.sum_ns == 100000 + 100001 + 4000LL * 1000000000);
     for (int i = 1; i < RMQ_HIST_BOUNDS; i++) CHECK(rmq__hist_bounds_ns[i] > rmq__hist_bounds_ns[i - 1]);
+    /* Every edge: a bound itself lands in its bucket, one ns more in the next one. */
+    for (int i = 0; i < RMQ_HIST_BOUNDS; i++) {
+        memset(&h, 0, sizeof(h));
+        rmq__hist_observe(&h, rmq__hist_bounds_ns[i]);
+        rmq__hist_observe(&h, rmq__hist_bounds_ns[i] + 1);
+        rmq__hist_observe(&h, rmq__hist_bounds_ns[i] - 1);
+        CHECKF(h.counts[i] == 2 && h.counts[i + 1] == 1, "bucket %d", i);
+    }
+    memset(&h, 0, sizeof(h));
+    rmq__hist_observe(&h, INT64_MAX);
+    CHECK(h.counts[RMQ_HIST_BOUNDS] == 1);
 }
 
 static rmq_stats_snap_t *sample_snap(void)
