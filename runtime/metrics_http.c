@@ -3,6 +3,10 @@
  * thread, a listening socket bound here (so port 0 works and the chosen port is known), GET and
  * HEAD on /metrics, /stats and /health.
  *
+ * libmicrohttpd is loaded with dlopen when an endpoint starts, not linked: it brings GnuTLS and
+ * its libraries along (about 2.5 MB resident), which a consumer without metrics_listen (the
+ * default) should not pay for. The .deb depends on its package (libmicrohttpd12).
+ *
  * Ownership: the server owns its socket and the libmicrohttpd daemon; every response body is a
  * malloc'ed buffer handed to libmicrohttpd, which frees it. The publisher is borrowed.
  * Threads: start/stop on the caller's thread; the request handler runs on libmicrohttpd's
@@ -12,6 +16,7 @@
 
 #include <microhttpd.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -22,6 +27,55 @@
 #define CT_PROMETHEUS "text/plain; version=0.0.4; charset=utf-8"
 #define CT_JSON "application/json"
 #define CT_TEXT "text/plain; charset=utf-8"
+
+/* ---- libmicrohttpd, loaded on first use --------------------------------------------------------- */
+
+#define MHD_SONAME "libmicrohttpd.so.12" /* Debian 12's libmicrohttpd12 (0.9.x) */
+
+static struct {
+    __typeof__(MHD_start_daemon) *start_daemon;
+    __typeof__(MHD_quiesce_daemon) *quiesce_daemon;
+    __typeof__(MHD_stop_daemon) *stop_daemon;
+    __typeof__(MHD_create_response_from_buffer_with_free_callback) *response_from_buffer;
+    __typeof__(MHD_add_response_header) *add_response_header;
+    __typeof__(MHD_queue_response) *queue_response;
+    __typeof__(MHD_destroy_response) *destroy_response;
+} mhd;
+static uv_once_t mhd_once = UV_ONCE_INIT;
+static char mhd_err[256];
+
+static void mhd_load(void)
+{
+    /* Kept loaded for the life of the process (a later endpoint reuses it). */
+    void *h = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(mhd_err, sizeof(mhd_err), "the metrics endpoint needs libmicrohttpd "
+                 "(Debian package libmicrohttpd12): %s", dlerror());
+        return;
+    }
+    struct {
+        const char *name;
+        void **fn;
+    } syms[] = {
+        {"MHD_start_daemon", (void **)&mhd.start_daemon},
+        {"MHD_quiesce_daemon", (void **)&mhd.quiesce_daemon},
+        {"MHD_stop_daemon", (void **)&mhd.stop_daemon},
+        {"MHD_create_response_from_buffer_with_free_callback", (void **)&mhd.response_from_buffer},
+        {"MHD_add_response_header", (void **)&mhd.add_response_header},
+        {"MHD_queue_response", (void **)&mhd.queue_response},
+        {"MHD_destroy_response", (void **)&mhd.destroy_response},
+    };
+    for (size_t i = 0; i < RMQ_ARRAY_SIZE(syms); i++) {
+        *syms[i].fn = dlsym(h, syms[i].name);
+        if (!*syms[i].fn) {
+            snprintf(mhd_err, sizeof(mhd_err), "%s has no %s", MHD_SONAME, syms[i].name);
+            mhd.start_daemon = NULL;
+            return;
+        }
+    }
+}
+
+/* ---- the endpoint ------------------------------------------------------------------------------ */
 
 struct rmq_metrics {
     struct MHD_Daemon *d;
@@ -83,16 +137,16 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *ctype,
                                char *body, size_t len)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, body, free);
+    struct MHD_Response *r = mhd.response_from_buffer(len, body, free);
     if (!r) {
         free(body);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    mhd.add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-    enum MHD_Result ok = MHD_queue_response(conn, status, r);
-    MHD_destroy_response(r);
+        mhd.add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result ok = mhd.queue_response(conn, status, r);
+    mhd.destroy_response(r);
     return ok;
 }
 
@@ -213,6 +267,11 @@ int rmq__metrics_start(const char *listen, rmq_stats_pub_t *pub, rmq_metrics_t *
     *out = NULL;
     if (rmq__metrics_parse_listen(listen, host, sizeof(host), &port, errstr, errstr_size))
         return RMQ_ERR_CONFIG;
+    uv_once(&mhd_once, mhd_load);
+    if (!mhd.start_daemon) {
+        rmq__seterr(errstr, errstr_size, "%s", mhd_err);
+        return RMQ_ERR_IO;
+    }
     int fd = bind_listen(host, port, errstr, errstr_size);
     if (fd < 0) return RMQ_ERR_IO;
     struct sockaddr_storage ss;
@@ -233,7 +292,7 @@ int rmq__metrics_start(const char *listen, rmq_stats_pub_t *pub, rmq_metrics_t *
     snprintf(m->address, sizeof(m->address), "%s", *bound ? bound : listen);
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    m->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER,
+    m->d = mhd.start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER,
                             mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
                             MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
                             MHD_OPTION_END);
@@ -256,8 +315,8 @@ void rmq__metrics_stop(rmq_metrics_t *m)
     if (!m) return;
     /* Quiescing hands the listening socket back (else libmicrohttpd closes it itself); it is
      * closed after the stop joined the server thread. */
-    MHD_socket fd = MHD_quiesce_daemon(m->d);
-    MHD_stop_daemon(m->d);
+    MHD_socket fd = mhd.quiesce_daemon(m->d);
+    mhd.stop_daemon(m->d);
     if (fd != MHD_INVALID_SOCKET) close(fd);
     free(m);
 }
