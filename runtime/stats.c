@@ -613,7 +613,8 @@ static const tfield_t topic_counters[] = {
      "Messages sent back for a later retry (CONSUMER_SEND_MSG_BACK, or re-sent to %RETRY%).",
      TF(sent_back)},
     {"rmqlua_dlq_messages_total",
-     "Messages sent to the dead-letter queue (the handler's rmq.DLQ, or orderly retries spent).",
+     "Messages sent to the dead-letter queue (the handler's rmq.DLQ, orderly retries spent, "
+     "undecodable messages).",
      TF(dlq)},
     {"rmqlua_pulled_messages_total", "Messages received in PULL_MESSAGE responses.", TF(pulled)},
     {"rmqlua_consume_timeouts_total", "Batches that ran into consume_timeout.",
@@ -810,6 +811,7 @@ json_t *rmq__stats_json(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc)
     SETI(tot, "failed", t->msgs_failed);
     SETI(tot, "sent_back", t->msgs_retried);
     SETI(tot, "dlq", t->msgs_dlq);
+    SETI(tot, "sent", t->msgs_sent);
     SETI(tot, "pulled", t->msgs_pulled);
     SETR(tot, "consume_rate", t->consume_rate);
     SETR(tot, "pull_rate", t->pull_rate);

@@ -125,7 +125,7 @@ typedef struct rmq_topic_stats {
     int64_t consumed;         /* acknowledged by the handler */
     int64_t failed;           /* not acknowledged (any outcome) */
     int64_t sent_back;        /* sent back for a retry (CONSUMER_SEND_MSG_BACK or re-send) */
-    int64_t dlq;              /* sent to the DLQ (handler's rmq.DLQ, orderly retries spent) */
+    int64_t dlq;              /* sent to the DLQ (rmq.DLQ, orderly retries spent, undecodable) */
     int64_t pulled;           /* received in PULL_MESSAGE responses (after the tag filter) */
     int64_t consume_timeouts; /* batches that ran into consume_timeout */
     int64_t lua_errors;       /* batches whose handler raised (or was interrupted) */

@@ -103,6 +103,7 @@ static void on_bad_sendback(void *ud, int err, rmq_cmd_t *resp, const char *errm
     c->inflight_sendbacks--;
     if (!err && resp->code == RMQ_RESP_SUCCESS) {
         c->n_dlq++;
+        rmq__stats_sent_back(q, 1);
         rmq_log_info("pull", "%s: undecodable message at offset %" PRId64 " stored in %%DLQ%%%s",
                      q->name, b->m->queue_offset, c->group);
         bad_resolve(b);
