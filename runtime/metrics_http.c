@@ -28,7 +28,8 @@
 #define CT_JSON "application/json"
 #define CT_TEXT "text/plain; charset=utf-8"
 
-/* ---- libmicrohttpd, loaded on first use --------------------------------------------------------- */
+/* ---- libmicrohttpd, loaded on first use ---------------------------------------------------------
+ */
 
 #define MHD_SONAME "libmicrohttpd.so.12" /* Debian 12's libmicrohttpd12 (0.9.x) */
 
@@ -49,8 +50,10 @@ static void mhd_load(void)
     /* Kept loaded for the life of the process (a later endpoint reuses it). */
     void *h = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        snprintf(mhd_err, sizeof(mhd_err), "the metrics endpoint needs libmicrohttpd "
-                 "(Debian package libmicrohttpd12): %s", dlerror());
+        snprintf(mhd_err, sizeof(mhd_err),
+                 "the metrics endpoint needs libmicrohttpd "
+                 "(Debian package libmicrohttpd12): %s",
+                 dlerror());
         return;
     }
     struct {
@@ -75,7 +78,8 @@ static void mhd_load(void)
     }
 }
 
-/* ---- the endpoint ------------------------------------------------------------------------------ */
+/* ---- the endpoint ------------------------------------------------------------------------------
+ */
 
 struct rmq_metrics {
     struct MHD_Daemon *d;
@@ -89,8 +93,10 @@ int rmq__metrics_parse_listen(const char *listen, char *host, size_t host_size, 
 {
     const char *colon = listen ? strrchr(listen, ':') : NULL;
     if (!colon || colon == listen) {
-        rmq__seterr(errstr, errstr_size, "\"%s\": expected host:port (127.0.0.1:9100, "
-                    "[::1]:9100, 0.0.0.0:0 for any free port)", listen ? listen : "");
+        rmq__seterr(errstr, errstr_size,
+                    "\"%s\": expected host:port (127.0.0.1:9100, "
+                    "[::1]:9100, 0.0.0.0:0 for any free port)",
+                    listen ? listen : "");
         return -1;
     }
     const char *h = listen;
@@ -129,7 +135,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     size_t n = strlen(msg);
-    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = 0;
     rmq_log_warn("metrics", "%s", msg);
 }
 
@@ -168,9 +175,8 @@ static enum MHD_Result respond_text(struct MHD_Connection *conn, unsigned status
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     rmq_metrics_t *m = cls;
     (void)version;
@@ -183,10 +189,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         is_health = !strcmp(url, "/health");
     if (!is_metrics && !is_stats && !is_health) {
         if (!strcmp(url, "/"))
-            return respond_text(conn, MHD_HTTP_OK, "rmqlua: /metrics (Prometheus), /stats (JSON),"
+            return respond_text(conn, MHD_HTTP_OK,
+                                "rmqlua: /metrics (Prometheus), /stats (JSON),"
                                 " /health");
-        return respond_text(conn, MHD_HTTP_NOT_FOUND, "not found: %s (try /metrics, /stats, "
-                            "/health)", url);
+        return respond_text(conn, MHD_HTTP_NOT_FOUND,
+                            "not found: %s (try /metrics, /stats, "
+                            "/health)",
+                            url);
     }
     rmq_stats_snap_t *s = rmq__stats_acquire(m->pub);
     if (!s) return respond_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "starting: no statistics yet");
@@ -254,13 +263,13 @@ static int bind_listen(const char *host, int port, char *errstr, size_t errstr_s
         }
     }
     freeaddrinfo(res);
-    if (fd < 0) rmq__seterr(errstr, errstr_size, "cannot listen on %s:%d: %s", host, port,
-                            strerror(err));
+    if (fd < 0)
+        rmq__seterr(errstr, errstr_size, "cannot listen on %s:%d: %s", host, port, strerror(err));
     return fd;
 }
 
-int rmq__metrics_start(const char *listen, rmq_stats_pub_t *pub, rmq_metrics_t **out,
-                       char *errstr, size_t errstr_size)
+int rmq__metrics_start(const char *listen, rmq_stats_pub_t *pub, rmq_metrics_t **out, char *errstr,
+                       size_t errstr_size)
 {
     char host[256];
     int port = 0;
@@ -282,8 +291,7 @@ int rmq__metrics_start(const char *listen, rmq_stats_pub_t *pub, rmq_metrics_t *
         if (getnameinfo((struct sockaddr *)&ss, sl, hb, sizeof(hb), pb, sizeof(pb),
                         NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
             port = atoi(pb);
-            snprintf(bound, sizeof(bound), ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", hb,
-                     pb);
+            snprintf(bound, sizeof(bound), ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", hb, pb);
         }
     }
     rmq_metrics_t *m = rmq__xcalloc(1, sizeof(*m));
@@ -292,10 +300,10 @@ int rmq__metrics_start(const char *listen, rmq_stats_pub_t *pub, rmq_metrics_t *
     snprintf(m->address, sizeof(m->address), "%s", *bound ? bound : listen);
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    m->d = mhd.start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER,
-                            mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-                            MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-                            MHD_OPTION_END);
+    m->d =
+        mhd.start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                         NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, 64u,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
     if (!m->d) {
         rmq__seterr(errstr, errstr_size, "cannot start the HTTP server on %s", m->address);
         close(fd);
@@ -306,9 +314,15 @@ int rmq__metrics_start(const char *listen, rmq_stats_pub_t *pub, rmq_metrics_t *
     return 0;
 }
 
-const char *rmq__metrics_address(const rmq_metrics_t *m) { return m->address; }
+const char *rmq__metrics_address(const rmq_metrics_t *m)
+{
+    return m->address;
+}
 
-int rmq__metrics_port(const rmq_metrics_t *m) { return m->port; }
+int rmq__metrics_port(const rmq_metrics_t *m)
+{
+    return m->port;
+}
 
 void rmq__metrics_stop(rmq_metrics_t *m)
 {

@@ -26,8 +26,8 @@ int rmq__metrics_parse_listen(const char *listen, char *host, size_t host_size, 
                               char *errstr, size_t errstr_size);
 
 /* Bind listen and serve pub. Returns 0 and *out, or RMQ_ERR_IO / RMQ_ERR_CONFIG with errstr. */
-int rmq__metrics_start(const char *listen, rmq_stats_pub_t *pub, rmq_metrics_t **out,
-                       char *errstr, size_t errstr_size);
+int rmq__metrics_start(const char *listen, rmq_stats_pub_t *pub, rmq_metrics_t **out, char *errstr,
+                       size_t errstr_size);
 /* "host:port" actually bound (the port chosen when 0 was asked). */
 const char *rmq__metrics_address(const rmq_metrics_t *m);
 int rmq__metrics_port(const rmq_metrics_t *m);

@@ -31,11 +31,10 @@
 #define S_NS 1000000000LL
 
 const int64_t rmq__hist_bounds_ns[32] = {
-    100000,      250000,      500000,       MS_NS,        2500000,     5000000,     10000000,
-    25000000,    50000000,    100000000,    250000000,    500000000,   S_NS,        5 * S_NS / 2,
-    5 * S_NS,    10 * S_NS,   30 * S_NS,    60 * S_NS,    300 * S_NS,  1800 * S_NS, 3600 * S_NS,
-    INT64_MAX,   INT64_MAX,   INT64_MAX,    INT64_MAX,    INT64_MAX,   INT64_MAX,   INT64_MAX,
-    INT64_MAX,   INT64_MAX,   INT64_MAX,    INT64_MAX};
+    100000,    250000,    500000,     MS_NS,       2500000,     5000000,      10000000,  25000000,
+    50000000,  100000000, 250000000,  500000000,   S_NS,        5 * S_NS / 2, 5 * S_NS,  10 * S_NS,
+    30 * S_NS, 60 * S_NS, 300 * S_NS, 1800 * S_NS, 3600 * S_NS, INT64_MAX,    INT64_MAX, INT64_MAX,
+    INT64_MAX, INT64_MAX, INT64_MAX,  INT64_MAX,   INT64_MAX,   INT64_MAX,    INT64_MAX, INT64_MAX};
 
 const char *const rmq__pull_result_names[RMQ_PULL_R_N] = {
     "found", "no_new_msg", "no_matched_msg", "offset_illegal", "broker_error", "failed"};
@@ -68,7 +67,8 @@ rmq_stats_window_t rmq__stats_item_window(const rmq_stats_item_t *it, int minute
     if (n == 0) return w;
     const rmq_call_snap_t *first = &l[0], *last = &l[n - 1];
     w.sum = last->value - first->value;
-    if (last->ts_ms > first->ts_ms) w.tps = (double)w.sum * 1000.0 / (double)(last->ts_ms - first->ts_ms);
+    if (last->ts_ms > first->ts_ms)
+        w.tps = (double)w.sum * 1000.0 / (double)(last->ts_ms - first->ts_ms);
     int64_t td = last->times - first->times;
     if (td > 0) w.avgpt = (double)w.sum / (double)td;
     return w;
@@ -100,7 +100,10 @@ static void sample_topic(rmq_topic_stats_t *t, int minute, int64_t now)
 
 /* ---- live counters: updated where things happen (loop thread) -------------------------------- */
 
-static rmq_topic_stats_t *tstats(rmq_qent_t *q) { return q && q->sub ? &q->sub->st : NULL; }
+static rmq_topic_stats_t *tstats(rmq_qent_t *q)
+{
+    return q && q->sub ? &q->sub->st : NULL;
+}
 
 void rmq__stats_pulled(rmq_qent_t *q, rmq_msgset_t *set, int n)
 {
@@ -117,12 +120,18 @@ void rmq__stats_pull_done(rmq_qent_t *q, int err, int code)
     rmq_topic_stats_t *t = tstats(q);
     if (!t) return;
     int r;
-    if (err) r = RMQ_PULL_R_FAILED;
-    else if (code == RMQ_RESP_SUCCESS) r = RMQ_PULL_R_FOUND;
-    else if (code == RMQ_RESP_PULL_NOT_FOUND) r = RMQ_PULL_R_NO_NEW_MSG;
-    else if (code == RMQ_RESP_PULL_RETRY_IMMEDIATELY) r = RMQ_PULL_R_NO_MATCHED_MSG;
-    else if (code == RMQ_RESP_PULL_OFFSET_MOVED) r = RMQ_PULL_R_OFFSET_ILLEGAL;
-    else r = RMQ_PULL_R_BROKER_ERROR;
+    if (err)
+        r = RMQ_PULL_R_FAILED;
+    else if (code == RMQ_RESP_SUCCESS)
+        r = RMQ_PULL_R_FOUND;
+    else if (code == RMQ_RESP_PULL_NOT_FOUND)
+        r = RMQ_PULL_R_NO_NEW_MSG;
+    else if (code == RMQ_RESP_PULL_RETRY_IMMEDIATELY)
+        r = RMQ_PULL_R_NO_MATCHED_MSG;
+    else if (code == RMQ_RESP_PULL_OFFSET_MOVED)
+        r = RMQ_PULL_R_OFFSET_ILLEGAL;
+    else
+        r = RMQ_PULL_R_BROKER_ERROR;
     t->pulls[r]++;
     if (err) return; /* Java counts the pull RT in PullCallback.onSuccess only */
     int64_t rt = (int64_t)uv_hrtime() - q->pull_sent_ns;
@@ -145,8 +154,10 @@ void rmq__stats_sent_back(rmq_qent_t *q, int dlq)
 {
     rmq_topic_stats_t *t = tstats(q);
     if (!t) return;
-    if (dlq) t->dlq++;
-    else t->sent_back++;
+    if (dlq)
+        t->dlq++;
+    else
+        t->sent_back++;
 }
 
 void rmq__stats_timeout(rmq_qent_t *q)
@@ -193,8 +204,10 @@ static int is_namesrv(const rmq_consumer_t *c, const char *addr)
     while (p && *p) {
         size_t n = strcspn(p, ";");
         const char *s = p, *e = p + n;
-        while (s < e && (*s == ' ' || *s == '\t')) s++;
-        while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
+        while (s < e && (*s == ' ' || *s == '\t'))
+            s++;
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
         if ((size_t)(e - s) > 7 && !strncmp(s, "http://", 7)) s += 7;
         if ((size_t)(e - s) == al && !memcmp(s, addr, al)) return 1;
         p += n;
@@ -210,7 +223,8 @@ void rmq__stats_on_open(rmq_conn_t *conn, void *ud)
     if (rmq__conn_is_server(conn)) return;
     const char *addr = rmq__conn_peer(conn);
     int seen = 0;
-    for (int i = 0; i < st->n_seen && !seen; i++) seen = !strcmp(st->seen_addrs[i], addr);
+    for (int i = 0; i < st->n_seen && !seen; i++)
+        seen = !strcmp(st->seen_addrs[i], addr);
     if (seen) {
         st->reconnects++;
     } else {
@@ -248,8 +262,10 @@ rmq_stats_snap_t *rmq__stats_snap_keep(rmq_stats_snap_t *s)
 void rmq__stats_snap_release(rmq_stats_snap_t *s)
 {
     if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-    for (int i = 0; i < s->n_topics; i++) free(s->topics[i].topic);
-    for (int i = 0; i < s->n_queues; i++) free(s->queues[i].broker);
+    for (int i = 0; i < s->n_topics; i++)
+        free(s->topics[i].topic);
+    for (int i = 0; i < s->n_queues; i++)
+        free(s->queues[i].broker);
     free(s->topics);
     free(s->queues);
     free(s->lua_memory);
@@ -343,7 +359,8 @@ static rmq_stats_snap_t *build(rmq_consumer_t *c)
         rmq__topic_consume_status(t, &o->status);
     }
     int nq = 0;
-    for (rmq_qent_t *q = c->queues; q; q = q->next) nq++;
+    for (rmq_qent_t *q = c->queues; q; q = q->next)
+        nq++;
     s->queues = rmq__xcalloc((size_t)nq + 1, sizeof(*s->queues));
     for (rmq_qent_t *q = c->queues; q; q = q->next) {
         if (!q->sub) continue;
@@ -366,7 +383,8 @@ static rmq_stats_snap_t *build(rmq_consumer_t *c)
     }
     s->n_threads = c->pool ? rmq__pool_nthreads(c->pool) : 0;
     s->lua_memory = rmq__xcalloc((size_t)s->n_threads + 1, sizeof(int64_t));
-    for (int i = 0; i < s->n_threads; i++) s->lua_memory[i] = rmq__pool_lua_memory(c->pool, i);
+    for (int i = 0; i < s->n_threads; i++)
+        s->lua_memory[i] = rmq__pool_lua_memory(c->pool, i);
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) {
         s->cpu_seconds = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
@@ -379,8 +397,8 @@ static rmq_stats_snap_t *build(rmq_consumer_t *c)
 
 /* ---- lifecycle (loop thread) ----------------------------------------------------------------- */
 
-#define MINUTE_SAMPLE_MS (10 * 1000)     /* StatsItemSet: samplingInSeconds every 10 s */
-#define HOUR_SAMPLE_MS (10 * 60 * 1000)  /* samplingInMinutes every 10 min */
+#define MINUTE_SAMPLE_MS (10 * 1000)    /* StatsItemSet: samplingInSeconds every 10 s */
+#define HOUR_SAMPLE_MS (10 * 60 * 1000) /* samplingInMinutes every 10 min */
 
 void rmq__stats_init(rmq_consumer_t *c)
 {
@@ -447,12 +465,16 @@ void rmq__stats_tick(rmq_consumer_t *c)
     rmq_cstats_t *st = &c->stats;
     int64_t now = rmq__mono_ms();
     if (st->next_minute_sample && now >= st->next_minute_sample) {
-        for (int i = 0; i < c->n_subs; i++) sample_topic(&c->subs[i].st, 1, now);
-        while (st->next_minute_sample <= now) st->next_minute_sample += MINUTE_SAMPLE_MS;
+        for (int i = 0; i < c->n_subs; i++)
+            sample_topic(&c->subs[i].st, 1, now);
+        while (st->next_minute_sample <= now)
+            st->next_minute_sample += MINUTE_SAMPLE_MS;
     }
     if (st->next_hour_sample && now >= st->next_hour_sample) {
-        for (int i = 0; i < c->n_subs; i++) sample_topic(&c->subs[i].st, 0, now);
-        while (st->next_hour_sample <= now) st->next_hour_sample += HOUR_SAMPLE_MS;
+        for (int i = 0; i < c->n_subs; i++)
+            sample_topic(&c->subs[i].st, 0, now);
+        while (st->next_hour_sample <= now)
+            st->next_hour_sample += HOUR_SAMPLE_MS;
     }
     refresh_clock(st);
     rmq__stats_publish(st->pub, build(c));
@@ -472,7 +494,8 @@ void rmq__stats_free(rmq_consumer_t *c)
     st->metrics = NULL;
     rmq__stats_pub_destroy(st->pub);
     st->pub = NULL;
-    for (int i = 0; i < st->n_seen; i++) free(st->seen_addrs[i]);
+    for (int i = 0; i < st->n_seen; i++)
+        free(st->seen_addrs[i]);
     free(st->seen_addrs);
     st->seen_addrs = NULL;
     st->n_seen = 0;
@@ -506,8 +529,10 @@ static int read_self_stat(unsigned long long *ut, unsigned long long *stime,
     if (!p) return -1;
     /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime
      * cutime cstime priority nice num_threads itrealvalue starttime vsize rss */
-    int k = sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
-                          "%*d %*d %llu %llu %lld", ut, stime, start, vsize, rss);
+    int k = sscanf(p + 2,
+                   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
+                   "%*d %*d %llu %llu %lld",
+                   ut, stime, start, vsize, rss);
     return k == 5 ? 0 : -1;
 }
 
@@ -551,10 +576,14 @@ void rmq__stats_proc_read(rmq_proc_stats_t *out)
 static void esc_label(rmq_buf_t *b, const char *v)
 {
     for (; *v; v++) {
-        if (*v == '\\') rmq__buf_append(b, "\\\\", 2);
-        else if (*v == '"') rmq__buf_append(b, "\\\"", 2);
-        else if (*v == '\n') rmq__buf_append(b, "\\n", 2);
-        else rmq__buf_append(b, v, 1);
+        if (*v == '\\')
+            rmq__buf_append(b, "\\\\", 2);
+        else if (*v == '"')
+            rmq__buf_append(b, "\\\"", 2);
+        else if (*v == '\n')
+            rmq__buf_append(b, "\\n", 2);
+        else
+            rmq__buf_append(b, v, 1);
     }
 }
 
@@ -578,7 +607,10 @@ static void lbl(rmq_buf_t *b, const char *k, const char *v)
     rmq__buf_append(b, "\"", 1);
 }
 
-static void val_i64(rmq_buf_t *b, int64_t v) { rmq__buf_appendf(b, "} %" PRId64 "\n", v); }
+static void val_i64(rmq_buf_t *b, int64_t v)
+{
+    rmq__buf_appendf(b, "} %" PRId64 "\n", v);
+}
 
 /* The shortest of %.15g..%.17g that reads back as v (0.03, not 0.029999999999999999). */
 static const char *dbl(char *out, size_t n, double v)
@@ -630,8 +662,8 @@ typedef struct {
 
 static const hfield_t topic_hists[] = {
     {"rmqlua_process_time_seconds", "Handler time per batch.", TF(process)},
-    {"rmqlua_await_time_seconds", "From the pull response's arrival to the handler's start, per batch.",
-     TF(await)},
+    {"rmqlua_await_time_seconds",
+     "From the pull response's arrival to the handler's start, per batch.", TF(await)},
     {"rmqlua_delivery_latency_seconds",
      "From the broker's store timestamp to the handler's start, per message.", TF(delivery)},
     {"rmqlua_pull_rt_seconds", "PULL_MESSAGE round trip (long polling included).", TF(pull_rt)},
@@ -643,8 +675,7 @@ static void le_text(char *out, size_t n, int i)
     snprintf(out, n, "%.10g", (double)rmq__hist_bounds_ns[i] / 1e9);
 }
 
-void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc,
-                           rmq_buf_t *out)
+void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc, rmq_buf_t *out)
 {
     char qid[16], le[32];
     for (size_t f = 0; f < RMQ_ARRAY_SIZE(topic_counters); f++) {
@@ -709,7 +740,8 @@ void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *pr
         lbl(out, "thread", qid);
         val_i64(out, s->lua_memory[i]);
     }
-    family(out, "rmqlua_inflight_batches", "gauge", "Batches handed to consume threads, not back yet.");
+    family(out, "rmqlua_inflight_batches", "gauge",
+           "Batches handed to consume threads, not back yet.");
     sample(out, "rmqlua_inflight_batches", "", s);
     val_i64(out, s->totals.inflight_batches);
     family(out, "rmqlua_healthy", "gauge",
@@ -726,8 +758,10 @@ void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *pr
             int64_t cum = 0;
             for (int k = 0; k <= RMQ_HIST_BOUNDS; k++) {
                 cum += h->counts[k];
-                if (k < RMQ_HIST_BOUNDS) le_text(le, sizeof(le), k);
-                else snprintf(le, sizeof(le), "+Inf");
+                if (k < RMQ_HIST_BOUNDS)
+                    le_text(le, sizeof(le), k);
+                else
+                    snprintf(le, sizeof(le), "+Inf");
                 sample(out, name, "_bucket", s);
                 lbl(out, "topic", s->topics[i].topic);
                 lbl(out, "le", le);
@@ -746,7 +780,8 @@ void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *pr
     char num[40];
     double cpu = proc && proc->ok ? proc->cpu_seconds : s->cpu_seconds;
     double start = proc && proc->ok && proc->start_time_s ? proc->start_time_s : s->process_start_s;
-    family(out, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");
+    family(out, "process_cpu_seconds_total", "counter",
+           "Total user and system CPU time spent in seconds.");
     rmq__buf_appendf(out, "process_cpu_seconds_total %s\n", dbl(num, sizeof(num), cpu));
     if (proc && proc->ok) {
         family(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
@@ -773,7 +808,8 @@ static json_t *hist_json(const rmq_hist_t *h)
     int64_t cum = 0;
     for (int k = 0; k <= RMQ_HIST_BOUNDS; k++) {
         cum += h->counts[k];
-        if (k < RMQ_HIST_BOUNDS) json_array_append_new(le, json_real((double)rmq__hist_bounds_ns[k] / 1e9));
+        if (k < RMQ_HIST_BOUNDS)
+            json_array_append_new(le, json_real((double)rmq__hist_bounds_ns[k] / 1e9));
         json_array_append_new(cnt, json_integer(cum));
     }
     json_object_set_new(o, "count", json_integer(h->count));
@@ -833,7 +869,8 @@ json_t *rmq__stats_json(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc)
         SETI(o, "consume_timeouts", tp->consume_timeouts);
         SETI(o, "lua_errors", tp->lua_errors);
         json_t *pr = json_object();
-        for (int r = 0; r < RMQ_PULL_R_N; r++) SETI(pr, rmq__pull_result_names[r], tp->pulls[r]);
+        for (int r = 0; r < RMQ_PULL_R_N; r++)
+            SETI(pr, rmq__pull_result_names[r], tp->pulls[r]);
         json_object_set_new(o, "pull_requests", pr);
         SETI(o, "lag", tp->lag);
         SETI(o, "cached_messages", tp->cached_msgs);
@@ -872,7 +909,8 @@ json_t *rmq__stats_json(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc)
     }
     json_object_set_new(root, "queues", qs);
     json_t *lm = json_array();
-    for (int i = 0; i < s->n_threads; i++) json_array_append_new(lm, json_integer(s->lua_memory[i]));
+    for (int i = 0; i < s->n_threads; i++)
+        json_array_append_new(lm, json_integer(s->lua_memory[i]));
     json_object_set_new(root, "lua_memory_bytes", lm);
     json_t *p = json_object();
     SETR(p, "cpu_seconds_total", proc && proc->ok ? proc->cpu_seconds : s->cpu_seconds);
@@ -898,7 +936,8 @@ static void push_json(lua_State *L, json_t *v)
         const char *k;
         json_t *e;
         lua_createtable(L, 0, (int)json_object_size(v));
-        json_object_foreach(v, k, e) {
+        json_object_foreach(v, k, e)
+        {
             push_json(L, e);
             lua_setfield(L, -2, k);
         }
@@ -908,18 +947,31 @@ static void push_json(lua_State *L, json_t *v)
         size_t i;
         json_t *e;
         lua_createtable(L, (int)json_array_size(v), 0);
-        json_array_foreach(v, i, e) {
+        json_array_foreach(v, i, e)
+        {
             push_json(L, e);
             lua_rawseti(L, -2, (int)i + 1);
         }
         break;
     }
-    case JSON_STRING: lua_pushlstring(L, json_string_value(v), json_string_length(v)); break;
-    case JSON_INTEGER: lua_pushnumber(L, (lua_Number)json_integer_value(v)); break;
-    case JSON_REAL: lua_pushnumber(L, json_real_value(v)); break;
-    case JSON_TRUE: lua_pushboolean(L, 1); break;
-    case JSON_FALSE: lua_pushboolean(L, 0); break;
-    default: lua_pushnil(L); break;
+    case JSON_STRING:
+        lua_pushlstring(L, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        lua_pushnumber(L, (lua_Number)json_integer_value(v));
+        break;
+    case JSON_REAL:
+        lua_pushnumber(L, json_real_value(v));
+        break;
+    case JSON_TRUE:
+        lua_pushboolean(L, 1);
+        break;
+    case JSON_FALSE:
+        lua_pushboolean(L, 0);
+        break;
+    default:
+        lua_pushnil(L);
+        break;
     }
 }
 

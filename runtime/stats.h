@@ -130,10 +130,10 @@ typedef struct rmq_topic_stats {
     int64_t consume_timeouts; /* batches that ran into consume_timeout */
     int64_t lua_errors;       /* batches whose handler raised (or was interrupted) */
     int64_t pulls[RMQ_PULL_R_N];
-    rmq_hist_t process; /* handler time per batch */
-    rmq_hist_t await;   /* pull response received -> handler start, per batch */
-    rmq_hist_t delivery;/* store timestamp -> handler start, per message */
-    rmq_hist_t pull_rt; /* PULL_MESSAGE sent -> answered */
+    rmq_hist_t process;  /* handler time per batch */
+    rmq_hist_t await;    /* pull response received -> handler start, per batch */
+    rmq_hist_t delivery; /* store timestamp -> handler start, per message */
+    rmq_hist_t pull_rt;  /* PULL_MESSAGE sent -> answered */
     /* ConsumerStatsManager's items (ms and message counts, like Java) */
     rmq_stats_item_t j_pull_rt, j_pull_tps, j_consume_rt, j_consume_ok, j_consume_failed;
 } rmq_topic_stats_t;
@@ -146,16 +146,16 @@ typedef struct rmq_metrics rmq_metrics_t;
 
 /* Per consumer, loop thread (embedded in the consumer; stats.c owns it). */
 typedef struct rmq_cstats {
-    int64_t rebalances;     /* rebalance rounds started */
-    int64_t reconnects;     /* client connections opened again to an address seen before */
-    char **seen_addrs;      /* addresses connected to so far */
+    int64_t rebalances; /* rebalance rounds started */
+    int64_t reconnects; /* client connections opened again to an address seen before */
+    char **seen_addrs;  /* addresses connected to so far */
     int n_seen;
-    int ns_connected;       /* the last name-server connection event was an open */
-    char ns_reason[256];    /* why not, when not */
+    int ns_connected;    /* the last name-server connection event was an open */
+    char ns_reason[256]; /* why not, when not */
     int64_t next_minute_sample, next_hour_sample; /* monotonic ms */
-    int64_t wall_minus_mono_ns; /* wall clock - uv_hrtime, refreshed every tick */
-    double process_start_s; /* read once from /proc before the loop runs */
-    rmq_stats_pub_t *pub;   /* the published snapshot */
+    int64_t wall_minus_mono_ns;                   /* wall clock - uv_hrtime, refreshed every tick */
+    double process_start_s;                       /* read once from /proc before the loop runs */
+    rmq_stats_pub_t *pub;                         /* the published snapshot */
     rmq_metrics_t *metrics; /* the HTTP endpoint, when metrics_listen is set */
     uv_timer_t t_on_stats;  /* stats_interval_ms: the on_stats hook */
     int t_on_stats_inited;
@@ -174,8 +174,8 @@ typedef struct rmq_snap_topic {
 } rmq_snap_topic_t;
 
 typedef struct rmq_snap_queue {
-    int topic;          /* index into topics */
-    char *broker;       /* brokerName */
+    int topic;    /* index into topics */
+    char *broker; /* brokerName */
     int queue_id;
     int64_t committed;  /* in-memory committed offset, -1 = none yet */
     int64_t broker_max; /* maxOffset of the last pull response, -1 = unknown */
@@ -188,9 +188,9 @@ typedef struct rmq_stats_snap {
     int64_t time_ms;    /* wall clock when built */
     int64_t started_ms; /* wall clock when the consumer started */
     char *group, *client_id, *namesrv;
-    const char *state;  /* client state name (static) */
+    const char *state; /* client state name (static) */
     int running, namesrv_connected, healthy;
-    char reason[320];   /* one line: why healthy or not */
+    char reason[320]; /* one line: why healthy or not */
     int64_t rebalances, reconnects;
     rmq_consumer_stats_t totals; /* the status line's figures */
     int n_topics, n_queues, n_threads;
@@ -219,8 +219,8 @@ rmq_stats_snap_t *rmq__stats_acquire(rmq_stats_pub_t *p);
 /* ---- process figures (/proc: never on the loop thread) -------------------------------------- */
 
 typedef struct rmq_proc_stats {
-    int ok;              /* 0 when /proc could not be read (the fields below are 0) */
-    double cpu_seconds;  /* user + system */
+    int ok;             /* 0 when /proc could not be read (the fields below are 0) */
+    double cpu_seconds; /* user + system */
     int64_t rss_bytes, vsize_bytes;
     int64_t open_fds, max_fds;
     double start_time_s; /* since the epoch */
@@ -233,8 +233,7 @@ double rmq__stats_proc_start_time(void);
 /* ---- rendering (any thread) --------------------------------------------------------------- */
 
 /* The Prometheus text exposition format 0.0.4 (proc may be NULL: no process_* series). */
-void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc,
-                           rmq_buf_t *out);
+void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc, rmq_buf_t *out);
 /* The snapshot as one JSON object (proc may be NULL). New reference. */
 json_t *rmq__stats_json(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc);
 /* Push the snapshot as a Lua table (the JSON document's shape; numbers, strings, booleans). */

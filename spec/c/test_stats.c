@@ -14,7 +14,10 @@
 
 #include "test_util.h"
 
-static int near(double a, double b) { return fabs(a - b) < 1e-9; }
+static int near(double a, double b)
+{
+    return fabs(a - b) < 1e-9;
+}
 
 static void test_stats_item(void)
 {
@@ -33,7 +36,7 @@ static void test_stats_item(void)
     CHECK(it.minute[0].ts_ms == 90000 && it.minute[0].times == 0 && it.minute[0].value == 0);
     w = rmq__stats_item_window(&it, 1);
     CHECK(w.sum == 80);
-    CHECKF(near(w.tps, 8.0), "%g", w.tps);    /* 80 over 10 s */
+    CHECKF(near(w.tps, 8.0), "%g", w.tps);      /* 80 over 10 s */
     CHECKF(near(w.avgpt, 40.0), "%g", w.avgpt); /* 80 over 2 additions */
     /* Eight more samples: only the last 7 stay (a minute), the sum is last - first. */
     for (int i = 1; i <= 8; i++) {
@@ -73,14 +76,15 @@ static void test_hist(void)
 {
     rmq_hist_t h;
     memset(&h, 0, sizeof(h));
-    rmq__hist_observe(&h, 100000);  /* exactly 0.0001 s: the first bucket (le is inclusive) */
-    rmq__hist_observe(&h, 100001);  /* just above: the second */
-    rmq__hist_observe(&h, -5);      /* clock skew counts as 0 */
+    rmq__hist_observe(&h, 100000); /* exactly 0.0001 s: the first bucket (le is inclusive) */
+    rmq__hist_observe(&h, 100001); /* just above: the second */
+    rmq__hist_observe(&h, -5);     /* clock skew counts as 0 */
     rmq__hist_observe(&h, 4000LL * 1000000000); /* past the last bound: +Inf */
     CHECK(h.counts[0] == 2 && h.counts[1] == 1 && h.counts[RMQ_HIST_BOUNDS] == 1);
     CHECK(h.count == 4);
     CHECK(h.sum_ns == 100000 + 100001 + 4000LL * 1000000000);
-    for (int i = 1; i < RMQ_HIST_BOUNDS; i++) CHECK(rmq__hist_bounds_ns[i] > rmq__hist_bounds_ns[i - 1]);
+    for (int i = 1; i < RMQ_HIST_BOUNDS; i++)
+        CHECK(rmq__hist_bounds_ns[i] > rmq__hist_bounds_ns[i - 1]);
     /* Every edge: a bound itself lands in its bucket, one ns more in the next one. */
     for (int i = 0; i < RMQ_HIST_BOUNDS; i++) {
         memset(&h, 0, sizeof(h));
@@ -132,20 +136,24 @@ static void test_render(void)
     rmq__buf_append(&b, "", 1);
     const char *t = b.data;
     /* Label values escaped: \ " and newline. */
-    CHECKF(strstr(t, "rmqlua_consumed_messages_total{group=\"g\\\"1\\\\\",topic=\"T\\nx\"} 42\n") != NULL,
+    CHECKF(strstr(t, "rmqlua_consumed_messages_total{group=\"g\\\"1\\\\\",topic=\"T\\nx\"} 42\n") !=
+               NULL,
            "%s", t);
     CHECK(strstr(t, "# HELP rmqlua_consumed_messages_total ") != NULL);
     CHECK(strstr(t, "# TYPE rmqlua_consumed_messages_total counter\n") != NULL);
     CHECK(strstr(t, ",result=\"found\"} 3\n") != NULL);
     CHECK(strstr(t, ",broker=\"broker-a\",queue=\"3\"} 9\n") != NULL);
-    CHECK(strstr(t, "rmqlua_committed_offset{group=\"g\\\"1\\\\\",topic=\"T\\nx\",broker=\"broker-a\",queue=\"3\"} -1\n") != NULL);
+    CHECK(strstr(t, "rmqlua_committed_offset{group=\"g\\\"1\\\\\",topic=\"T\\nx\",broker=\"broker-"
+                    "a\",queue=\"3\"} -1\n") != NULL);
     CHECK(strstr(t, "rmqlua_lua_memory_bytes{group=\"g\\\"1\\\\\",thread=\"2\"} 12345\n") != NULL);
     /* Cumulative buckets: 2 ms falls in le=0.0025, 20 ms in le=0.025. */
     CHECK(strstr(t, "le=\"0.001\"} 0\n") != NULL);
     CHECK(strstr(t, "le=\"0.0025\"} 1\n") != NULL);
     CHECK(strstr(t, "le=\"0.025\"} 2\n") != NULL);
     CHECK(strstr(t, "le=\"+Inf\"} 2\n") != NULL);
-    CHECK(strstr(t, "rmqlua_process_time_seconds_count{group=\"g\\\"1\\\\\",topic=\"T\\nx\"} 2\n") != NULL);
+    CHECK(
+        strstr(t, "rmqlua_process_time_seconds_count{group=\"g\\\"1\\\\\",topic=\"T\\nx\"} 2\n") !=
+        NULL);
     CHECK(strstr(t, "# TYPE process_cpu_seconds_total counter\n") != NULL);
     CHECK(strstr(t, "process_open_fds") == NULL); /* no /proc figures were given */
     /* Every line is a comment or a sample ending in a number. */
@@ -161,11 +169,11 @@ static void test_render(void)
     rmq__stats_proc_read(&p);
     CHECK(p.ok && p.rss_bytes > 0 && p.open_fds > 0 && p.cpu_seconds >= 0 && p.start_time_s > 1e9);
     json_t *j = rmq__stats_json(s, &p);
-    CHECK(json_integer_value(json_object_get(json_object_get(json_object_get(j, "topics"),
-                                                             "T\nx"), "consumed")) == 42);
-    json_t *h = json_object_get(json_object_get(json_object_get(json_object_get(j, "topics"),
-                                                                "T\nx"), "histograms"),
-                                "process_time_seconds");
+    CHECK(json_integer_value(json_object_get(json_object_get(json_object_get(j, "topics"), "T\nx"),
+                                             "consumed")) == 42);
+    json_t *h = json_object_get(
+        json_object_get(json_object_get(json_object_get(j, "topics"), "T\nx"), "histograms"),
+        "process_time_seconds");
     CHECK(json_array_size(json_object_get(h, "le")) == RMQ_HIST_BOUNDS);
     CHECK(json_array_size(json_object_get(h, "counts")) == RMQ_HIST_BOUNDS + 1);
     CHECK(json_integer_value(json_object_get(json_object_get(j, "process"), "open_fds")) > 0);
@@ -188,11 +196,13 @@ static void test_listen(void)
 {
     char host[64], err[256];
     int port = -1;
-    CHECK(rmq__metrics_parse_listen("127.0.0.1:9100", host, sizeof(host), &port, err, sizeof(err)) == 0);
+    CHECK(rmq__metrics_parse_listen("127.0.0.1:9100", host, sizeof(host), &port, err,
+                                    sizeof(err)) == 0);
     CHECK(!strcmp(host, "127.0.0.1") && port == 9100);
     CHECK(rmq__metrics_parse_listen("[::1]:0", host, sizeof(host), &port, err, sizeof(err)) == 0);
     CHECK(!strcmp(host, "::1") && port == 0);
-    CHECK(rmq__metrics_parse_listen("localhost:80", host, sizeof(host), &port, err, sizeof(err)) == 0);
+    CHECK(rmq__metrics_parse_listen("localhost:80", host, sizeof(host), &port, err, sizeof(err)) ==
+          0);
     CHECK(rmq__metrics_parse_listen("9100", NULL, 0, NULL, err, sizeof(err)) == -1);
     CHECK(strstr(err, "expected host:port") != NULL);
     CHECK(rmq__metrics_parse_listen("h:65536", NULL, 0, NULL, err, sizeof(err)) == -1);

@@ -55,7 +55,8 @@ local function broker_lag(baddr, group, topic)
   local r = assert(raw.request(baddr, 208, { consumerGroup = group, topic = topic }))
   assert.equal(0, r.code, r.remark)
   local lag, n = 0, 0
-  for t, bo, co in r.body:gmatch('"topic":"([^"]+)"}:{"brokerOffset":(%d+),"consumerOffset":(%d+)') do
+  local pat = '"topic":"([^"]+)"}:{"brokerOffset":(%d+),"consumerOffset":(%d+)'
+  for t, bo, co in r.body:gmatch(pat) do
     if t == topic then
       lag = lag + tonumber(bo) - tonumber(co)
       n = n + 1
@@ -173,7 +174,8 @@ describe("metrics endpoint", function()
         end
       end
     end
-    local pulls = sum(f, "rmqlua_pull_rt_seconds", { topic = TOPIC, __sample = "rmqlua_pull_rt_seconds_count" })
+    local pulls = sum(f, "rmqlua_pull_rt_seconds",
+      { topic = TOPIC, __sample = "rmqlua_pull_rt_seconds_count" })
     assert.is_true(pulls >= 4)
     -- The standard process series.
     assert.is_true(sum(f, "process_cpu_seconds") > 0)
@@ -340,7 +342,8 @@ describe("metrics endpoint", function()
     local rc, txt = helpers.run(helpers.bin .. " run --metrics 127.0.0.1:99999 "
       .. helpers.root .. "/examples/hello.lua")
     assert.equal(2, rc)
-    assert.matches("--metrics: metrics_listen: \"127.0.0.1:99999\": the port must be 0..65535", txt, 1, true)
+    assert.matches("--metrics: metrics_listen: \"127.0.0.1:99999\": the port must be 0..65535",
+      txt, 1, true)
     rc, txt = helpers.run(helpers.bin .. " run --set metrics_listen=nocolon "
       .. helpers.root .. "/examples/hello.lua")
     assert.equal(2, rc)
