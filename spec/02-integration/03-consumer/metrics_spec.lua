@@ -338,6 +338,49 @@ describe("metrics endpoint", function()
     assert.is_nil(cons.read(log):find("on_stats hook", 1, true))
   end)
 
+  it("takes a new on_stats and stats_interval_ms on a reload, not a new metrics_listen",
+    function()
+    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local dir = helpers.tmpdir("metrics-reload")
+    local log, snaps, path = dir .. "/run.log", dir .. "/snaps.txt", dir .. "/reload.lua"
+    local function version(listen, hook)
+      local f = assert(io.open(path .. ".tmp", "w"))
+      f:write(string.format([[
+return {
+  consumer_group = "g_metrics_reload", namesrv_addr = %q,
+  subscribe = { %s = "*" },
+  metrics_listen = %q,
+  stats_interval_ms = 200,
+  consume = function(msgs, ctx) end,
+  %s
+}
+]], ns, TOPIC, listen, hook and string.format([[on_stats = function(s)
+    local f = assert(io.open(%q, "a")); f:write(s.group, "\n"); f:close()
+  end,]], snaps) or ""))
+      f:close()
+      assert(os.rename(path .. ".tmp", path))
+    end
+    version("127.0.0.1:0", false)
+    local pid = helpers.spawn(helpers.bin .. " run " .. path, { log = log, rc = log .. ".rc" })
+    local url = base_url(log)
+    helpers.sleep(0.5)
+    assert.equal(0, cons.count_lines(snaps)) -- no hook yet
+    version("127.0.0.1:0", true)
+    os.execute("kill -HUP " .. pid) -- a reload
+    helpers.wait_until(function() return cons.count_lines(snaps) >= 3 end, 20,
+      "on_stats of the reloaded script")
+    assert.equal("g_metrics_reload", cons.lines(snaps)[1])
+    version("127.0.0.1:1", true)
+    os.execute("kill -HUP " .. pid)
+    helpers.wait_until(function()
+      return cons.read(log):find("metrics_listen cannot change while the consumer runs", 1, true)
+    end, 20, "the refused metrics_listen")
+    assert.equal(200, assert(scrape(url .. "/health")).status) -- the endpoint serves on
+    helpers.kill(pid, "TERM")
+    assert.equal(0, cons.exit_code(log))
+  end)
+
   it("rejects a bad metrics_listen and a port in use", function()
     local rc, txt = helpers.run(helpers.bin .. " run --metrics 127.0.0.1:99999 "
       .. helpers.root .. "/examples/hello.lua")
