@@ -17,6 +17,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <uv.h>
 
 #define MAX_PROPS 64
@@ -44,6 +46,9 @@ typedef struct send_run {
     int window;
     int verbose;
     rmq_cli_conn_t cc; /* --set: the connection options (ACL keys, TLS); a refusal: exit 3 */
+    int64_t rate;         /* --rate: messages per second, 0 = as fast as the window allows */
+    const char *tmpl_file; /* --body-template */
+    rmq_buf_t tmpl;       /* its text */
 
     /* source state */
     int64_t next; /* messages handed to the producer */
@@ -57,6 +62,12 @@ typedef struct send_run {
     int reading;
     char rdbuf[65536];
     rmq_buf_t line; /* the incomplete last line of stdin */
+
+    /* --rate pacing: a 1 ms timer raises the allowance to rate x elapsed time */
+    uv_timer_t pace;
+    int pacing;
+    uint64_t pace_start_ns;
+    int64_t allowed; /* messages that may have been handed to the producer by now */
 
     /* results */
     int64_t sent, failed;
@@ -77,6 +88,11 @@ static void usage(const rmq_cli_conn_t *cc, FILE *out)
         "  (default)            every line of standard input is one message (empty lines skipped)\n"
         "  --count N [--size S] N generated messages of S bytes each (default 100)\n"
         "  --file F             the whole file F as one message\n"
+        "  --count N --body-template F\n"
+        "                       N bodies from the text of file F, where {n} becomes the message\n"
+        "                       number (0..N-1), {n%%K} that number modulo K, and {now_us} the\n"
+        "                       wall clock (CLOCK_REALTIME) in microseconds when the message is\n"
+        "                       handed to the producer; any other text is copied as it is\n"
         "\n"
         "options:\n"
         "  --namesrv ADDR       name server list \"host:port[;host:port]\" (default: "
@@ -89,6 +105,8 @@ static void usage(const rmq_cli_conn_t *cc, FILE *out)
         "  --delay LEVEL        delay level 1..18 (DELAY property)\n"
         "  --group G            producer group (default %s)\n"
         "  --window N           sends in flight at once (default %d)\n"
+        "  --rate R             with --count: hand R messages per second to the producer,\n"
+        "                       paced every millisecond (default: as fast as --window allows)\n"
         "  --timeout MS         send timeout over all attempts (default %d)\n"
         "  --retries N          extra attempts on another queue/broker (default %d)\n"
         "  --compress-over N    zlib-compress bodies of at least N bytes (default %d)\n"
@@ -294,18 +312,99 @@ static void make_body(send_run_t *r)
     r->body.len = (size_t)r->size;
 }
 
+static void append_i64(rmq_buf_t *b, int64_t v)
+{
+    char nb[24];
+    int n = snprintf(nb, sizeof(nb), "%lld", (long long)v);
+    rmq__buf_append(b, nb, (size_t)n);
+}
+
+/* The --body-template text with {n}, {n%K} and {now_us} replaced; other text as it is. */
+static void make_template_body(send_run_t *r)
+{
+    const char *s = r->tmpl.data, *end = s + r->tmpl.len;
+    r->body.len = 0;
+    while (s < end) {
+        const char *open = memchr(s, '{', (size_t)(end - s));
+        if (!open) {
+            rmq__buf_append(&r->body, s, (size_t)(end - s));
+            break;
+        }
+        rmq__buf_append(&r->body, s, (size_t)(open - s));
+        size_t left = (size_t)(end - open);
+        if (left >= 3 && !memcmp(open, "{n}", 3)) {
+            append_i64(&r->body, r->next);
+            s = open + 3;
+        } else if (left >= 8 && !memcmp(open, "{now_us}", 8)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            append_i64(&r->body, (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+            s = open + 8;
+        } else if (left >= 5 && !memcmp(open, "{n%", 3) && open[3] >= '1' && open[3] <= '9') {
+            const char *d = open + 3;
+            int64_t k = 0;
+            while (d < end && *d >= '0' && *d <= '9' && k < INT64_MAX / 10)
+                k = k * 10 + (*d++ - '0');
+            if (d < end && *d == '}') {
+                append_i64(&r->body, r->next % k);
+                s = d + 1;
+            } else {
+                rmq__buf_append_u8(&r->body, '{');
+                s = open + 1;
+            }
+        } else {
+            rmq__buf_append_u8(&r->body, '{');
+            s = open + 1;
+        }
+    }
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* --rate: the allowance grows with the time since the first message, so a late tick catches up
+ * (a burst of at most what the producer's window takes) instead of lowering the rate. */
+static void pace_update(send_run_t *r)
+{
+    uint64_t el = mono_ns() - r->pace_start_ns;
+    r->allowed = (int64_t)((double)r->rate * (double)el / 1e9) + 1;
+}
+
+static void on_pace(uv_timer_t *t)
+{
+    send_run_t *r = t->data;
+    pace_update(r);
+    feed(r);
+}
+
 /* Keep the producer's window full; finish when the source is exhausted and all sends are done. */
 static void feed(send_run_t *r)
 {
     if (r->stopping) return;
     size_t window = (size_t)r->window;
+    if (r->rate && !r->pacing && !r->eof) {
+        r->pacing = 1;
+        r->pace_start_ns = mono_ns();
+        r->allowed = 1;
+        uv_timer_init(&r->loop, &r->pace);
+        r->pace.data = r;
+        uv_timer_start(&r->pace, on_pace, 1, 1);
+    }
     while (!r->eof && rmq__producer_outstanding(r->p) < window) {
+        if (r->rate && r->next >= r->allowed) break;
         if (r->src == SRC_COUNT) {
             if (r->next >= r->count) {
                 r->eof = 1;
                 break;
             }
-            make_body(r);
+            if (r->tmpl_file)
+                make_template_body(r);
+            else
+                make_body(r);
             send_one(r, r->body.data, r->body.len);
         } else if (r->src == SRC_FILE) {
             send_one(r, r->filebuf, r->file_len);
@@ -329,17 +428,22 @@ static void feed(send_run_t *r)
 static void finish(send_run_t *r)
 {
     r->stopping = 1;
+    if (r->pacing) {
+        uv_timer_stop(&r->pace);
+        uv_close((uv_handle_t *)&r->pace, NULL);
+        r->pacing = 0;
+    }
     rmq__producer_destroy(r->p);
     r->p = NULL;
     rmq__remoting_destroy(r->t, NULL, NULL);
     r->t = NULL;
 }
 
-static int read_file(send_run_t *r)
+static int read_whole(const char *path, rmq_buf_t *out)
 {
-    FILE *f = fopen(r->file, "rb");
+    FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "rmqlua send: cannot open %s: %s\n", r->file, strerror(errno));
+        fprintf(stderr, "rmqlua send: cannot open %s: %s\n", path, strerror(errno));
         return -1;
     }
     rmq_buf_t b;
@@ -351,15 +455,23 @@ static int read_file(send_run_t *r)
     int bad = ferror(f);
     fclose(f);
     if (bad) {
-        fprintf(stderr, "rmqlua send: cannot read %s\n", r->file);
+        fprintf(stderr, "rmqlua send: cannot read %s\n", path);
         rmq__buf_free(&b);
         return -1;
     }
     if (b.len == 0) {
-        fprintf(stderr, "rmqlua send: %s is empty (a message body cannot be empty)\n", r->file);
+        fprintf(stderr, "rmqlua send: %s is empty (a message body cannot be empty)\n", path);
         rmq__buf_free(&b);
         return -1;
     }
+    *out = b;
+    return 0;
+}
+
+static int read_file(send_run_t *r)
+{
+    rmq_buf_t b;
+    if (read_whole(r->file, &b)) return -1;
     r->filebuf = b.data;
     r->file_len = b.len;
     return 0;
@@ -449,6 +561,13 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
             if (parse_i64(a, v, 1, RMQ_PRODUCER_MAX_MESSAGE_SIZE, &n)) return 2;
             r->size = n;
             have_size = 1;
+        } else if (!strcmp(a, "--rate")) {
+            NEED_VALUE();
+            if (parse_i64(a, v, 1, 10000000, &n)) return 2;
+            r->rate = n;
+        } else if (!strcmp(a, "--body-template")) {
+            NEED_VALUE();
+            r->tmpl_file = v;
         } else if (!strcmp(a, "--file")) {
             NEED_VALUE();
             r->file = v;
@@ -504,6 +623,18 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
         fprintf(stderr, "rmqlua send: --file and --count exclude each other\n");
         return 2;
     }
+    if (r->tmpl_file && !r->count) {
+        fprintf(stderr, "rmqlua send: --body-template needs --count\n");
+        return 2;
+    }
+    if (r->tmpl_file && have_size) {
+        fprintf(stderr, "rmqlua send: --body-template and --size exclude each other\n");
+        return 2;
+    }
+    if (r->rate && !r->count) {
+        fprintf(stderr, "rmqlua send: --rate needs --count\n");
+        return 2;
+    }
     if (have_size && !r->count) {
         fprintf(stderr, "rmqlua send: --size needs --count\n");
         return 2;
@@ -528,9 +659,11 @@ int rmq__cli_send(int argc, char **argv)
     rmq__buf_init(&r->pattern);
     rmq__buf_init(&r->kbuf);
     rmq__buf_init(&r->line);
+    rmq__buf_init(&r->tmpl);
     int rc = parse_args(r, argc, argv, &po);
     char err[256];
     if (rc == 0 && r->src == SRC_FILE && read_file(r)) rc = 2;
+    if (rc == 0 && r->tmpl_file && read_whole(r->tmpl_file, &r->tmpl)) rc = 2;
     if (rc == 0) {
         /* Check the topic and properties before connecting anywhere (usage errors). */
         const char *bad = NULL;
@@ -588,6 +721,7 @@ int rmq__cli_send(int argc, char **argv)
     rmq__buf_free(&r->pattern);
     rmq__buf_free(&r->kbuf);
     rmq__buf_free(&r->line);
+    rmq__buf_free(&r->tmpl);
     free(r);
     return rc;
 }

@@ -70,6 +70,12 @@ describe("rmqlua send (usage)", function()
       {"send --namesrv 127.0.0.1:1 --topic T --file /nonexistent/x", "cannot open /nonexistent/x"},
       {"send --namesrv 127.0.0.1:1 --topic T --delay 19", "--delay needs an integer in 1..18"},
       {"send --namesrv 127.0.0.1:1 --topic T --property TAGS=x", "--property TAGS: the name is reserved"},
+      {"send --namesrv 127.0.0.1:1 --topic T --rate 100", "--rate needs --count"},
+      {"send --namesrv 127.0.0.1:1 --topic T --count 1 --rate 0", "--rate needs an integer in 1..10000000"},
+      {"send --namesrv 127.0.0.1:1 --topic T --body-template /etc/hostname", "--body-template needs --count"},
+      {"send --namesrv 127.0.0.1:1 --topic T --count 1 --size 5 --body-template /etc/hostname",
+        "--body-template and --size exclude each other"},
+      {"send --namesrv 127.0.0.1:1 --topic T --count 1 --body-template /nonexistent/t", "cannot open /nonexistent/t"},
     }
     for _, c in ipairs(cases) do
       local rc, out = helpers.run("NAMESRV_ADDR= " .. bin .. " " .. c[1] .. " < /dev/null")
@@ -83,7 +89,7 @@ describe("rmqlua send (development broker)", function()
   local db, ns
 
   lazy_setup(function()
-    db, ns = start_broker("--brokers 2 --topic SendT:4 --topic CountT:4 --topic BigT:2 --topic RetryT:4 --topic DelayT:4 --topic StdinT:4 --delay-scale 0.01")
+    db, ns = start_broker("--brokers 2 --topic SendT:4 --topic CountT:4 --topic BigT:2 --topic RetryT:4 --topic DelayT:4 --topic StdinT:4 --topic RateT:2 --topic TmplT:2 --delay-scale 0.01")
   end)
 
   lazy_teardown(function()
@@ -200,6 +206,54 @@ describe("rmqlua send (development broker)", function()
       assert.equal(50, c, q)
     end
     assert.equal(8, nq)
+  end)
+
+  it("--rate R spreads --count N messages over at least (N-1)/R seconds, in order", function()
+    -- 60 messages at 100/s: the producer may hand out message k only (k)/100 s after the first,
+    -- so the born timestamps of the first and the last are at least 590 ms apart.
+    local rc, out = send(ns, "--topic RateT --count 60 --rate 100")
+    assert.equal(0, rc, out)
+    assert.matches("sent 60, failed 0 in", out, 1, true)
+    local msgs = assert(raw.pull_all(ns, "RateT"))
+    assert.equal(60, #msgs)
+    local first, last = math.huge, 0
+    local by_n = {}
+    for _, m in ipairs(msgs) do
+      local n = assert(tonumber(m.body:match("^(%d+):")), m.body)
+      local born = tonumber(m.born_ts)
+      by_n[n] = born
+      first, last = math.min(first, born), math.max(last, born)
+    end
+    assert.is_true(last - first >= 590, "born timestamps span only " .. (last - first) .. " ms")
+    -- Paced, not bursty: message 30 is born at least 290 ms after message 0.
+    assert.is_true(by_n[30] - by_n[0] >= 290, "message 30 born " .. (by_n[30] - by_n[0]) .. " ms after 0")
+  end)
+
+  it("--body-template F fills {n}, {n%K} and {now_us} per message and keeps other braces", function()
+    local tpl = tmpdir .. "/order.json"
+    local h = assert(io.open(tpl, "wb"))
+    h:write('{"id":{n},"user":"u{n%3}","sent_us":{now_us},"items":[{"sku":"{x}"}],"m":"{n%}"}')
+    h:close()
+    local before_us = os.time() * 1000000 - 2000000
+    local rc, out = send(ns, "--topic TmplT --count 7 --body-template " .. tpl)
+    assert.equal(0, rc, out)
+    local after_us = os.time() * 1000000 + 2000000
+    local msgs = assert(raw.pull_all(ns, "TmplT"))
+    assert.equal(7, #msgs)
+    local seen = {}
+    for _, m in ipairs(msgs) do
+      local id, user, us = m.body:match('^{"id":(%d+),"user":"u(%d+)","sent_us":(%d+),'
+        .. '"items":%[{"sku":"{x}"}%],"m":"{n%%}"}$')
+      assert.truthy(id, m.body)
+      id, user, us = tonumber(id), tonumber(user), tonumber(us)
+      assert.is_nil(seen[id])
+      seen[id] = true
+      assert.equal(id % 3, user)
+      assert.is_true(us >= before_us and us <= after_us, "sent_us " .. us)
+      -- {now_us} is the wall clock in microseconds: within a second of the born timestamp (ms).
+      assert.is_true(math.abs(us / 1000 - tonumber(m.born_ts)) < 1000, m.body)
+    end
+    for n = 0, 6 do assert.truthy(seen[n], "message " .. n) end
   end)
 
   it("compresses a body of 4096 bytes or more with zlib (sysFlag 0x301), and not with --no-compress", function()
