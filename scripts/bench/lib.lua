@@ -39,6 +39,12 @@ function M.now_ns()
   return tonumber(ts.tv_sec) * 1e9 + tonumber(ts.tv_nsec)
 end
 
+function M.real_us()
+  local ts = ffi.new("benchlib_ts_t")
+  C.benchlib_clock_gettime(0, ts) -- CLOCK_REALTIME
+  return tonumber(ts.tv_sec) * 1e6 + math.floor(tonumber(ts.tv_nsec) / 1000)
+end
+
 function M.sleep_ms(ms) C.benchlib_usleep(math.floor(ms * 1000)) end
 
 function M.sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
