@@ -195,7 +195,11 @@ end
 function M.cleanup()
   for _, pid in ipairs(children) do M.stop(pid, 5000) end
   children = {}
-  if tmp then os.execute("rm -rf " .. shq(tmp)) end
+  if tmp and os.getenv("RMQ_BENCH_KEEP") then
+    io.stderr:write("(kept " .. tmp .. ")\n")
+  elseif tmp then
+    os.execute("rm -rf " .. shq(tmp))
+  end
   tmp = nil
 end
 
