@@ -11,7 +11,9 @@
 -- Top-level code runs once in every Lua state (one per consume thread), so `totals` below is
 -- per thread, without locks. Values are never shared between threads.
 local rmq = require "rmq"
-local cjson = require "cjson.safe" -- decode returns nil, err instead of raising
+-- rmq.json decodes a message's body where it lies (no Lua string of it); its results and errors
+-- are lua-cjson's. decode_safe returns nil, err instead of raising (like cjson.safe).
+local json = require "rmq.json"
 
 local min_amount = 10
 local totals = {}   -- customer -> sum, this thread only
@@ -32,7 +34,7 @@ return {
   consume = function(msgs, ctx)
     for i = 1, #msgs do
       local m = msgs[i]
-      local order, err = cjson.decode(m.body)
+      local order, err = json.decode_safe(m)
       if type(order) ~= "table" then
         rmq.log("warn", "skipping", m.msg_id, "(not a JSON object:", err or type(order), ")")
       elseif type(order.amount) == "number" and order.amount >= min_amount then

@@ -213,6 +213,13 @@ lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_
     lua_setfield(L, -2, "rmq.host");
     lua_pop(L, 2);
 
+    /* package.preload["rmq.json.c"]: the decoder behind rmq.json (json_decode.c). */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, rmq_luaopen_json);
+    lua_setfield(L, -2, "rmq.json.c");
+    lua_pop(L, 2);
+
     /* The core FFI module: cdefs and the ABI check. */
     char err[1024];
     lua_getglobal(L, "require");

@@ -44,6 +44,9 @@ const char *rmq__lua_dir(void);
  * Create a state for host. Returns it, or NULL with errstr (the ABI check or a missing lua/
  * folder). Main use: every state the runtime creates.
  */
+/* The rmq.json decoder's module (json_decode.c): { decode_string, decode_box, null }. */
+int rmq_luaopen_json(lua_State *L);
+
 lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_size);
 
 /*
