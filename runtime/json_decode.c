@@ -235,23 +235,26 @@ static void number_token(jd_t *d, jd_tok_t *t)
 {
     const unsigned char *s = d->s;
     size_t n = d->n, i = d->p;
-    /* Fast path, exact as strtod: -?digits(.digits)? with at most 15 significant digits in
-     * all (the mantissa is exact in a double) and no exponent: mantissa / 10^fraction digits,
-     * one correctly rounded division. */
+    /* Fast paths, exact as strtod (which rounds the exact decimal value to the nearest
+     * double): an integer of up to 19 digits is exact in a uint64_t and the conversion to
+     * double rounds it once; -?digits.digits without exponent whose digits, as one integer,
+     * are exact in a double (< 2^53) with at most 22 after the point is one correctly rounded
+     * division by an exact power of ten. Everything else goes to strtod. */
     int neg = 0;
     if (i < n && s[i] == '-') neg = 1, i++;
-    size_t d0 = i;
     uint64_t mant = 0;
     int digits = 0, frac = 0;
-    while (i < n && s[i] >= '0' && s[i] <= '9' && digits < 16) mant = mant * 10 + (s[i++] - '0'), digits++;
-    if (digits > 0 && digits <= 15) {
+    while (i < n && s[i] >= '0' && s[i] <= '9' && digits < 20)
+        mant = mant * 10 + (uint64_t)(s[i++] - '0'), digits++;
+    if (digits > 0 && digits <= 19) {
         int c = i < n ? s[i] : 0;
         if (c == '.' && i + 1 < n && s[i + 1] >= '0' && s[i + 1] <= '9') {
             size_t j = i + 1;
-            while (j < n && s[j] >= '0' && s[j] <= '9' && digits < 16)
-                mant = mant * 10 + (s[j++] - '0'), digits++, frac++;
+            while (j < n && s[j] >= '0' && s[j] <= '9' && digits < 20)
+                mant = mant * 10 + (uint64_t)(s[j++] - '0'), digits++, frac++;
             c = j < n ? s[j] : 0;
-            if (digits <= 15 && !(c >= '0' && c <= '9') && (c | 0x20) != 'e') {
+            if (digits <= 19 && mant <= (1ull << 53) && frac <= 22 &&
+                !(c >= '0' && c <= '9') && (c | 0x20) != 'e') {
                 double v = (double)mant / pow10_tab[frac];
                 t->type = T_NUMBER;
                 t->num = neg ? -v : v;
@@ -267,7 +270,6 @@ static void number_token(jd_t *d, jd_tok_t *t)
             return;
         }
     }
-    (void)d0;
     /* strtod on a NUL-terminated copy of the run of number characters. */
     size_t e = d->p;
     while (e < n && numchar(s[e])) e++;
