@@ -176,6 +176,7 @@ lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_
         return NULL;
     }
     luaL_openlibs(L);
+    rmq__lua_bccache_install(L);
     set_path(L, host->script_path);
 
     /* package.loaded["rmq.host"] */

@@ -47,6 +47,10 @@ const char *rmq__lua_dir(void);
 /* The rmq.json decoder's module (json_decode.c): { decode_string, decode_box, null }. */
 int rmq_luaopen_json(lua_State *L);
 
+/* Replace package.loaders[2] with the searcher that shares compiled modules between the
+ * process's states (lua_bccache.c). */
+void rmq__lua_bccache_install(lua_State *L);
+
 lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_size);
 
 /*
