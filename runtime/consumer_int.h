@@ -86,7 +86,7 @@ typedef struct rmq_qent {
     rmq_mq_t mq;           /* owned strings */
     rmq_csub_t *sub;       /* the subscription of mq.topic (re-pointed when a reload replaces
                             * subs; NULL once its topic is no longer subscribed) */
-    char name[320];        /* "topic@broker#qid" for logs */
+    char *name;            /* "topic@broker#qid" for logs (owned; sized to fit) */
     rmq_pq_t pq;
     int refs;
     int in_table;

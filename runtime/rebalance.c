@@ -55,6 +55,7 @@ static void qent_closed(uv_handle_t *h)
     if (--q->n_closing > 0) return;
     free(q->mq.topic);
     free(q->mq.broker_name);
+    free(q->name);
     free(q);
 }
 
@@ -77,7 +78,9 @@ static rmq_qent_t *qent_new(rmq_consumer_t *c, const rmq_mq_t *mq)
     q->mq.broker_name = rmq__xstrdup(mq->broker_name);
     q->mq.queue_id = mq->queue_id;
     q->sub = rmq__c_sub(c, mq->topic);
-    snprintf(q->name, sizeof(q->name), "%s@%s#%d", mq->topic, mq->broker_name, mq->queue_id);
+    int nlen = snprintf(NULL, 0, "%s@%s#%d", mq->topic, mq->broker_name, mq->queue_id);
+    q->name = rmq__xmalloc((size_t)nlen + 1);
+    snprintf(q->name, (size_t)nlen + 1, "%s@%s#%d", mq->topic, mq->broker_name, mq->queue_id);
     rmq__pq_init(&q->pq, q->name);
     q->refs = 1;
     q->in_table = 1;

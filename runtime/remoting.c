@@ -98,6 +98,7 @@ typedef struct wreq {
 #define BATCH_MAX_BYTES (256 * 1024) /* hand a batch to libuv once it holds this much */
 #define BATCH_MAX_SEGS 512           /* ... or this many slices (stays under IOV_MAX) */
 #define BATCH_SPARES 4               /* finished batches a connection keeps for reuse */
+#define SPARE_MAX_BYTES (64 * 1024)  /* ... without a buffer larger than this (a burst's) */
 
 typedef struct wseg {
     const char *ext; /* a lent buffer, or NULL: [off, off + len) of the batch's data */
@@ -573,6 +574,11 @@ static void batch_finish(rmq_conn_t *c, wbatch_t *b, int status)
     b->nsegs = 0;
     b->data.len = 0;
     if (c->nspare < BATCH_SPARES && b->data.cap <= 2 * BATCH_MAX_BYTES) {
+        /* A burst (thousands of queues' first pulls) filled it: do not keep that much. */
+        if (b->data.cap > SPARE_MAX_BYTES) {
+            rmq__buf_free(&b->data);
+            rmq__buf_init(&b->data);
+        }
         b->next_spare = c->spare;
         c->spare = b;
         c->nspare++;
