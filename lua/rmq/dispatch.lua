@@ -135,16 +135,19 @@ function M.new(spec, info)
       msgs[i] = v
       views[i] = v
     end
-    ctx.ack_index = nil
-    ctx.delay_level = nil
-    ctx.suspend_millis = nil
-    ctx.queue = nil
-    rmq._sink = nil
+    -- Reset only what the last batch set: storing nil into an absent key is a slow path in
+    -- LuaJIT (a new hash slot each time, then rehashes) and cost more than the rest of a
+    -- batch of one.
+    if rawget(ctx, "ack_index") ~= nil then ctx.ack_index = nil end
+    if rawget(ctx, "delay_level") ~= nil then ctx.delay_level = nil end
+    if rawget(ctx, "suspend_millis") ~= nil then ctx.suspend_millis = nil end
+    if rawget(ctx, "queue") ~= nil then ctx.queue = nil end
+    if rmq._sink ~= nil then rmq._sink = nil end
     rmq._in_handler = true
     local ok, r = xpcall(handler, on_error, msgs, ctx)
     rmq._in_handler = false
     local sends = rmq._sink
-    rmq._sink = nil
+    if sends ~= nil then rmq._sink = nil end
     -- Invalidate every view of this batch: a kept one now raises a clean error.
     for i = 1, n do
       views[i].m = nil

@@ -89,15 +89,18 @@ describe("dispatcher return contract (consume)", function()
   it("gives ctx the thread index (1-based), count and group, and resets it per batch", function()
     local seen = {}
     local spec = { consume = function(msgs, ctx)
-      seen[#seen + 1] = { ctx.thread_index, ctx.thread_count, ctx.consumer_group, ctx.ack_index }
+      seen[#seen + 1] = { ctx.thread_index, ctx.thread_count, ctx.consumer_group, ctx.ack_index,
+        ctx.delay_level, ctx.suspend_millis }
       ctx.ack_index = 0
+      ctx.delay_level = 3
+      ctx.suspend_millis = 10
     end, subscribe = { T = "*" } }
     local d = dispatch.new(spec, { thread_index = 2, thread_count = 4, consumer_group = "g" })
-    for _ = 1, 2 do
+    for _ = 1, 3 do
       d.slot[0] = batch({ "x" })
       d.dispatch()
     end
-    assert.are.same({ { 3, 4, "g", nil }, { 3, 4, "g", nil } }, seen)
+    assert.are.same({ { 3, 4, "g" }, { 3, 4, "g" }, { 3, 4, "g" } }, seen)
   end)
 end)
 
