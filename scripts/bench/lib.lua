@@ -137,7 +137,7 @@ function M.spawn_argv(argv, log)
   local pid = C.benchlib_fork()
   if pid < 0 then M.die("fork failed") end
   if pid == 0 then
-    local fd = C.benchlib_open(log, 0x241, 420) -- O_WRONLY|O_CREAT|O_TRUNC, 0644
+    local fd = C.benchlib_open(log, 0x241, ffi.cast("int", 420)) -- O_WRONLY|O_CREAT|O_TRUNC, 0644
     if fd >= 0 then
       C.benchlib_dup2(fd, 1)
       C.benchlib_dup2(fd, 2)
@@ -151,7 +151,9 @@ function M.spawn_argv(argv, log)
 end
 
 -- Start `sh -c "exec CMD >LOG 2>&1"`: the pid is CMD's own.
+-- With M.nice set, at that nice value (negative needs root).
 function M.spawn(cmd, log)
+  if M.nice then cmd = string.format("nice -n %d %s", M.nice, cmd) end
   return (M.spawn_argv({ "/bin/sh", "-c", "exec " .. cmd }, log))
 end
 
@@ -284,7 +286,7 @@ end
 -- write into it; returns (pointer as int64_t *, path).
 function M.shared(name, size)
   local path = M.tmpdir() .. "/" .. name
-  local fd = C.benchlib_open(path, 0x42, 420) -- O_RDWR|O_CREAT
+  local fd = C.benchlib_open(path, 0x42, ffi.cast("int", 420)) -- O_RDWR|O_CREAT
   assert(fd >= 0, "open " .. path)
   assert(C.benchlib_ftruncate(fd, size) == 0, "ftruncate")
   local p = C.benchlib_mmap(nil, size, 3, 1, fd, 0)
