@@ -63,6 +63,7 @@ typedef struct {
     size_t n;
     size_t p; /* the parse position */
     int depth;
+    int pending;       /* stack slots held by members waiting for their table, all levels */
     int scratch_idx;   /* stack index of the scratch userdata slot */
     char *scratch;     /* NULL until a string with escapes needs it */
 } jd_t;
@@ -386,6 +387,12 @@ static void value(jd_t *d, jd_tok_t *t);
  * the table is made at its final size once (lua-cjson grows it member by member, rehashing
  * as it goes); past that the table is made and filled directly. */
 #define PEND_MAX 64
+/* ... and, over all nesting levels, at most about this many stack slots: a C function may
+ * use 8000 (LUAI_MAXCSTACK), and 1000 levels of nesting take 3000 of them as in lua-cjson, so
+ * deep nesting fails exactly where lua-cjson's does. */
+#define PEND_BUDGET 4096
+/* Every stack check while members wait also keeps this many slots spare for the flush. */
+#define FLUSH_SLOTS 3
 
 /* Move the n pending key/value pairs above base into a new table of at least hint slots. */
 static void object_flush(lua_State *L, int base, int n, int hint)
@@ -405,10 +412,11 @@ static void object(jd_t *d)
     lua_State *L = d->L;
     jd_tok_t t;
     descend(d, 3);
-    int base = lua_gettop(L), n = 0, direct = 0;
+    int base = lua_gettop(L), n = 0, direct = d->pending > PEND_BUDGET;
+    if (direct) lua_newtable(L);
     next_token(d, &t);
     if (t.type == T_OBJ_END) {
-        lua_newtable(L);
+        if (!direct) lua_newtable(L);
         d->depth--;
         return;
     }
@@ -416,10 +424,12 @@ static void object(jd_t *d)
         if (t.type != T_STRING) parse_error(d, "object key string", &t);
         if (!direct && n == PEND_MAX) {
             object_flush(L, base, n, 2 * PEND_MAX);
+            d->pending -= 2 * n;
             direct = 1;
         }
-        if (!direct && (n & 15) == 0 && !lua_checkstack(L, 2 * 16 + 3)) {
+        if (!direct && (n & 15) == 0 && !lua_checkstack(L, 2 * 16 + 3 + FLUSH_SLOTS)) {
             object_flush(L, base, n, n);
+            d->pending -= 2 * n;
             direct = 1;
         }
         lua_pushlstring(L, t.str, t.len);
@@ -430,10 +440,13 @@ static void object(jd_t *d)
         if (direct)
             lua_rawset(L, -3);
         else
-            n++;
+            n++, d->pending += 2;
         next_token(d, &t);
         if (t.type == T_OBJ_END) {
-            if (!direct) object_flush(L, base, n, n);
+            if (!direct) {
+                object_flush(L, base, n, n);
+                d->pending -= 2 * n;
+            }
             d->depth--;
             return;
         }
@@ -458,27 +471,36 @@ static void array(jd_t *d)
     lua_State *L = d->L;
     jd_tok_t t;
     descend(d, 2);
-    int base = lua_gettop(L), direct = 0;
+    int base = lua_gettop(L), direct = d->pending > PEND_BUDGET;
+    if (direct) lua_newtable(L);
     next_token(d, &t);
     if (t.type == T_ARR_END) {
-        lua_newtable(L);
+        if (!direct) lua_newtable(L);
         d->depth--;
         return;
     }
     for (int i = 1;; i++) {
         if (!direct && i == PEND_MAX + 1) {
             array_flush(L, base, i - 1, 2 * PEND_MAX);
+            d->pending -= i - 1;
             direct = 1;
         }
-        if (!direct && (i & 15) == 1 && !lua_checkstack(L, 16 + 2)) {
+        if (!direct && (i & 15) == 1 && !lua_checkstack(L, 16 + 2 + FLUSH_SLOTS)) {
             array_flush(L, base, i - 1, i - 1);
+            d->pending -= i - 1;
             direct = 1;
         }
         value(d, &t);
-        if (direct) lua_rawseti(L, -2, i);
+        if (direct)
+            lua_rawseti(L, -2, i);
+        else
+            d->pending++;
         next_token(d, &t);
         if (t.type == T_ARR_END) {
-            if (!direct) array_flush(L, base, i, i);
+            if (!direct) {
+                array_flush(L, base, i, i);
+                d->pending -= i;
+            }
             d->depth--;
             return;
         }

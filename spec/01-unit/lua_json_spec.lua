@@ -106,6 +106,21 @@ describe("rmq.json.decode", function()
       local d = differs(s)
       assert.is_nil(d, d)
     end
+    -- Members held back at every level of a deep nesting stay within LuaJIT's stack: 999
+    -- levels of 40 members each decode where cjson decodes them, 1001 fail as in cjson.
+    local members = {}
+    for i = 1, 40 do members[i] = '"m' .. i .. '":' .. i end
+    local prefix = "{" .. table.concat(members, ",") .. ',"next":'
+    local aprefix = "[" .. string.rep("1,", 40)
+    for _, depth in ipairs({ 999, 1001 }) do
+      local deep = string.rep(prefix, depth) .. "0" .. string.rep("}", depth)
+      local d = differs(deep)
+      assert.is_nil(d, d and d:sub(1, 300))
+      deep = string.rep(aprefix, depth) .. "0" .. string.rep("]", depth)
+      d = differs(deep)
+      assert.is_nil(d, d and d:sub(1, 300))
+    end
+    assert.equal(40, json.decode(string.rep(prefix, 999) .. "0" .. string.rep("}", 999)).m40)
     local o = json.decode(obj)
     assert.equal(300, o.k0)
     assert.equal(151, o.k1)
