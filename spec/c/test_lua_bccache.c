@@ -1,8 +1,9 @@
 /*
  * test_lua_bccache.c -- Lua states of one process share compiled modules (lua_bccache.c): a
  * module required in a second state runs the code the first state compiled (the file is not
- * read again), keeps its file name and lines in errors, and a missing or broken module gives
- * the messages of LuaJIT's own searcher.
+ * read again) while the file keeps its size and modification time, is compiled anew once it
+ * changed (a script reload sees edited modules), keeps its file name and lines in errors, and a
+ * missing or broken module gives the messages of LuaJIT's own searcher.
  */
 #include "../../runtime/lua_state.h"
 
@@ -10,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,12 +69,30 @@ static void test_shared_modules(void)
     CHECK(a != NULL);
     if (!a) return;
     CHECK_RUN(a, "return require('bcmod').v", "first");
-    /* The file changes on disk: a new state still runs what the first one compiled. */
-    write_file("bcmod.lua", "return { v = 'second' }\n");
+    /* Other bytes of the same size and modification time: a new state runs what the first
+     * one compiled (the file is not read again). */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/bcmod.lua", dir);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    write_file("bcmod.lua", "local M = { v = 'xxxxx' }\n"
+                            "function M.fail() error('boom') end\n"
+                            "return M\n");
+    struct timespec times[2] = {sb.st_atim, sb.st_mtim};
+    CHECK(utimensat(AT_FDCWD, path, times, 0) == 0);
     lua_State *b = new_state();
     CHECK(b != NULL);
     if (!b) return;
     CHECK_RUN(b, "return require('bcmod').v", "first");
+    /* Changed (size and time): the next state compiles the new text. */
+    write_file("bcmod.lua", "return { v = 'second version' }\n");
+    times[1].tv_sec += 2;
+    CHECK(utimensat(AT_FDCWD, path, times, 0) == 0);
+    lua_State *c2 = new_state();
+    CHECK(c2 != NULL);
+    if (!c2) return;
+    CHECK_RUN(c2, "return require('bcmod').v", "second version");
+    lua_close(c2);
     /* Errors still name the file and the line. */
     char where[512];
     snprintf(where, sizeof(where), "%s/bcmod.lua:2: boom", dir);
