@@ -5,11 +5,15 @@ lib.name = "bench_latency"
 
 local opt = lib.parse({ build = "string", rates = "list", seconds = "number", threads = "number",
   batch = "number", queues = "number", json = "flag", namesrv = "string", topic = "string",
-  set = "multi", nice = "string" }, { rates = { 1000, 10000, 50000 }, seconds = 10, threads = 20, batch = 1,
+  set = "multi", nice = "string", rt = "number" }, { rates = { 1000, 10000, 50000 }, seconds = 10, threads = 20, batch = 1,
   queues = 8, topic = "BenchLatency", set = {} }, arg, lib.ROOT .. "/scripts/bench_latency")
 
 if opt.nice then
   lib.nice = tonumber(opt.nice) or lib.die("--nice needs a number")
+end
+if opt.rt then
+  if opt.rt < 1 or opt.rt > 99 then lib.die("--rt needs a priority in 1..99") end
+  lib.rt = opt.rt
 end
 
 local HB = 100001 -- histogram buckets: 0..99999 µs, then one for >= 100 ms
@@ -189,7 +193,8 @@ end
 print(string.format("\nrmqlua delivery latency: %s bodies, %d queues, %d consume threads, batch %d, %d s per rate, %s",
   opt.json and "~1 KiB JSON" or "128 B", opt.queues, opt.threads, opt.batch, opt.seconds,
   opt.namesrv and ("name server " .. opt.namesrv) or "development broker"))
-print("machine: " .. machine .. (lib.nice and string.format(" (broker, producer and consumer at nice %d)", lib.nice) or ""))
+print("machine: " .. machine .. (lib.nice and string.format(" (broker, producer and consumer at nice %d)", lib.nice) or "")
+  .. (lib.rt and string.format(" (broker, producer and consumer under SCHED_FIFO %d)", lib.rt) or ""))
 lib.table({ "rate/s", "sent/s", "measured", "store p50", "p99", "p99.9", "max",
   "send p50", "p99", "p99.9", "max", "consumer CPU", "RSS MB" }, rows)
 print([[

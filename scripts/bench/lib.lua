@@ -151,9 +151,11 @@ function M.spawn_argv(argv, log)
 end
 
 -- Start `sh -c "exec CMD >LOG 2>&1"`: the pid is CMD's own.
--- With M.nice set, at that nice value (negative needs root).
+-- With M.nice set, at that nice value (negative needs root); with M.rt, under SCHED_FIFO at
+-- that priority (root).
 function M.spawn(cmd, log)
   if M.nice then cmd = string.format("nice -n %d %s", M.nice, cmd) end
+  if M.rt then cmd = string.format("chrt -f %d %s", M.rt, cmd) end
   return (M.spawn_argv({ "/bin/sh", "-c", "exec " .. cmd }, log))
 end
 
