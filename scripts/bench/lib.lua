@@ -26,6 +26,9 @@ int benchlib_getpid(void) __asm__("getpid");
 local M = { ffi = ffi }
 
 M.BIN = os.getenv("RMQLUA_BENCH_BIN")
+-- The producer (`rmqlua send`, which needs --rate and --body-template) may come from another
+-- build than the consumer under test, e.g. to measure an older consumer.
+M.SEND_BIN = os.getenv("RMQLUA_BENCH_SEND_BIN") or M.BIN
 M.ROOT = os.getenv("RMQLUA_BENCH_ROOT")
 
 function M.die(fmt, ...)
@@ -267,7 +270,7 @@ end
 -- `rmqlua send ...` to completion (or failure).
 function M.send(namesrv, args, timeout_s)
   local slog = M.tmpdir() .. "/send." .. math.random(1e9) .. ".log"
-  local pid = M.spawn(string.format("%s send --namesrv %s %s", shq(M.BIN), namesrv, args), slog)
+  local pid = M.spawn(string.format("%s send --namesrv %s %s", shq(M.SEND_BIN), namesrv, args), slog)
   local st = M.wait_exit(pid, (timeout_s or 300) * 1000)
   if st == nil then
     M.kill(pid, 9)
@@ -280,7 +283,7 @@ end
 -- Start `rmqlua send ...` in the background; returns its pid and log.
 function M.send_bg(namesrv, args)
   local slog = M.tmpdir() .. "/send." .. math.random(1e9) .. ".log"
-  return M.spawn(string.format("%s send --namesrv %s %s", shq(M.BIN), namesrv, args), slog), slog
+  return M.spawn(string.format("%s send --namesrv %s %s", shq(M.SEND_BIN), namesrv, args), slog), slog
 end
 
 -- ---- shared counter files ------------------------------------------------------------------
