@@ -1,8 +1,8 @@
 /*
- * json_decode.c -- JSON text to Lua values for consumer scripts (rmq.json.decode, lua/rmq/json.lua),
- * read straight from a message body in the pulled buffer: no Lua string of the whole body is
- * made, a string without escapes is interned from the buffer directly, and plain numbers are
- * converted without strtod.
+ * json_decode.c -- JSON text to Lua values for consumer scripts (rmq.json.decode,
+ * lua/rmq/json.lua), read straight from a message body in the pulled buffer: no Lua string of
+ * the whole body is made, a string without escapes is interned from the buffer directly, and
+ * plain numbers are converted without strtod.
  *
  * The results and the errors are those of lua-cjson 2.1.0's cjson.decode with its defaults
  * (decode_invalid_numbers on, decode_max_depth 1000): the same tokenizer rules (numbers are what
@@ -63,9 +63,9 @@ typedef struct {
     size_t n;
     size_t p; /* the parse position */
     int depth;
-    int pending;       /* stack slots held by members waiting for their table, all levels */
-    int scratch_idx;   /* stack index of the scratch userdata slot */
-    char *scratch;     /* NULL until a string with escapes needs it */
+    int pending;     /* stack slots held by members waiting for their table, all levels */
+    int scratch_idx; /* stack index of the scratch userdata slot */
+    char *scratch;   /* NULL until a string with escapes needs it */
 } jd_t;
 
 /* The byte at i, 0 past the end: the text behaves as the NUL-terminated string cjson reads. */
@@ -170,7 +170,8 @@ static void string_token(jd_t *d, jd_tok_t *t)
             break;
         i += 8;
     }
-    while (i < n && s[i] != '"' && s[i] != '\\' && s[i] != 0) i++;
+    while (i < n && s[i] != '"' && s[i] != '\\' && s[i] != 0)
+        i++;
     if (i < n && s[i] == '"') {
         t->type = T_STRING;
         t->str = (const char *)s + start;
@@ -193,14 +194,30 @@ static void string_token(jd_t *d, jd_tok_t *t)
         if (ch == '\\') {
             int e = at(d, d->p + 1);
             switch (e) {
-            case '"': ch = '"'; break;
-            case '\\': ch = '\\'; break;
-            case '/': ch = '/'; break;
-            case 'b': ch = '\b'; break;
-            case 'f': ch = '\f'; break;
-            case 'n': ch = '\n'; break;
-            case 'r': ch = '\r'; break;
-            case 't': ch = '\t'; break;
+            case '"':
+                ch = '"';
+                break;
+            case '\\':
+                ch = '\\';
+                break;
+            case '/':
+                ch = '/';
+                break;
+            case 'b':
+                ch = '\b';
+                break;
+            case 'f':
+                ch = '\f';
+                break;
+            case 'n':
+                ch = '\n';
+                break;
+            case 'r':
+                ch = '\r';
+                break;
+            case 't':
+                ch = '\t';
+                break;
             case 'u':
                 if (unicode_escape(d, out, &olen) == 0) continue;
                 tok_error(d, t, "invalid unicode escape code");
@@ -254,16 +271,15 @@ static void number_token(jd_t *d, jd_tok_t *t)
             while (j < n && s[j] >= '0' && s[j] <= '9' && digits < 20)
                 mant = mant * 10 + (uint64_t)(s[j++] - '0'), digits++, frac++;
             c = j < n ? s[j] : 0;
-            if (digits <= 19 && mant <= (1ull << 53) && frac <= 22 &&
-                !(c >= '0' && c <= '9') && (c | 0x20) != 'e') {
+            if (digits <= 19 && mant <= (1ull << 53) && frac <= 22 && !(c >= '0' && c <= '9') &&
+                (c | 0x20) != 'e') {
                 double v = (double)mant / pow10_tab[frac];
                 t->type = T_NUMBER;
                 t->num = neg ? -v : v;
                 d->p = j;
                 return;
             }
-        } else if (c != '.' && (c | 0x20) != 'e' && (c | 0x20) != 'x' &&
-                   !(c >= '0' && c <= '9')) {
+        } else if (c != '.' && (c | 0x20) != 'e' && (c | 0x20) != 'x' && !(c >= '0' && c <= '9')) {
             double v = (double)mant;
             t->type = T_NUMBER;
             t->num = neg ? -v : v;
@@ -273,7 +289,8 @@ static void number_token(jd_t *d, jd_tok_t *t)
     }
     /* strtod on a NUL-terminated copy of the run of number characters. */
     size_t e = d->p;
-    while (e < n && numchar(s[e])) e++;
+    while (e < n && numchar(s[e]))
+        e++;
     size_t len = e - d->p;
     char small[128];
     char *buf = len < sizeof(small) ? small : malloc(len + 1);
@@ -311,7 +328,8 @@ static int invalid_number(const jd_t *d)
     static const char *const words[] = {"inf", "nan"};
     for (int w = 0; w < 2; w++) {
         int k = 0;
-        while (k < 3 && (at(d, p + (size_t)k) | 0x20) == words[w][k]) k++;
+        while (k < 3 && (at(d, p + (size_t)k) | 0x20) == words[w][k])
+            k++;
         if (k == 3) return 1;
     }
     return 0;
@@ -334,20 +352,56 @@ static void next_token(jd_t *d, jd_tok_t *t)
     }
     t->index = d->p;
     switch (ch) {
-    case 0: t->type = T_END; return;
-    case '{': t->type = T_OBJ_BEGIN; d->p++; return;
-    case '}': t->type = T_OBJ_END; d->p++; return;
-    case '[': t->type = T_ARR_BEGIN; d->p++; return;
-    case ']': t->type = T_ARR_END; d->p++; return;
-    case ':': t->type = T_COLON; d->p++; return;
-    case ',': t->type = T_COMMA; d->p++; return;
-    case '"': string_token(d, t); return;
+    case 0:
+        t->type = T_END;
+        return;
+    case '{':
+        t->type = T_OBJ_BEGIN;
+        d->p++;
+        return;
+    case '}':
+        t->type = T_OBJ_END;
+        d->p++;
+        return;
+    case '[':
+        t->type = T_ARR_BEGIN;
+        d->p++;
+        return;
+    case ']':
+        t->type = T_ARR_END;
+        d->p++;
+        return;
+    case ':':
+        t->type = T_COLON;
+        d->p++;
+        return;
+    case ',':
+        t->type = T_COMMA;
+        d->p++;
+        return;
+    case '"':
+        string_token(d, t);
+        return;
     case '-':
-    case '0': case '1': case '2': case '3': case '4':
-    case '5': case '6': case '7': case '8': case '9':
+    case '0':
+    case '1':
+    case '2':
+    case '3':
+    case '4':
+    case '5':
+    case '6':
+    case '7':
+    case '8':
+    case '9':
         number_token(d, t);
         return;
-    case 't': case 'f': case 'n': case 'i': case 'I': case 'N': case '+':
+    case 't':
+    case 'f':
+    case 'n':
+    case 'i':
+    case 'I':
+    case 'N':
+    case '+':
         break;
     default:
         tok_error(d, t, "invalid token");
@@ -512,13 +566,26 @@ static void array(jd_t *d)
 static void value(jd_t *d, jd_tok_t *t)
 {
     switch (t->type) {
-    case T_STRING: lua_pushlstring(d->L, t->str, t->len); break;
-    case T_NUMBER: lua_pushnumber(d->L, t->num); break;
-    case T_BOOLEAN: lua_pushboolean(d->L, t->boolean); break;
-    case T_OBJ_BEGIN: object(d); break;
-    case T_ARR_BEGIN: array(d); break;
-    case T_NULL: lua_pushlightuserdata(d->L, NULL); break;
-    default: parse_error(d, "value", t);
+    case T_STRING:
+        lua_pushlstring(d->L, t->str, t->len);
+        break;
+    case T_NUMBER:
+        lua_pushnumber(d->L, t->num);
+        break;
+    case T_BOOLEAN:
+        lua_pushboolean(d->L, t->boolean);
+        break;
+    case T_OBJ_BEGIN:
+        object(d);
+        break;
+    case T_ARR_BEGIN:
+        array(d);
+        break;
+    case T_NULL:
+        lua_pushlightuserdata(d->L, NULL);
+        break;
+    default:
+        parse_error(d, "value", t);
     }
 }
 

@@ -109,7 +109,8 @@ static void test_shared_modules(void)
         CHECK_RUN(states[i], "local ok, e = pcall(require, 'nope_mod'); return e", nofile);
         CHECK_RUN(states[i], "local ok, e = pcall(require, 'bad'); return e",
                   "error loading module 'bad' from file '");
-        CHECK_RUN(states[i], "local ok, e = pcall(require, 'bad'); return e", "bad.lua:2: unexpected symbol near '<eof>'");
+        CHECK_RUN(states[i], "local ok, e = pcall(require, 'bad'); return e",
+                  "bad.lua:2: unexpected symbol near '<eof>'");
     }
     /* The runtime's own modules load in every state (rmq.core ran in both already). */
     CHECK_RUN(b, "return type(require('rmq.dispatch').new)", "function");

@@ -71,11 +71,14 @@ describe("rmqlua send (usage)", function()
       {"send --namesrv 127.0.0.1:1 --topic T --delay 19", "--delay needs an integer in 1..18"},
       {"send --namesrv 127.0.0.1:1 --topic T --property TAGS=x", "--property TAGS: the name is reserved"},
       {"send --namesrv 127.0.0.1:1 --topic T --rate 100", "--rate needs --count"},
-      {"send --namesrv 127.0.0.1:1 --topic T --count 1 --rate 0", "--rate needs an integer in 1..10000000"},
-      {"send --namesrv 127.0.0.1:1 --topic T --body-template /etc/hostname", "--body-template needs --count"},
+      {"send --namesrv 127.0.0.1:1 --topic T --count 1 --rate 0",
+        "--rate needs an integer in 1..10000000"},
+      {"send --namesrv 127.0.0.1:1 --topic T --body-template /etc/hostname",
+        "--body-template needs --count"},
       {"send --namesrv 127.0.0.1:1 --topic T --count 1 --size 5 --body-template /etc/hostname",
         "--body-template and --size exclude each other"},
-      {"send --namesrv 127.0.0.1:1 --topic T --count 1 --body-template /nonexistent/t", "cannot open /nonexistent/t"},
+      {"send --namesrv 127.0.0.1:1 --topic T --count 1 --body-template /nonexistent/t",
+        "cannot open /nonexistent/t"},
     }
     for _, c in ipairs(cases) do
       local rc, out = helpers.run("NAMESRV_ADDR= " .. bin .. " " .. c[1] .. " < /dev/null")
@@ -89,7 +92,9 @@ describe("rmqlua send (development broker)", function()
   local db, ns
 
   lazy_setup(function()
-    db, ns = start_broker("--brokers 2 --topic SendT:4 --topic CountT:4 --topic BigT:2 --topic RetryT:4 --topic DelayT:4 --topic StdinT:4 --topic RateT:2 --topic TmplT:2 --delay-scale 0.01")
+    db, ns = start_broker("--brokers 2 --topic SendT:4 --topic CountT:4 --topic BigT:2 "
+      .. "--topic RetryT:4 --topic DelayT:4 --topic StdinT:4 --topic RateT:2 --topic TmplT:2 "
+      .. "--delay-scale 0.01")
   end)
 
   lazy_teardown(function()
@@ -234,7 +239,7 @@ describe("rmqlua send (development broker)", function()
     assert.equal(60, seen)
   end)
 
-  it("--body-template F fills {n}, {n%K} and {now_us} per message and keeps other braces", function()
+  it("--body-template F fills {n}, {n%K} and {now_us} per message, keeps other braces", function()
     local tpl = tmpdir .. "/order.json"
     local h = assert(io.open(tpl, "wb"))
     h:write('{"id":{n},"user":"u{n%3}","sent_us":{now_us},"items":[{"sku":"{x}"}],"m":"{n%}"}')
