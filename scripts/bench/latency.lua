@@ -5,8 +5,8 @@ lib.name = "bench_latency"
 
 local opt = lib.parse({ build = "string", rates = "list", seconds = "number", threads = "number",
   batch = "number", queues = "number", json = "flag", namesrv = "string", topic = "string",
-  set = "multi", nice = "string", rt = "number" }, { rates = { 1000, 10000, 50000 }, seconds = 10, threads = 20, batch = 1,
-  queues = 8, topic = "BenchLatency", set = {} }, arg, lib.ROOT .. "/scripts/bench_latency")
+  set = "multi", nice = "string", rt = "number" },
+  { rates = { 1000, 10000, 50000 }, seconds = 10, threads = 20, batch = 1, queues = 8, topic = "BenchLatency", set = {} }, arg, lib.ROOT .. "/scripts/bench_latency")
 
 if opt.nice then
   lib.nice = tonumber(opt.nice) or lib.die("--nice needs a number")
@@ -190,11 +190,14 @@ for _, rate in ipairs(opt.rates) do
   end
 end
 
-print(string.format("\nrmqlua delivery latency: %s bodies, %d queues, %d consume threads, batch %d, %d s per rate, %s",
+print(string.format("\nrmqlua delivery latency: %s bodies, %d queues, %d consume threads, "
+  .. "batch %d, %d s per rate, %s",
   opt.json and "~1 KiB JSON" or "128 B", opt.queues, opt.threads, opt.batch, opt.seconds,
   opt.namesrv and ("name server " .. opt.namesrv) or "development broker"))
-print("machine: " .. machine .. (lib.nice and string.format(" (broker, producer and consumer at nice %d)", lib.nice) or "")
-  .. (lib.rt and string.format(" (broker, producer and consumer under SCHED_FIFO %d)", lib.rt) or ""))
+print("machine: " .. machine
+  .. (lib.nice and string.format(" (broker, producer and consumer at nice %d)", lib.nice) or "")
+  .. (lib.rt and string.format(" (broker, producer and consumer under SCHED_FIFO %d)", lib.rt)
+    or ""))
 lib.table({ "rate/s", "sent/s", "measured", "store p50", "p99", "p99.9", "max",
   "send p50", "p99", "p99.9", "max", "consumer CPU", "RSS MB" }, rows)
 print([[

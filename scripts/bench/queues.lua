@@ -127,7 +127,8 @@ for k, q in ipairs(opt.queues) do
   results[#results + 1] = m
 end
 
-print(string.format("\nrmqlua with many queues: one consumer, %d consume threads, %s, one message per queue then 10 msgs/s%s",
+print(string.format("\nrmqlua with many queues: one consumer, %d consume threads, %s, "
+  .. "one message per queue then 10 msgs/s%s",
   opt.threads, opt.namesrv and ("name server " .. opt.namesrv)
     or (opt.brokers .. " development brokers (one process)"),
   opt["repeat"] > 1 and string.format(", medians of %d runs", opt["repeat"]) or ""))

@@ -124,7 +124,8 @@ local function wait_settled(t0, what)
           multi = multi + 1
           local who = {}
           for k, cc in pairs(consumers) do
-            if cc.live and ("\n" .. (lib.read_file(string.format("%s/owned.%d", tmp, k)) or "")):find("\n" .. q .. "\n", 1, true) then
+            local owned = lib.read_file(string.format("%s/owned.%d", tmp, k)) or ""
+            if cc.live and ("\n" .. owned):find("\n" .. q .. "\n", 1, true) then
               who[#who + 1] = k
             end
           end
@@ -193,7 +194,8 @@ lib.stop(spid, 2000)
 lib.sleep_ms(1000)
 local dtotal, delivered = duplicates()
 
-print(string.format("\nrmqlua rebalance: %d consumers (+1 joins, then 1 leaves) of one group, %d queues, %s, producer %d msgs/s, %d consume threads each",
+print(string.format("\nrmqlua rebalance: %d consumers (+1 joins, then 1 leaves) of one group, "
+  .. "%d queues, %s, producer %d msgs/s, %d consume threads each",
   opt.consumers, opt.queues, opt.namesrv and ("name server " .. opt.namesrv)
     or (opt.brokers .. " development brokers"), opt.rate, opt.threads))
 print("machine: " .. machine)
