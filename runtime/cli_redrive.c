@@ -131,12 +131,7 @@ static void usage(const rmq_cli_conn_t *cc, FILE *out)
 static void describe(rmq_buf_t *b, const rmq_msg_t *m)
 {
     char id[64];
-    if (m->uniq_key_len && m->uniq_key_len < 57) {
-        memcpy(id, m->uniq_key, m->uniq_key_len);
-        id[m->uniq_key_len] = 0;
-    } else {
-        rmq_msg_offset_msg_id(m, id);
-    }
+    rmq__msg_id(m, id);
     rmq__buf_appendf(b, "%.*s@%.*s#%d:%" PRId64 " msgId=%s", (int)m->topic_len, m->topic,
                      (int)m->broker_name_len, m->broker_name, (int)m->queue_id, m->queue_offset,
                      id);

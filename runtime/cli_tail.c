@@ -280,16 +280,6 @@ static void base64(rmq_buf_t *b, const unsigned char *s, size_t n)
     }
 }
 
-static void msg_id(const rmq_msg_t *m, char *out)
-{
-    if (m->uniq_key_len && m->uniq_key_len < 57) {
-        memcpy(out, m->uniq_key, m->uniq_key_len);
-        out[m->uniq_key_len] = 0;
-    } else {
-        rmq_msg_offset_msg_id(m, out);
-    }
-}
-
 typedef struct props_out {
     rmq_buf_t *b;
     int n;
@@ -322,7 +312,7 @@ static void append_field(rmq_buf_t *b, const rmq_msg_t *m, char f)
         rmq__buf_appendf(b, "%" PRId64, m->queue_offset);
         break;
     case 'i':
-        msg_id(m, tmp);
+        rmq__msg_id(m, tmp);
         rmq__buf_appendf(b, "%s", tmp);
         break;
     case 'I':
@@ -414,7 +404,7 @@ static int props_json(void *ud, const char *k, size_t kl, const char *v, size_t 
 static void json_line(rmq_buf_t *b, const rmq_msg_t *m)
 {
     char id[64], oid[64], bh[64], sh[64];
-    msg_id(m, id);
+    rmq__msg_id(m, id);
     rmq_msg_offset_msg_id(m, oid);
     rmq_msg_host(m, 0, bh);
     rmq_msg_host(m, 1, sh);

@@ -847,6 +847,16 @@ RMQ_EXPORT int rmq_msg_offset_msg_id(const rmq_msg_t *m, char *out)
     return rmq__offset_msg_id(m->store_host, v6 ? 16 : 4, m->store_port, m->commit_log_offset, out);
 }
 
+void rmq__msg_id(const rmq_msg_t *m, char *out)
+{
+    if (m->uniq_key_len && m->uniq_key_len < 57) {
+        memcpy(out, m->uniq_key, m->uniq_key_len);
+        out[m->uniq_key_len] = 0;
+    } else {
+        rmq_msg_offset_msg_id(m, out);
+    }
+}
+
 /* "1.2.3.4:5678", or for IPv6 Java's getHostAddress form in brackets: "[0:0:0:0:0:0:0:1]:5678". */
 RMQ_EXPORT int rmq_msg_host(const rmq_msg_t *m, int store, char *out)
 {

@@ -150,6 +150,9 @@ int rmq__msg_restore_retry_topic_for(rmq_msg_t *m, const char *group_retry_topic
  * and commit log offset (int64). out needs 57 bytes; returns the length (32 or 56).
  */
 int rmq__offset_msg_id(const uint8_t *ip, int ip_len, int32_t port, int64_t offset, char *out);
+/* The msgId a Java consumer shows for m (MessageClientExt.getMsgId): its UNIQ_KEY when it has
+ * one (of at most 56 characters), else its offsetMsgId. out needs 57 bytes; NUL-terminated. */
+void rmq__msg_id(const rmq_msg_t *m, char *out);
 /* Decode an offsetMsgId: 32 chars = IPv4, anything else must be 56 (IPv6). ip needs 16 bytes.
  * Returns 0 or RMQ_ERR_INVALID. */
 int rmq__offset_msg_id_decode(const char *id, size_t len, uint8_t *ip, int *ip_len, int32_t *port,
