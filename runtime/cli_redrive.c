@@ -532,12 +532,7 @@ static void on_ready(void *ud, rmq_rq_t **qs, int n)
 
 static int group_ok(const char *g)
 {
-    if (!*g || strlen(g) > 255) return 0;
-    for (const char *s = g; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '%' || *s == '|' || *s == '_' || *s == '-'))
-            return 0;
-    return 1;
+    return rmq__name_ok(g, 255);
 }
 
 static int parse_args(redrive_run_t *r, int argc, char **argv)

@@ -665,13 +665,8 @@ int rmq__cli_send(int argc, char **argv)
     if (rc == 0 && r->src == SRC_FILE && read_file(r)) rc = 2;
     if (rc == 0 && r->tmpl_file && read_whole(r->tmpl_file, &r->tmpl)) rc = 2;
     if (rc == 0) {
-        /* Check the topic and properties before connecting anywhere (usage errors). */
-        const char *bad = NULL;
-        for (const char *s = r->topic; *s; s++)
-            if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-                  (*s >= '0' && *s <= '9') || *s == '%' || *s == '|' || *s == '_' || *s == '-'))
-                bad = s;
-        if (!*r->topic || bad || strlen(r->topic) > RMQ_PRODUCER_TOPIC_MAX_LEN) {
+        /* Check the topic before connecting anywhere (a usage error). */
+        if (!rmq__name_ok(r->topic, RMQ_PRODUCER_TOPIC_MAX_LEN)) {
             fprintf(stderr, "rmqlua send: bad topic '%s': 1..%d characters of [%%|a-zA-Z0-9_-]\n",
                     r->topic, RMQ_PRODUCER_TOPIC_MAX_LEN);
             rc = 2;

@@ -62,6 +62,16 @@ void rmq__seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
     va_end(ap);
 }
 
+int rmq__name_ok(const char *s, size_t max)
+{
+    if (!*s || strlen(s) > max) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '%' || *s == '|' || *s == '_' || *s == '-'))
+            return 0;
+    return 1;
+}
+
 /* ---- logging ---------------------------------------------------------------------------- */
 
 void rmq_log_set_level(int level)

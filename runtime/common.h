@@ -63,6 +63,10 @@ RMQ_EXPORT const char *rmq_err_str(int err);
 /* Copy a formatted message into errstr (always NUL-terminated when errstr_size > 0). */
 void rmq__seterr(char *errstr, size_t errstr_size, const char *fmt, ...) RMQ_PRINTF(3, 4);
 
+/* 1 when s is a legal topic or group name of 1..max characters: Java's
+ * Validators.VALID_PATTERN_STR, ^[%|a-zA-Z0-9_-]+$; else 0. */
+int rmq__name_ok(const char *s, size_t max);
+
 /* ---- logging ---------------------------------------------------------------------------- */
 
 typedef enum { RMQ_LOG_ERROR = 0, RMQ_LOG_WARN, RMQ_LOG_INFO, RMQ_LOG_DEBUG } rmq_log_level_t;

@@ -769,11 +769,6 @@ static size_t utf16_len(const char *s)
     return n;
 }
 
-static int legal_name_char(unsigned char ch)
-{
-    return ch == '%' || ch == '|' || ch == '_' || ch == '-' || isalnum(ch);
-}
-
 static int is_blank(const char *s)
 {
     /* UtilAll.isBlank: null, empty or only Character.isWhitespace chars (ASCII subset here). */
@@ -785,9 +780,7 @@ static int is_blank(const char *s)
 
 static int name_illegal(const char *s)
 {
-    for (; *s; s++)
-        if (!legal_name_char((unsigned char)*s)) return 1;
-    return 0;
+    return *s && !rmq__name_ok(s, SIZE_MAX);
 }
 
 int rmq__conf_add_subscription_type(rmq_conf_t *c, const char *topic, const char *expression,

@@ -173,14 +173,7 @@ static void props_copy(rmq_buf_t *out, const char *props, size_t len, const char
 
 static int topic_char_ok(const char *t)
 {
-    if (!*t || strlen(t) > 127) return 0;
-    for (const char *p = t; *p; p++) {
-        char c = *p;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '%' || c == '|' || c == '_' || c == '-'))
-            return 0;
-    }
-    return 1;
+    return rmq__name_ok(t, 127);
 }
 
 static db_topic_t *sys_topic(db_broker_t *b, const char *name)

@@ -798,16 +798,12 @@ static int check_topic(const char *topic, char *errstr, size_t errstr_size)
         rmq__seterr(errstr, errstr_size, "the specified topic is blank");
         return RMQ_ERR_INVALID;
     }
-    for (const char *s = topic; *s; s++) {
-        char ch = *s;
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '%' || ch == '|' || ch == '_' || ch == '-')) {
-            rmq__seterr(errstr, errstr_size,
-                        "the specified topic [%s] contains illegal characters, allowing only "
-                        "^[%%|a-zA-Z0-9_-]+$",
-                        topic);
-            return RMQ_ERR_INVALID;
-        }
+    if (!rmq__name_ok(topic, SIZE_MAX)) {
+        rmq__seterr(errstr, errstr_size,
+                    "the specified topic [%s] contains illegal characters, allowing only "
+                    "^[%%|a-zA-Z0-9_-]+$",
+                    topic);
+        return RMQ_ERR_INVALID;
     }
     if (strlen(topic) > RMQ_PRODUCER_TOPIC_MAX_LEN) {
         rmq__seterr(errstr, errstr_size, "the specified topic is longer than %d characters",
