@@ -1,6 +1,7 @@
 /*
- * cli_conn.c -- the connection options of the client commands (cli_conn.h): --set, their
- * check, the transport's signing and TLS, and the ACL refusal that ends a command.
+ * cli_conn.c -- the connection options of the client commands (cli_conn.h): the arguments they
+ * all take (--namesrv, --set, --log-debug), their check, the loop and the transport with its
+ * signing and TLS, and the ACL refusal that ends a command.
  *
  * Ownership: see cli_conn.h. Threads: the main thread, and the command's loop for the refusal.
  */
@@ -9,6 +10,7 @@
 #include "acl.h"
 #include "common.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,44 @@ static int allowed(const rmq_cli_conn_t *cc, const char *key)
     for (size_t i = 0; i < RMQ_ARRAY_SIZE(conn_options); i++)
         if (!strcmp(key, conn_options[i])) return 1;
     return cc->with_namespace && !strcmp(key, "namespace");
+}
+
+const char *rmq__cli_value(const rmq_cli_conn_t *cc, int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "rmqlua %s: %s needs a value\n", cc->cmd, argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int rmq__cli_conn_arg(rmq_cli_conn_t *cc, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    if (strcmp(a, "--namesrv") && strcmp(a, "--set") && strcmp(a, "--log-debug")) return 0;
+    if (!(v = rmq__cli_value(cc, argc, argv, i))) return -1;
+    if (!strcmp(a, "--namesrv")) {
+        cc->namesrv = v;
+    } else if (!strcmp(a, "--set")) {
+        if (rmq__cli_conn_set(cc, v)) return -1;
+    } else {
+        char err[128];
+        if (rmq_log_set_debug(v, err, sizeof(err)) < 0) {
+            fprintf(stderr, "rmqlua %s: --log-debug: %s\n", cc->cmd, err);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+int rmq__cli_conn_namesrv(rmq_cli_conn_t *cc)
+{
+    if (!cc->namesrv) cc->namesrv = getenv("NAMESRV_ADDR");
+    if (!cc->namesrv || !*cc->namesrv) {
+        fprintf(stderr, "rmqlua %s: --namesrv is required (or set NAMESRV_ADDR)\n", cc->cmd);
+        return -1;
+    }
+    return 0;
 }
 
 int rmq__cli_conn_set(rmq_cli_conn_t *cc, const char *kv)
@@ -89,16 +129,32 @@ static void on_acl_refused(void *ud, const char *addr, int32_t code, const rmq_c
     if (cc->on_refused) cc->on_refused(cc->ud);
 }
 
-void rmq__cli_conn_remoting_opts(rmq_cli_conn_t *cc, rmq_remoting_opts_t *ro)
+int rmq__cli_conn_open(rmq_cli_conn_t *cc, uv_loop_t *loop, rmq_remoting_t **rt)
 {
-    ro->tls_client = cc->tls;
+    char err[1024];
+    rmq_remoting_opts_t ro;
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_init(loop);
+    memset(&ro, 0, sizeof(ro));
+    ro.loop = loop;
+    ro.name = cc->cmd;
+    ro.tls_client = cc->tls;
     if (cc->conf) {
-        ro->acl_access_key = cc->conf->access_key;
-        ro->acl_secret_key = cc->conf->secret_key;
-        ro->acl_security_token = cc->conf->security_token;
+        ro.acl_access_key = cc->conf->access_key;
+        ro.acl_secret_key = cc->conf->secret_key;
+        ro.acl_security_token = cc->conf->security_token;
     }
-    ro->on_acl_refused = on_acl_refused;
-    ro->ud = cc;
+    ro.on_acl_refused = on_acl_refused;
+    ro.ud = cc;
+    *rt = NULL;
+    if (rmq__remoting_new(&ro, rt, err, sizeof(err)) ||
+        rmq__remoting_set_namesrv(*rt, cc->namesrv, err, sizeof(err))) {
+        fprintf(stderr, "rmqlua %s: --namesrv: %s\n", cc->cmd, err);
+        if (*rt) rmq__remoting_destroy(*rt, NULL, NULL);
+        *rt = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 const char *rmq__cli_conn_namespace(const rmq_cli_conn_t *cc)

@@ -75,9 +75,9 @@ struct redrive_run {
     rmq_fdw_t *out;
     uv_signal_t sigint, sigterm;
     uv_timer_t progress;
-    rmq_cli_conn_t cc; /* --set: ACL keys, TLS, namespace; an ACL refusal ends the run (exit 3) */
+    rmq_cli_conn_t cc; /* --namesrv, --set: ACL keys, TLS, namespace; an ACL refusal: exit 3 */
 
-    const char *namesrv, *group, *where, *progress_group_opt;
+    const char *group, *where, *progress_group_opt;
     char dlq[300], retry[300], progress_group[300];
     int to_origin, dry_run, verbose;
 
@@ -538,25 +538,20 @@ static int group_ok(const char *g)
 static int parse_args(redrive_run_t *r, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *v = NULL;
+        int c;
 #define NEED_VALUE()                                                                               \
     do {                                                                                           \
-        if (!v) {                                                                                  \
-            fprintf(stderr, "rmqlua redrive: %s needs a value\n", a);                              \
-            return 2;                                                                              \
-        }                                                                                          \
-        i++;                                                                                       \
+        if (!(v = rmq__cli_value(&r->cc, argc, argv, &i))) return 2;                               \
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(&r->cc, stdout);
             return 1;
+        } else if ((c = rmq__cli_conn_arg(&r->cc, argc, argv, &i)) != 0) {
+            if (c < 0) return 2; /* --namesrv, --set, --log-debug */
         } else if (!strcmp(a, "--group") || !strcmp(a, "-g")) {
             NEED_VALUE();
             r->group = v;
-        } else if (!strcmp(a, "--namesrv")) {
-            NEED_VALUE();
-            r->namesrv = v;
         } else if (!strcmp(a, "--to-origin")) {
             r->to_origin = 1;
         } else if (!strcmp(a, "--where")) {
@@ -569,16 +564,6 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
             r->progress_group_opt = v;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             r->verbose = 1;
-        } else if (!strcmp(a, "--set")) {
-            NEED_VALUE();
-            if (rmq__cli_conn_set(&r->cc, v)) return 2;
-        } else if (!strcmp(a, "--log-debug")) {
-            NEED_VALUE();
-            char err[128];
-            if (rmq_log_set_debug(v, err, sizeof(err)) < 0) {
-                fprintf(stderr, "rmqlua redrive: --log-debug: %s\n", err);
-                return 2;
-            }
         } else {
             fprintf(stderr, "rmqlua redrive: unknown argument '%s' (see rmqlua redrive --help)\n",
                     a);
@@ -627,11 +612,7 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
                 r->progress_group);
         return 2;
     }
-    if (!r->namesrv) r->namesrv = getenv("NAMESRV_ADDR");
-    if (!r->namesrv || !*r->namesrv) {
-        fprintf(stderr, "rmqlua redrive: --namesrv is required (or set NAMESRV_ADDR)\n");
-        return 2;
-    }
+    if (rmq__cli_conn_namesrv(&r->cc)) return 2;
     return 0;
 }
 
@@ -653,19 +634,10 @@ int rmq__cli_redrive(int argc, char **argv)
         run_free(r);
         return rc == 1 ? 0 : rc;
     }
-    signal(SIGPIPE, SIG_IGN);
-    uv_loop_init(&r->loop);
-    rmq_remoting_opts_t ro;
-    memset(&ro, 0, sizeof(ro));
-    ro.loop = &r->loop;
-    ro.name = "redrive";
-    rmq__cli_conn_remoting_opts(&r->cc, &ro);
     rmq_producer_opts_t po;
     memset(&po, 0, sizeof(po));
     po.retry_times = -1;
-    if (rmq__remoting_new(&ro, &r->rt, err, sizeof(err)) ||
-        rmq__remoting_set_namesrv(r->rt, r->namesrv, err, sizeof(err))) {
-        fprintf(stderr, "rmqlua redrive: --namesrv: %s\n", err);
+    if (rmq__cli_conn_open(&r->cc, &r->loop, &r->rt)) {
         rc = 2;
         goto fail;
     }

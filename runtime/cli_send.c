@@ -14,7 +14,6 @@
 #include "remoting.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +31,6 @@ typedef struct send_run {
     rmq_producer_t *p;
 
     /* options */
-    const char *namesrv;
     const char *topic;
     const char *tags;
     const char *keys; /* "{n}" replaced by the message number */
@@ -45,10 +43,10 @@ typedef struct send_run {
     const char *file;
     int window;
     int verbose;
-    rmq_cli_conn_t cc; /* --set: the connection options (ACL keys, TLS); a refusal: exit 3 */
-    int64_t rate;         /* --rate: messages per second, 0 = as fast as the window allows */
+    rmq_cli_conn_t cc;     /* --namesrv, --set: ACL keys, TLS; a refusal: exit 3 */
+    int64_t rate;          /* --rate: messages per second, 0 = as fast as the window allows */
     const char *tmpl_file; /* --body-template */
-    rmq_buf_t tmpl;       /* its text */
+    rmq_buf_t tmpl;        /* its text */
 
     /* source state */
     int64_t next; /* messages handed to the producer */
@@ -488,23 +486,21 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
 {
     int have_size = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *v = NULL;
         int64_t n;
+        int c;
 #define NEED_VALUE()                                                                               \
     do {                                                                                           \
-        if (!v) {                                                                                  \
-            fprintf(stderr, "rmqlua send: %s needs a value\n", a);                                 \
-            return 2;                                                                              \
-        }                                                                                          \
-        i++;                                                                                       \
+        if (!(v = rmq__cli_value(&r->cc, argc, argv, &i))) return 2;                               \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(&r->cc, stdout);
             return 1;
-        } else if (!strcmp(a, "--namesrv") || !strcmp(a, "-n")) {
+        } else if ((c = rmq__cli_conn_arg(&r->cc, argc, argv, &i)) != 0) {
+            if (c < 0) return 2; /* --namesrv, --set, --log-debug */
+        } else if (!strcmp(a, "-n")) {
             NEED_VALUE();
-            r->namesrv = v;
+            r->cc.namesrv = v;
         } else if (!strcmp(a, "--topic") || !strcmp(a, "-t")) {
             NEED_VALUE();
             r->topic = v;
@@ -592,29 +588,15 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
             po->compress_over = (int)n;
         } else if (!strcmp(a, "--no-compress")) {
             po->compress_over = -1;
-        } else if (!strcmp(a, "--set")) {
-            NEED_VALUE();
-            if (rmq__cli_conn_set(&r->cc, v)) return 2;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             r->verbose = 1;
-        } else if (!strcmp(a, "--log-debug")) {
-            NEED_VALUE();
-            char err[128];
-            if (rmq_log_set_debug(v, err, sizeof(err)) < 0) {
-                fprintf(stderr, "rmqlua send: --log-debug: %s\n", err);
-                return 2;
-            }
         } else {
             fprintf(stderr, "rmqlua send: unknown option '%s' (see rmqlua send --help)\n", a);
             return 2;
         }
 #undef NEED_VALUE
     }
-    if (!r->namesrv) r->namesrv = getenv("NAMESRV_ADDR");
-    if (!r->namesrv || !*r->namesrv) {
-        fprintf(stderr, "rmqlua send: --namesrv is required (or set NAMESRV_ADDR)\n");
-        return 2;
-    }
+    if (rmq__cli_conn_namesrv(&r->cc)) return 2;
     if (!r->topic) {
         fprintf(stderr, "rmqlua send: --topic is required\n");
         return 2;
@@ -674,17 +656,7 @@ int rmq__cli_send(int argc, char **argv)
     }
     if (rc == 0) po.max_inflight = r->window;
     if (rc == 0) {
-        /* A broker closing a connection must not kill us with SIGPIPE on the next write. */
-        signal(SIGPIPE, SIG_IGN);
-        uv_loop_init(&r->loop);
-        rmq_remoting_opts_t ro;
-        memset(&ro, 0, sizeof(ro));
-        ro.loop = &r->loop;
-        ro.name = "send";
-        rmq__cli_conn_remoting_opts(&r->cc, &ro);
-        if (rmq__remoting_new(&ro, &r->t, err, sizeof(err)) ||
-            rmq__remoting_set_namesrv(r->t, r->namesrv, err, sizeof(err))) {
-            fprintf(stderr, "rmqlua send: --namesrv: %s\n", err);
+        if (rmq__cli_conn_open(&r->cc, &r->loop, &r->t)) {
             rc = 2;
         } else if (rmq__producer_new(&r->loop, r->t, &po, &r->p, err, sizeof(err))) {
             fprintf(stderr, "rmqlua send: %s\n", err);

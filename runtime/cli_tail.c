@@ -44,11 +44,11 @@ typedef struct tail_run {
     rmq_pool_t *pool;
     uv_signal_t sigint, sigterm;
     rmq_sql92_t *sql;
-    rmq_cli_conn_t cc; /* --set: ACL keys, TLS, namespace; an ACL refusal ends tail (exit 3) */
+    rmq_cli_conn_t cc; /* --namesrv, --set: ACL keys, TLS, namespace; an ACL refusal: exit 3 */
     char *wire_topic, *wire_group; /* the topic and group in the namespace */
 
     /* options */
-    const char *namesrv, *topic, *tags, *sql_text, *format, *handler, *broker;
+    const char *topic, *tags, *sql_text, *format, *handler, *broker;
     int queue_id, json, stop_at_end;
     int64_t limit; /* -n; 0 = none */
     rmq_from_t from;
@@ -657,23 +657,18 @@ static void on_ready(void *ud, rmq_rq_t **qs, int n)
 static int parse_args(tail_run_t *t, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *v = NULL;
         int64_t n;
+        int c;
 #define NEED_VALUE()                                                                               \
     do {                                                                                           \
-        if (!v) {                                                                                  \
-            fprintf(stderr, "rmqlua tail: %s needs a value\n", a);                                 \
-            return 2;                                                                              \
-        }                                                                                          \
-        i++;                                                                                       \
+        if (!(v = rmq__cli_value(&t->cc, argc, argv, &i))) return 2;                               \
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(&t->cc, stdout);
             return 1;
-        } else if (!strcmp(a, "--namesrv")) {
-            NEED_VALUE();
-            t->namesrv = v;
+        } else if ((c = rmq__cli_conn_arg(&t->cc, argc, argv, &i)) != 0) {
+            if (c < 0) return 2; /* --namesrv, --set, --log-debug */
         } else if (!strcmp(a, "--from")) {
             NEED_VALUE();
             if (parse_from(v, &t->from, &t->from_value)) {
@@ -716,16 +711,6 @@ static int parse_args(tail_run_t *t, int argc, char **argv)
         } else if (!strcmp(a, "--handler")) {
             NEED_VALUE();
             t->handler = v;
-        } else if (!strcmp(a, "--set")) {
-            NEED_VALUE();
-            if (rmq__cli_conn_set(&t->cc, v)) return 2;
-        } else if (!strcmp(a, "--log-debug")) {
-            NEED_VALUE();
-            char err[128];
-            if (rmq_log_set_debug(v, err, sizeof(err)) < 0) {
-                fprintf(stderr, "rmqlua tail: --log-debug: %s\n", err);
-                return 2;
-            }
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "rmqlua tail: unknown option '%s' (see rmqlua tail --help)\n", a);
             return 2;
@@ -741,11 +726,7 @@ static int parse_args(tail_run_t *t, int argc, char **argv)
         fprintf(stderr, "rmqlua tail: which TOPIC? (see rmqlua tail --help)\n");
         return 2;
     }
-    if (!t->namesrv) t->namesrv = getenv("NAMESRV_ADDR");
-    if (!t->namesrv || !*t->namesrv) {
-        fprintf(stderr, "rmqlua tail: --namesrv is required (or set NAMESRV_ADDR)\n");
-        return 2;
-    }
+    if (rmq__cli_conn_namesrv(&t->cc)) return 2;
     if ((t->json != 0) + (t->format != NULL) + (t->handler != NULL) > 1) {
         fprintf(stderr, "rmqlua tail: --format, --json and --handler exclude each other\n");
         return 2;
@@ -799,16 +780,7 @@ int rmq__cli_tail(int argc, char **argv)
         run_free(t);
         return rc == 1 ? 0 : rc;
     }
-    signal(SIGPIPE, SIG_IGN);
-    uv_loop_init(&t->loop);
-    rmq_remoting_opts_t ro;
-    memset(&ro, 0, sizeof(ro));
-    ro.loop = &t->loop;
-    ro.name = "tail";
-    rmq__cli_conn_remoting_opts(&t->cc, &ro);
-    if (rmq__remoting_new(&ro, &t->rt, err, sizeof(err)) ||
-        rmq__remoting_set_namesrv(t->rt, t->namesrv, err, sizeof(err))) {
-        fprintf(stderr, "rmqlua tail: --namesrv: %s\n", err);
+    if (rmq__cli_conn_open(&t->cc, &t->loop, &t->rt)) {
         rc = 2;
         goto out;
     }
