@@ -139,6 +139,16 @@ static void describe(rmq_buf_t *b, const rmq_msg_t *m)
     if (m->keys_len) rmq__buf_appendf(b, " keys=%.*s", (int)m->keys_len, m->keys);
 }
 
+/* describe() as a string of its own, for a log line; the caller frees it. */
+static char *described(const rmq_msg_t *m)
+{
+    rmq_buf_t b;
+    rmq__buf_init(&b);
+    describe(&b, m);
+    rmq__buf_append(&b, "", 1);
+    return b.data;
+}
+
 static void report(redrive_run_t *r, int final)
 {
     if (!final && r->moved + r->skipped + r->failed == r->last_reported) return;
@@ -323,6 +333,17 @@ static const char *const origin_only[] = {"RETRY_TOPIC", "ORIGIN_MESSAGE_ID"};
 
 static void send_next(job_t *j);
 
+/* m could not be moved (said by the caller): a failure; the queue stops at m, and the progress
+ * recorded is m's offset, so that the next run starts with it. */
+static void stop_at(job_t *j, const rmq_msg_t *m)
+{
+    j->run->failed++;
+    j->run->exit_code = 1;
+    j->failed = 1;
+    j->commit = m->queue_offset;
+    commit(j);
+}
+
 static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char *errmsg)
 {
     job_t *j = ud;
@@ -330,21 +351,14 @@ static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char 
     rmq_msg_t *m = j->msgs[j->i];
     if (err) {
         if (!r->cc.refused) { /* an ACL refusal was said once by cli_conn.c */
-            rmq_buf_t b;
-            rmq__buf_init(&b);
-            describe(&b, m);
-            rmq__buf_append(&b, "", 1);
+            char *d = described(m);
             rmq_log_error("redrive",
                           "cannot move %s: %s (%s); this queue stops here, the next run "
                           "starts with it",
-                          b.data, errmsg, rmq_err_name(err));
-            rmq__buf_free(&b);
+                          d, errmsg, rmq_err_name(err));
+            free(d);
         }
-        r->failed++;
-        r->exit_code = 1;
-        j->failed = 1;
-        j->commit = m->queue_offset;
-        commit(j);
+        stop_at(j, m);
         return;
     }
     r->moved++;
@@ -371,20 +385,13 @@ static void send_next(job_t *j)
             uint32_t tl = 0;
             const char *t = rmq__props_find(m->props, m->props_len, "RETRY_TOPIC", 11, &tl);
             if (!t || tl >= sizeof(topic)) {
-                rmq_buf_t b;
-                rmq__buf_init(&b);
-                describe(&b, m);
-                rmq__buf_append(&b, "", 1);
+                char *d = described(m);
                 rmq_log_error("redrive",
                               "%s has no RETRY_TOPIC property: its original topic is "
                               "unknown (redrive it without --to-origin); this queue stops here",
-                              b.data);
-                rmq__buf_free(&b);
-                r->failed++;
-                r->exit_code = 1;
-                j->failed = 1;
-                j->commit = m->queue_offset;
-                commit(j);
+                              d);
+                free(d);
+                stop_at(j, m);
                 return;
             }
             memcpy(topic, t, tl);
@@ -647,16 +654,14 @@ int rmq__cli_redrive(int argc, char **argv)
         goto fail;
     }
     if (r->where) {
-        rmq_pool_opts_t pl;
-        memset(&pl, 0, sizeof(pl));
-        pl.script_path = r->where;
-        pl.nthreads = 1;
-        pl.loop = &r->loop;
-        pl.done = on_where_done;
-        pl.ud = r;
-        pl.consumer_group = r->group;
-        pl.loader_module = "rmq.where";
-        pl.dispatch_module = "rmq.where";
+        rmq_pool_opts_t pl = {.script_path = r->where,
+                              .nthreads = 1,
+                              .loop = &r->loop,
+                              .done = on_where_done,
+                              .ud = r,
+                              .consumer_group = r->group,
+                              .loader_module = "rmq.where",
+                              .dispatch_module = "rmq.where"};
         if (rmq__pool_start(&pl, &r->pool, err, sizeof(err))) {
             fprintf(stderr, "rmqlua redrive: --where: %s\n", err);
             rc = 2;
@@ -664,20 +669,18 @@ int rmq__cli_redrive(int argc, char **argv)
         }
     }
     r->out = rmq__fdw_new(&r->loop, 1);
-    rmq_reader_opts_t o;
-    memset(&o, 0, sizeof(o));
-    o.loop = &r->loop;
-    o.rt = r->rt;
-    o.topic = r->dlq;
-    o.group = r->progress_group;
-    o.from = RMQ_FROM_COMMITTED;
-    o.stop_at_end = 1;
-    o.queue_id = -1;
-    o.ud = r;
-    o.on_ready = on_ready;
-    o.on_msgs = on_msgs;
-    o.on_done = on_done;
-    o.on_error = on_error;
+    rmq_reader_opts_t o = {.loop = &r->loop,
+                           .rt = r->rt,
+                           .topic = r->dlq,
+                           .group = r->progress_group,
+                           .from = RMQ_FROM_COMMITTED,
+                           .stop_at_end = 1,
+                           .queue_id = -1,
+                           .ud = r,
+                           .on_ready = on_ready,
+                           .on_msgs = on_msgs,
+                           .on_done = on_done,
+                           .on_error = on_error};
     if (rmq__reader_start(&o, &r->reader, err, sizeof(err))) {
         fprintf(stderr, "rmqlua redrive: %s\n", err);
         rc = 2;

@@ -785,15 +785,13 @@ int rmq__cli_tail(int argc, char **argv)
         goto out;
     }
     if (t->handler) {
-        rmq_pool_opts_t po;
-        memset(&po, 0, sizeof(po));
-        po.script_path = t->handler;
-        po.nthreads = 1;
-        po.loop = &t->loop;
-        po.done = on_batch_done;
-        po.ud = t;
-        po.consumer_group = TOOLS_GROUP;
-        po.loader_module = "rmq.handler";
+        rmq_pool_opts_t po = {.script_path = t->handler,
+                              .nthreads = 1,
+                              .loop = &t->loop,
+                              .done = on_batch_done,
+                              .ud = t,
+                              .consumer_group = TOOLS_GROUP,
+                              .loader_module = "rmq.handler"};
         if (rmq__pool_start(&po, &t->pool, err, sizeof(err))) {
             fprintf(stderr, "rmqlua tail: --handler: %s\n", err);
             rc = 2;
@@ -802,24 +800,22 @@ int rmq__cli_tail(int argc, char **argv)
     }
     t->out = rmq__fdw_new(&t->loop, 1);
     rmq__fdw_on_drain(t->out, on_drain, t);
-    rmq_reader_opts_t o;
-    memset(&o, 0, sizeof(o));
-    o.loop = &t->loop;
-    o.rt = t->rt;
-    o.topic = t->wire_topic;
-    o.group = t->wire_group;
-    o.tags = t->tags;
-    o.from = t->from;
-    o.from_value = t->from_value;
-    o.stop_at_end = t->stop_at_end;
-    o.broker = t->broker;
-    o.queue_id = t->queue_id;
-    o.ud = t;
-    o.on_ready = on_ready;
-    o.on_msgs = on_msgs;
-    o.on_queue_end = on_queue_end;
-    o.on_done = on_done;
-    o.on_error = on_error;
+    rmq_reader_opts_t o = {.loop = &t->loop,
+                           .rt = t->rt,
+                           .topic = t->wire_topic,
+                           .group = t->wire_group,
+                           .tags = t->tags,
+                           .from = t->from,
+                           .from_value = t->from_value,
+                           .stop_at_end = t->stop_at_end,
+                           .broker = t->broker,
+                           .queue_id = t->queue_id,
+                           .ud = t,
+                           .on_ready = on_ready,
+                           .on_msgs = on_msgs,
+                           .on_queue_end = on_queue_end,
+                           .on_done = on_done,
+                           .on_error = on_error};
     if (rmq__reader_start(&o, &t->reader, err, sizeof(err))) {
         fprintf(stderr, "rmqlua tail: %s\n", err);
         rc = 2;
