@@ -152,8 +152,20 @@ static int load_trust(SSL_CTX *ssl, const char *opt, const char *path, char *err
     return 0;
 }
 
-static rmq_tls_ctx_t *ctx_new(SSL_CTX *ssl, int is_server)
+/* A new context of method with what clients and servers share (TLS 1.2 at least, no
+ * renegotiation). Returns it, or NULL after saying in errstr why it could not be made (what
+ * names the option it is for). */
+static rmq_tls_ctx_t *ctx_new(const SSL_METHOD *method, int is_server, const char *what,
+                              char *errstr, size_t n)
 {
+    ERR_clear_error();
+    SSL_CTX *ssl = SSL_CTX_new(method);
+    if (!ssl) {
+        char why[256];
+        ssl_reason(NULL, why, sizeof why);
+        rmq__seterr(errstr, n, "%s: cannot create a TLS context: %s", what, why);
+        return NULL;
+    }
     rmq_tls_ctx_t *c = rmq__xcalloc(1, sizeof(*c));
     c->ssl = ssl;
     c->refs = 1;
@@ -182,15 +194,9 @@ int rmq__tls_ctx_client(const rmq_tls_client_conf_t *cf, rmq_tls_ctx_t **out, ch
                         size_t n)
 {
     *out = NULL;
-    ERR_clear_error();
-    SSL_CTX *ssl = SSL_CTX_new(TLS_client_method());
-    if (!ssl) {
-        char why[256];
-        ssl_reason(NULL, why, sizeof why);
-        rmq__seterr(errstr, n, "use_tls: cannot create a TLS context: %s", why);
-        return RMQ_ERR_CONFIG;
-    }
-    rmq_tls_ctx_t *c = ctx_new(ssl, 0);
+    rmq_tls_ctx_t *c = ctx_new(TLS_client_method(), 0, "use_tls", errstr, n);
+    if (!c) return RMQ_ERR_CONFIG;
+    SSL_CTX *ssl = c->ssl;
     /* TlsHelper.buildSslContext(forClient): test mode (or authServer off) trusts any server
      * certificate; otherwise the chain is verified against the trust file, else the system's
      * CAs. Like Java's SslContext, the host name is not checked against the certificate. */
@@ -226,15 +232,9 @@ int rmq__tls_ctx_server(const rmq_tls_server_conf_t *cf, rmq_tls_ctx_t **out, ch
                         size_t n)
 {
     *out = NULL;
-    ERR_clear_error();
-    SSL_CTX *ssl = SSL_CTX_new(TLS_server_method());
-    if (!ssl) {
-        char why[256];
-        ssl_reason(NULL, why, sizeof why);
-        rmq__seterr(errstr, n, "--tls-cert: cannot create a TLS context: %s", why);
-        return RMQ_ERR_CONFIG;
-    }
-    rmq_tls_ctx_t *c = ctx_new(ssl, 1);
+    rmq_tls_ctx_t *c = ctx_new(TLS_server_method(), 1, "--tls-cert", errstr, n);
+    if (!c) return RMQ_ERR_CONFIG;
+    SSL_CTX *ssl = c->ssl;
     if (!cf->cert_path || !cf->key_path) {
         rmq__seterr(errstr, n, "--tls-cert and --tls-key go together");
         goto fail;
