@@ -209,6 +209,32 @@ static int64_t deadline(int64_t ttl_ms, int64_t now)
     return ttl_ms > 0 ? now + ttl_ms : 0;
 }
 
+/* Store a value under key, d's mutex held; x is key's entry (live or expired) or NULL. A value of
+ * x's size goes in place; else x goes and a new entry takes the value, after make_room evicted
+ * what it must. Returns 0, or -1 when there is no room (x is gone then). */
+static int put_locked(rmq_shdict_t *d, node_t *x, const char *key, size_t key_len, uint64_t h,
+                      int type, const char *str, size_t str_len, double num, int64_t expires,
+                      uint32_t flags, int safe, int64_t now, int *forcible)
+{
+    size_t vlen = type == T_STRING ? str_len : 0;
+    if (x && x->val_len == vlen) { /* same size: in place */
+        x->type = (uint8_t)type;
+        x->num = num;
+        x->flags = flags;
+        x->expires = expires;
+        if (vlen) memcpy(x->data + x->key_len, str, vlen);
+        lru_touch(d, x);
+        return 0;
+    }
+    if (x) remove_node(d, x);
+    node_t *nx = NULL;
+    if (make_room(d, charge_of(key_len, vlen), safe, now, forcible) == 0)
+        nx = new_node(key, key_len, h, type, str, str_len, num, expires, flags);
+    if (!nx) return -1;
+    insert(d, nx);
+    return 0;
+}
+
 /* ---- the set -------------------------------------------------------------------------------- */
 
 RMQ_EXPORT rmq_shdicts_t *rmq_shdicts_new(void)
@@ -393,29 +419,11 @@ RMQ_EXPORT int rmq_shdict_store(rmq_shdict_t *d, int op, const char *key, size_t
         uv_mutex_unlock(&d->mu);
         return 0;
     }
-    size_t vlen = type == T_STRING ? str_len : 0;
-    if (x && x->val_len == vlen) { /* same size: in place */
-        x->type = (uint8_t)type;
-        x->num = num;
-        x->flags = flags;
-        x->expires = deadline(exptime_ms, now);
-        if (vlen) memcpy(x->data + x->key_len, str, vlen);
-        lru_touch(d, x);
-        uv_mutex_unlock(&d->mu);
-        return 0;
-    }
-    if (x) remove_node(d, x);
-    node_t *nx = NULL;
-    if (make_room(d, charge_of(key_len, vlen), safe, now, forcible) == 0)
-        nx = new_node(key, key_len, h, type, str, str_len, num, deadline(exptime_ms, now), flags);
-    if (!nx) {
-        uv_mutex_unlock(&d->mu);
-        *err = "no memory";
-        return -1;
-    }
-    insert(d, nx);
+    int rc = put_locked(d, x, key, key_len, h, type, str, str_len, num, deadline(exptime_ms, now),
+                        flags, safe, now, forcible);
     uv_mutex_unlock(&d->mu);
-    return 0;
+    if (rc) *err = "no memory";
+    return rc;
 }
 
 RMQ_EXPORT int rmq_shdict_incr(rmq_shdict_t *d, const char *key, size_t key_len, double *value,
@@ -445,30 +453,16 @@ RMQ_EXPORT int rmq_shdict_incr(rmq_shdict_t *d, const char *key, size_t key_len,
         *err = "not found";
         return -1;
     }
+    /* an expired entry of the right size is reused */
     double v = init + *value;
-    if (x && x->val_len == 0) { /* an expired entry of the right size: reused */
-        x->type = T_NUMBER;
-        x->num = v;
-        x->flags = 0;
-        x->expires = deadline(init_ttl_ms, now);
-        lru_touch(d, x);
-        *value = v;
-        uv_mutex_unlock(&d->mu);
-        return 0;
-    }
-    if (x) remove_node(d, x);
-    node_t *nx = NULL;
-    if (make_room(d, charge_of(key_len, 0), 0, now, forcible) == 0)
-        nx = new_node(key, key_len, h, T_NUMBER, NULL, 0, v, deadline(init_ttl_ms, now), 0);
-    if (!nx) {
-        uv_mutex_unlock(&d->mu);
-        *err = "no memory";
-        return -1;
-    }
-    insert(d, nx);
-    *value = v;
+    int rc = put_locked(d, x, key, key_len, h, T_NUMBER, NULL, 0, v, deadline(init_ttl_ms, now), 0,
+                        0, now, forcible);
     uv_mutex_unlock(&d->mu);
-    return 0;
+    if (rc)
+        *err = "no memory";
+    else
+        *value = v;
+    return rc;
 }
 
 RMQ_EXPORT int rmq_shdict_ttl(rmq_shdict_t *d, const char *key, size_t key_len, double *ttl_ms)
