@@ -1133,28 +1133,35 @@ RMQ_EXPORT void rmq_devbroker_reset_counts(rmq_devbroker_t *db)
     }
 }
 
-RMQ_EXPORT int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
-                                         const char *key, char *buf, size_t size)
+/* The request recorded as the idx-th (from 0; negative: from the end, -1 the last) of those
+ * matching target/code, decoded into *c (the caller frees it). Returns 0, or -1 when there is no
+ * such record or its frame is not kept or does not decode. db->mu held. */
+static int rec_decode_locked(rmq_devbroker_t *db, int target, int req_code, int idx, rmq_cmd_t *c)
 {
-    int ret = -1;
-    uv_mutex_lock(&db->mu);
-    int total = recs_locked(db, target, req_code);
-    if (idx < 0) idx += total;
+    if (idx < 0) idx += recs_locked(db, target, req_code);
     int i = 0;
     for (db_rec_t *r = db->recs; r && idx >= 0; r = r->next) {
         if (!rec_match(r, target, req_code)) continue;
         if (i++ != idx) continue;
-        rmq_cmd_t c;
         char err[128];
-        if (r->frame && rmq__cmd_decode(r->frame, &c, err, sizeof err) == 0) {
-            const char *v = rmq__cmd_ext(&c, key);
-            if (v) {
-                ret = (int)strlen(v);
-                if (size) snprintf(buf, size, "%s", v);
-            }
-            rmq__cmd_free(&c);
+        return r->frame && rmq__cmd_decode(r->frame, c, err, sizeof err) == 0 ? 0 : -1;
+    }
+    return -1;
+}
+
+RMQ_EXPORT int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
+                                         const char *key, char *buf, size_t size)
+{
+    int ret = -1;
+    rmq_cmd_t c;
+    uv_mutex_lock(&db->mu);
+    if (rec_decode_locked(db, target, req_code, idx, &c) == 0) {
+        const char *v = rmq__cmd_ext(&c, key);
+        if (v) {
+            ret = (int)strlen(v);
+            if (size) snprintf(buf, size, "%s", v);
         }
-        break;
+        rmq__cmd_free(&c);
     }
     uv_mutex_unlock(&db->mu);
     return ret;
@@ -1164,23 +1171,14 @@ RMQ_EXPORT int rmq_devbroker_request_body(rmq_devbroker_t *db, int target, int r
                                           char *buf, size_t size)
 {
     int ret = -1;
+    rmq_cmd_t c;
     uv_mutex_lock(&db->mu);
-    int total = recs_locked(db, target, req_code);
-    if (idx < 0) idx += total;
-    int i = 0;
-    for (db_rec_t *r = db->recs; r && idx >= 0; r = r->next) {
-        if (!rec_match(r, target, req_code)) continue;
-        if (i++ != idx) continue;
-        rmq_cmd_t c;
-        char err[128];
-        /* A big request's record kept its header only: its body reads as empty. */
-        if (r->frame && rmq__cmd_decode(r->frame, &c, err, sizeof err) == 0) {
-            ret = (int)c.body_len;
-            size_t k = c.body_len < size ? c.body_len : size;
-            if (k) memcpy(buf, c.body, k);
-            rmq__cmd_free(&c);
-        }
-        break;
+    /* A big request's record kept its header only: its body reads as empty. */
+    if (rec_decode_locked(db, target, req_code, idx, &c) == 0) {
+        ret = (int)c.body_len;
+        size_t k = c.body_len < size ? c.body_len : size;
+        if (k) memcpy(buf, c.body, k);
+        rmq__cmd_free(&c);
     }
     uv_mutex_unlock(&db->mu);
     return ret;
