@@ -2,7 +2,7 @@
 -- consumer scripts written to a temp dir that record what they consume, and `rmqlua run`
 -- subprocesses.
 local helpers = require "helpers"
-local ffi = require "ffi"
+local rh = require "run_helpers"
 
 require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
 
@@ -16,22 +16,11 @@ function M.tmpdir(name)
   return helpers.tmpdir("consumer-" .. name)
 end
 
-function M.start_broker(args)
-  local err = ffi.new("char[256]")
-  local db = lib.rmq_devbroker_start(args or "", err, 256)
-  assert(db ~= nil, "devbroker: " .. ffi.string(err))
-  return db, ffi.string(lib.rmq_devbroker_addr(db))
-end
+-- A development broker in-process: db, name server address.
+M.start_broker = rh.start_broker
 
 -- Store n messages on topic, spread round robin over queues; bodies "<prefix><i>".
-function M.produce(db, topic, n, prefix, tags)
-  prefix = prefix or "m"
-  for i = 1, n do
-    local body = prefix .. i
-    local off = lib.rmq_devbroker_produce(db, 0, topic, -1, tags, nil, body, #body)
-    assert(off >= 0, "produce failed: " .. tostring(off))
-  end
-end
+M.produce = rh.produce_n
 
 -- Write a consumer script. opts: group, ns, topic, out (file), extra (Lua source for more
 -- options), body (Lua source of the handler body after the record is written; may return a
@@ -82,17 +71,9 @@ function M.spawn(script, log, args)
   return pid
 end
 
--- The exit code of a spawned run (waits for the .rc file), or nil.
+-- The exit code of a spawned run (waits up to 10 s, scaled, for the .rc file).
 function M.exit_code(log)
-  local rc
-  helpers.wait_until(function()
-    local f = io.open(log .. ".rc")
-    if not f then return false end
-    rc = tonumber(f:read("*l"))
-    f:close()
-    return rc ~= nil
-  end, 10, "exit code of " .. log)
-  return rc
+  return rh.exit_code(log .. ".rc", 10, "exit code of " .. log)
 end
 
 function M.alive(pid)
@@ -106,14 +87,7 @@ function M.stop(pid, sig, timeout)
     "rmqlua run (pid " .. pid .. ") to exit")
 end
 
-function M.lines(path)
-  local t = {}
-  local f = io.open(path, "r")
-  if not f then return t end
-  for l in f:lines() do t[#t + 1] = l end
-  f:close()
-  return t
-end
+M.lines = rh.file_lines
 
 -- Parse the records: { body=, topic=, qid=, off=, rt=, store_topic= }.
 function M.records(path)
@@ -137,13 +111,7 @@ function M.count_lines(path)
   return n
 end
 
-function M.read(path)
-  local f = io.open(path, "r")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+M.read = rh.read
 
 -- Committed offsets of group equal the max offsets of every queue of topic (broker 0).
 function M.all_committed(db, group, topic, queues)

@@ -3,6 +3,7 @@
 -- consumed; and a broker without property filtering refusing it with its own message.
 local ffi = require "ffi"
 local helpers = require "helpers"
+local rh = require "run_helpers"
 
 local lib = require "devbroker_ffi"
 lib.rmq_log_set_level(0) -- only errors: the transport logs every connection
@@ -13,22 +14,13 @@ local cjson = require "cjson"
 local SELECTOR = "region = 'eu' AND amount > 100.0 OR vip = TRUE"
 
 local function start_broker(args)
-  local err = ffi.new("char[512]")
-  local db = lib.rmq_devbroker_start(args, err, 512)
-  assert(db ~= nil, ffi.string(err))
+  local db, ns = rh.start_broker(args)
   helpers.defer(function() lib.rmq_devbroker_stop(db) end)
-  return db, ffi.string(lib.rmq_devbroker_addr(db))
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
+  return db, ns
 end
 
 local function script(dir, ns, out)
-  return write(dir .. "/sql_consumer.lua", string.format([[
+  return rh.write(dir, "sql_consumer.lua", string.format([[
 local rmq = require "rmq"
 local out = assert(io.open(%q, "a"))
 out:setvbuf("no")
@@ -46,14 +38,7 @@ return {
 ]], out, ns, SELECTOR))
 end
 
-local function lines(path)
-  local t = {}
-  local f = io.open(path)
-  if not f then return t end
-  for l in f:lines() do t[#t + 1] = l end
-  f:close()
-  return t
-end
+local lines = rh.file_lines
 
 describe("SQL92 subscription", function()
   it("consumes exactly the messages the selector matches", function()

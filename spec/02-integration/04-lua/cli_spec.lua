@@ -1,20 +1,12 @@
 -- rmqlua check / test / run on good and bad scripts: exit codes (0 ok, 1 failure, 2 usage or
 -- configuration) and messages naming file:line, all before any connection.
 local helpers = require "helpers"
+local rh = require "run_helpers"
 
 local tmpdir = helpers.file_tmpdir("lua-cli")
 
-local function write(name, text)
-  local path = tmpdir .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-
-local function rmqlua(args)
-  return helpers.run("NAMESRV_ADDR= " .. helpers.bin .. " " .. args)
-end
+local function write(name, text) return rh.write(tmpdir, name, text) end
+local rmqlua = rh.rmqlua
 
 local GOOD = [[
 local rmq = require "rmq"

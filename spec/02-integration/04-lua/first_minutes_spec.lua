@@ -3,18 +3,10 @@
 -- syntax error), the examples run with --embedded showing what each one is about, and their
 -- output one whole line per message even from 20 threads.
 local helpers = require "helpers"
+local rh = require "run_helpers"
 
-local function rmqlua(args)
-  return helpers.run("NAMESRV_ADDR= " .. helpers.bin .. " " .. args)
-end
-
-local function write(dir, name, text)
-  local path = dir .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
+local rmqlua, write, exit_code, example, lines = rh.rmqlua, rh.write, rh.exit_code, rh.example,
+  rh.lines
 
 local function esc(s) return (s:gsub("%p", "%%%0")) end
 
@@ -27,34 +19,8 @@ local function count(s, plain)
   end
 end
 
--- The exit code a helpers.spawn(..., { rc = rcf }) process left (its shell writes it just after
--- the process is gone).
-local function exit_code(rcf)
-  return helpers.wait_until(function()
-    local f = io.open(rcf, "rb")
-    if not f then return nil end
-    local s = f:read("*a")
-    f:close()
-    return s:match("%d+")
-  end, 30, "the exit code in " .. rcf)
-end
-
-local function example(name) return helpers.root .. "/examples/" .. name .. ".lua" end
-
 -- `rmqlua run --embedded` with a time limit; stdout and stderr apart.
-local function embedded(args)
-  local dir = helpers.tmpdir("embedded")
-  local outf, errf = dir .. "/out", dir .. "/err"
-  local rc = helpers.run(string.format("(timeout %d %s run --embedded %s > %s 2> %s)",
-    math.floor(120 * helpers.scale), helpers.bin, args, outf, errf))
-  return rc, helpers.read_file(outf), helpers.read_file(errf)
-end
-
-local function lines(s)
-  local t = {}
-  for l in s:gmatch("([^\n]*)\n") do t[#t + 1] = l end
-  return t
-end
+local embedded = rh.embedded
 
 local GOOD = [[
 local seen = {}
@@ -232,19 +198,13 @@ describe("the examples with --embedded", function()
     local out, errf, rcf = d .. "/out", d .. "/err", d .. "/rc"
     local pid = helpers.spawn(string.format("sh -c 'exec %s run --embedded --sample-messages 100 %s 2> %s'",
       helpers.bin, example("retry"), errf), { log = out, rc = rcf })
-    local function text()
-      local f = io.open(out, "rb")
-      if not f then return "" end
-      local t = f:read("*a")
-      f:close()
-      return t
-    end
+    local function text() return rh.read(out) end
     helpers.wait_until(function() return text():find("reconsume_times=1 body=[^\n]*fail") end, 60,
       "a 'fail' message back once")
     helpers.wait_until(function() return text():find("reconsume_times=2 body=[^\n]*poison") end, 60,
       "the poison message retried twice")
     helpers.kill(pid, "INT")
-    assert.are.equal("0", exit_code(rcf))
+    assert.are.equal(0, exit_code(rcf))
     for _, l in ipairs(lines(text())) do
       assert.matches("^got %x+ reconsume_times=%d body={[^{}]*}$", l)
     end

@@ -1,7 +1,7 @@
 -- Shared by the 04-lua specs: the development broker through the FFI, and `rmqlua run` in the
 -- background (output in a file, SIGINT to stop, its exit code).
-local ffi = require "ffi"
 local helpers = require "helpers"
+local rh = require "run_helpers"
 
 require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
 
@@ -12,18 +12,11 @@ M.lib = lib
 M.tmpdir = helpers.file_tmpdir("lua-runner")
 
 function M.write(name, text)
-  local path = M.tmpdir .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
+  return rh.write(M.tmpdir, name, text)
 end
 
 function M.start_broker(args)
-  local err = ffi.new("char[512]")
-  M.db = lib.rmq_devbroker_start(args or "", err, 512)
-  assert(M.db ~= nil, ffi.string(err))
-  M.addr = ffi.string(lib.rmq_devbroker_addr(M.db))
+  M.db, M.addr = rh.start_broker(args)
 end
 
 function M.stop_broker()
@@ -38,13 +31,7 @@ end
 
 -- produce with user properties { name = value }
 function M.produce_props(topic, body, props, tags, keys)
-  local names, p = {}, {}
-  for k in pairs(props) do names[#names + 1] = k end
-  table.sort(names)
-  for _, k in ipairs(names) do p[#p + 1] = k .. "\1" .. props[k] end
-  local ps = table.concat(p, "\2")
-  local off = lib.rmq_devbroker_produce_props(M.db, 0, topic, -1, tags, keys, ps, #ps, body, #body)
-  assert(off >= 0, "produce to " .. topic .. " failed")
+  rh.produce_props(M.db, topic, -1, body, props, tags, keys)
 end
 
 function M.topic_count(topic, queues)
@@ -68,24 +55,16 @@ function M.run(script, extra)
     .. "echo $? > %s) &", pidf, helpers.bin, M.addr, extra or "", script, out, rcf)
   os.execute(cmd)
   local h = {}
+  function h.pid()
+    return helpers.wait_until(function() return tonumber(rh.read(pidf):match("%d+")) end, 10,
+      "pid of " .. name)
+  end
   -- Whatever happens in the test, the process does not outlive it.
   helpers.defer(function()
     if h.rc then return end
-    local pid = helpers.wait_until(function()
-      local f = io.open(pidf)
-      local p = f and f:read("*n")
-      if f then f:close() end
-      return p
-    end, 10, "pid of " .. name)
-    helpers.kill(pid, "KILL")
+    helpers.kill(h.pid(), "KILL")
   end)
-  function h.out()
-    local f = io.open(out, "rb")
-    if not f then return "" end
-    local s = f:read("*a")
-    f:close()
-    return s
-  end
+  function h.out() return rh.read(out) end
   function h.wait_for(pattern, what)
     return helpers.wait_until(function() return h.out():find(pattern) end, 30,
       (what or pattern) .. " in the output of " .. name)
@@ -95,43 +74,20 @@ function M.run(script, extra)
     for _ in h.out():gmatch(pattern) do n = n + 1 end
     return n
   end
-  function h.pid()
-    return helpers.wait_until(function()
-      local f = io.open(pidf)
-      local p = f and f:read("*n")
-      if f then f:close() end
-      return p
-    end, 10, "pid of " .. name)
-  end
   -- Send a signal (e.g. "HUP") to the running process.
   function h.signal(sig)
     os.execute("kill -" .. sig .. " " .. h.pid())
   end
   -- Its exit code once it exited by itself (nil while it runs).
   function h.exited()
-    local f = io.open(rcf)
-    local rc = f and f:read("*n")
-    if f then f:close() end
+    local rc = tonumber(rh.read(rcf):match("%d+"))
     if rc then h.rc = rc end
     return rc
   end
   function h.stop()
     if h.rc then return h.rc end
-    local pid = helpers.wait_until(function()
-      local f = io.open(pidf)
-      if not f then return nil end
-      local p = f:read("*n")
-      f:close()
-      return p
-    end, 10, "pid of " .. name)
-    os.execute("kill -INT " .. pid)
-    h.rc = helpers.wait_until(function()
-      local f = io.open(rcf)
-      if not f then return nil end
-      local rc = f:read("*n")
-      f:close()
-      return rc
-    end, 60, "exit of " .. name)
+    os.execute("kill -INT " .. h.pid())
+    h.rc = rh.exit_code(rcf, 60, "exit of " .. name)
     return h.rc
   end
   return h

@@ -3,20 +3,12 @@
 -- ignore), and `rmqlua test` cases that state properties and expect which messages the selector
 -- delivers.
 local helpers = require "helpers"
+local rh = require "run_helpers"
 
 local tmpdir = helpers.file_tmpdir("sql92-cli")
 
-local function write(name, text)
-  local path = tmpdir .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-
-local function rmqlua(args)
-  return helpers.run("NAMESRV_ADDR= " .. helpers.bin .. " " .. args)
-end
+local function write(name, text) return rh.write(tmpdir, name, text) end
+local rmqlua = rh.rmqlua
 
 local function script(subscribe)
   return string.format([[

@@ -2,43 +2,11 @@
 -- on SIGUSR1 (logrotate), SIGHUP reloading without ending the process, the log_* options of a
 -- script, and a log reader that does not read not holding up consumption.
 local helpers = require "helpers"
+local rh = require "run_helpers"
 local cjson = require "cjson"
 
-local function write(dir, name, text)
-  local path = dir .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function lines(s)
-  local t = {}
-  for l in s:gmatch("([^\n]*)\n") do t[#t + 1] = l end
-  return t
-end
-
--- The exit code a helpers.spawn(..., { rc = rcf }) process left (its shell writes it just after
--- the process is gone).
-local function exit_code(rcf)
-  return helpers.wait_until(function()
-    local f = io.open(rcf, "rb")
-    if not f then return nil end
-    local s = f:read("*a")
-    f:close()
-    return s:match("%d+")
-  end, 30, "the exit code in " .. rcf)
-end
-
-local function example(name) return helpers.root .. "/examples/" .. name .. ".lua" end
+local write, read, lines, exit_code = rh.write, rh.read, rh.lines, rh.exit_code
+local example = rh.example
 
 -- Every message fails on its first delivery with the same error (an invalid UTF-8 byte in it),
 -- and is acknowledged when it comes back a second later.
@@ -58,13 +26,7 @@ return {
 ]]
 
 -- `rmqlua run --embedded ARGS`, stdout and stderr apart, with a time limit.
-local function run(args)
-  local d = helpers.tmpdir("logs")
-  local outf, errf = d .. "/out", d .. "/err"
-  local rc = helpers.run(string.format("(timeout %d %s run --embedded %s > %s 2> %s)",
-    math.floor(120 * helpers.scale), helpers.bin, args, outf, errf))
-  return rc, read(outf), read(errf), errf
-end
+local run = rh.embedded
 
 local function valid_utf8(path)
   return os.execute("iconv -f UTF-8 -t UTF-8 " .. helpers.shq(path) .. " > /dev/null 2>&1") == 0
@@ -150,7 +112,7 @@ describe("--log-file", function()
       30, "the reopened log file")
     assert.is_true(helpers.alive(pid))
     helpers.kill(pid, "TERM")
-    assert.are.equal("0", exit_code(rcf))
+    assert.are.equal(0, exit_code(rcf))
     local old, new = read(log .. ".1"), read(log)
     assert.matches("sample producer", old)
     assert.is_nil(old:find("reopened", 1, true))
@@ -180,7 +142,7 @@ describe("SIGHUP", function()
     assert.is_true(helpers.alive(pid))
     assert.matches("INFO  %[reload%] reloading [^\n]*hello%.lua", read(errf))
     helpers.kill(pid, "TERM")
-    assert.are.equal("0", exit_code(rcf))
+    assert.are.equal(0, exit_code(rcf))
   end)
 end)
 
@@ -230,6 +192,6 @@ describe("a log reader that does not read", function()
       "3000 messages consumed while nobody reads the log")
     helpers.kill(reader, "KILL")
     helpers.wait_until(function() return not helpers.alive(pid) end, 60, "rmqlua to exit")
-    assert.are.equal("0", exit_code(rcf))
+    assert.are.equal(0, exit_code(rcf))
   end)
 end)

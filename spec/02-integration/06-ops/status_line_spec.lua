@@ -3,34 +3,9 @@
 -- script's own output is ever glued to it, and the last line gives the totals and the real
 -- overall rate. Off a terminal a plain status line is logged every 10 s.
 local helpers = require "helpers"
+local rh = require "run_helpers"
 
-local function write(dir, name, text)
-  local path = dir .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
--- The exit code a helpers.spawn(..., { rc = rcf }) process left (its shell writes it just after
--- the process is gone).
-local function exit_code(rcf)
-  return helpers.wait_until(function()
-    local f = io.open(rcf, "rb")
-    if not f then return nil end
-    local s = f:read("*a")
-    f:close()
-    return s:match("%d+")
-  end, 30, "the exit code in " .. rcf)
-end
+local write, read, exit_code = rh.write, rh.read, rh.exit_code
 
 -- What a terminal shows once the bytes are written: \r goes to column 0, ESC[K erases to the
 -- end of the line, \n ends the line; other escape sequences are not expected.
@@ -129,11 +104,11 @@ describe("the status line off a terminal", function()
     local d = helpers.tmpdir("notty")
     local out, errf, rcf = d .. "/out", d .. "/err", d .. "/rc"
     local pid = helpers.spawn(string.format("sh -c 'exec %s run --embedded --sample-messages 3 %s 2> %s'",
-      helpers.bin, helpers.root .. "/examples/hello.lua", errf), { log = out, rc = rcf })
+      helpers.bin, rh.example("hello"), errf), { log = out, rc = rcf })
     helpers.wait_until(function() return read(errf):find("%[status%] %d+ msg/s") end, 30,
       "a status line")
     helpers.kill(pid, "TERM")
-    assert.are.equal("0", exit_code(rcf))
+    assert.are.equal(0, exit_code(rcf))
     local err = read(errf)
     assert.matches("INFO  %[status%] %d+ msg/s | consumed 3 | failed 0 | retried 0 | dlq 0 | lag 0 | cached 0 | queues %d+\n", err)
     assert.matches("INFO  %[status%] stopped after [%d.]+ s: consumed 3 %([%d.]+ msg/s overall%)", err)

@@ -2,6 +2,7 @@
 -- time, the development broker in-process (FFI), consumer scripts that record what they
 -- consume, and `rmqlua run` / `rmqlua send` subprocesses. Everything lives in helpers.tmpdir().
 local helpers = require "helpers"
+local rh = require "run_helpers"
 local ffi = require "ffi"
 
 require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
@@ -50,12 +51,8 @@ function M.make_certs(dir)
   }
 end
 
-function M.start_broker(args)
-  local err = ffi.new("char[512]")
-  local db = lib.rmq_devbroker_start(args or "", err, 512)
-  assert(db ~= nil, "devbroker: " .. ffi.string(err))
-  return db, ffi.string(lib.rmq_devbroker_addr(db))
-end
+-- A development broker in-process: db, name server address.
+M.start_broker = rh.start_broker
 
 -- The error rmq_devbroker_start gives for args (it must fail).
 function M.broker_error(args)
@@ -65,13 +62,10 @@ function M.broker_error(args)
   return ffi.string(err)
 end
 
--- Store n messages on topic (no network: straight into the broker's store); bodies prefix..i.
+-- Store n messages on topic (no network: straight into the broker's store); bodies prefix..i,
+-- tag TagA.
 function M.produce(db, topic, n, prefix)
-  for i = 1, n do
-    local body = (prefix or "m") .. i
-    local off = lib.rmq_devbroker_produce(db, 0, topic, -1, "TagA", nil, body, #body)
-    assert(off >= 0, "produce failed: " .. tostring(off))
-  end
+  rh.produce_n(db, topic, n, prefix, "TagA")
 end
 
 -- extField key of the last recorded request with this code at target, or nil.
@@ -125,22 +119,8 @@ return {
 end
 
 -- Lines of a file (empty table when it does not exist).
-function M.lines(path)
-  local t = {}
-  local f = io.open(path, "r")
-  if not f then return t end
-  for l in f:lines() do t[#t + 1] = l end
-  f:close()
-  return t
-end
-
-function M.read(path)
-  local f = io.open(path, "r")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+M.lines = rh.file_lines
+M.read = rh.read
 
 -- Distinct bodies recorded in an .out file -> deliveries.
 function M.consumed(out)
@@ -168,17 +148,7 @@ function M.run(dir, script, args, name)
 end
 
 -- The exit code written by a spawned run, waiting up to timeout seconds (scaled).
-function M.exit_code(rcf, timeout)
-  local rc
-  helpers.wait_until(function()
-    local f = io.open(rcf)
-    if not f then return false end
-    rc = tonumber(f:read("*l"))
-    f:close()
-    return rc ~= nil
-  end, timeout or 30, "exit code in " .. rcf)
-  return rc
-end
+M.exit_code = rh.exit_code
 
 -- `rmqlua run` in the foreground, for runs that end by themselves (killed after 120 s,
 -- scaled: exit code 124 then); returns rc, output.

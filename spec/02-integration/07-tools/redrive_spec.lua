@@ -3,8 +3,8 @@
 -- original topic with topic, tags, keys and properties restored; a second run moves nothing
 -- (the progress group's offsets); --where, --dry-run, and the failures (no RETRY_TOPIC, a
 -- write-only DLQ as a 4.9 broker makes it, a predicate that raises).
-local ffi = require "ffi"
 local helpers = require "helpers"
+local rh = require "run_helpers"
 local wire = require "02-integration.01-devbroker.wire"
 
 local lib = require "devbroker_ffi"
@@ -55,19 +55,13 @@ local function redrive(args)
 end
 
 local function produce(topic, q, body, tags, keys, props)
-  local p = {}
-  for k, v in pairs(props or {}) do p[#p + 1] = k .. "\1" .. v end
-  table.sort(p)
-  local ps = table.concat(p, "\2")
-  assert(lib.rmq_devbroker_produce_props(db, 0, topic, q, tags, keys, ps, #ps, body, #body) >= 0)
+  rh.produce_props(db, topic, q, body, props, tags, keys)
 end
 
 -- A consumer of group on topic: returns rmq.DLQ (every message goes to %DLQ%group), or
 -- records "topic reconsume body" lines into out and succeeds.
 local function consumer(dir, group, topic, out)
-  local path = dir .. "/" .. group .. (out and "-ok" or "-dlq") .. ".lua"
-  local f = assert(io.open(path, "w"))
-  f:write(string.format([[
+  return rh.write(dir, group .. (out and "-ok" or "-dlq") .. ".lua", string.format([[
 local rmq = require "rmq"
 local out = %s
 if out then out = assert(io.open(out, "a")); out:setvbuf("no") end
@@ -84,8 +78,6 @@ return {
   end,
 }
 ]], out and string.format("%q", out) or "nil", group, ns, topic))
-  f:close()
-  return path
 end
 
 -- Store messages in topic, let a consumer of group send them all to %DLQ%group.
@@ -101,21 +93,11 @@ local function make_dead_letters(group, topic, msgs)
   return dir
 end
 
-local function lines(path)
-  local t = {}
-  local f = io.open(path)
-  if not f then return t end
-  for l in f:lines() do t[#t + 1] = l end
-  f:close()
-  return t
-end
+local lines = rh.file_lines
 
 describe("rmqlua redrive", function()
   lazy_setup(function()
-    local err = ffi.new("char[256]")
-    db = lib.rmq_devbroker_start("--delay-scale 0.001", err, 256)
-    assert(db ~= nil, ffi.string(err))
-    ns = ffi.string(lib.rmq_devbroker_addr(db))
+    db, ns = rh.start_broker("--delay-scale 0.001")
     broker = wire.broker_addr(db, 0)
     conn = assert(wire.connect(broker))
   end)
@@ -232,10 +214,8 @@ describe("rmqlua redrive", function()
     local msgs = {}
     for i = 1, 5 do msgs[i] = { body = (i % 2 == 1 and "keep" or "drop") .. i, keys = "w" .. i } end
     local dir = make_dead_letters("RwG", "RwT", msgs)
-    local where = dir .. "/where.lua"
-    local f = assert(io.open(where, "w"))
-    f:write('return function(m) return m.body:sub(1, 4) == "keep" and m:property("KEYS") ~= nil end\n')
-    f:close()
+    local where = rh.write(dir, "where.lua",
+      'return function(m) return m.body:sub(1, 4) == "keep" and m:property("KEYS") ~= nil end\n')
     local rc, out = redrive("--group RwG --where " .. where .. " --dry-run")
     assert.are.equal(0, rc, out)
     assert.matches("3 would move to %RETRY%RwG, 2 passed over by --where", out, 1, true)
@@ -283,10 +263,7 @@ describe("rmqlua redrive", function()
   it("moves nothing of a batch whose --where raises", function()
     produce("%DLQ%RxG", 0, "x1", nil, nil, { RETRY_TOPIC = "RxT" })
     local dir = helpers.tmpdir("redrive-where-error")
-    local where = dir .. "/bad.lua"
-    local f = assert(io.open(where, "w"))
-    f:write('return function(m) error("predicate blew up") end\n')
-    f:close()
+    local where = rh.write(dir, "bad.lua", 'return function(m) error("predicate blew up") end\n')
     local rc, out = redrive("--group RxG --where " .. where)
     assert.are.equal(1, rc, out)
     assert.matches("predicate blew up", out, 1, true)
@@ -299,10 +276,9 @@ describe("rmqlua redrive", function()
     lib.rmq_devbroker_create_topic(db, 0, "%RETRY%RsG", 1)
     lib.rmq_devbroker_create_topic(db, 0, "%DLQ%RsG", 1)
     local dir = helpers.tmpdir("redrive-stop")
-    local where, marker = dir .. "/slow.lua", dir .. "/started"
-    local f = assert(io.open(where, "w"))
+    local marker = dir .. "/started"
     -- the predicate says it started, then takes a while over each message
-    f:write(string.format([[
+    local where = rh.write(dir, "slow.lua", string.format([[
 return function(m)
   local mk = io.open(%q, "w"); mk:write("x"); mk:close()
   local t = os.clock() + 0.5
@@ -310,7 +286,6 @@ return function(m)
   return true
 end
 ]], marker))
-    f:close()
     local function stopped_run(name)
       os.remove(marker)
       local log, rcf = dir .. "/" .. name .. ".log", dir .. "/" .. name .. ".rc"
@@ -318,14 +293,7 @@ end
         helpers.bin, ns, where), { log = log, rc = rcf })
       helpers.wait_until(function() return io.open(marker) ~= nil end, 30, "the predicate to start")
       os.execute("kill -TERM " .. pid)
-      local rc = helpers.wait_until(function()
-        local fh = io.open(rcf)
-        if not fh then return nil end
-        local v = fh:read("*n")
-        fh:close()
-        return v
-      end, 60, "redrive to stop")
-      return rc, helpers.read_file(log)
+      return rh.exit_code(rcf, 60, "redrive to stop"), helpers.read_file(log)
     end
 
     for i = 1, 3 do produce("%DLQ%RsG", 0, "s" .. i, nil, nil, { RETRY_TOPIC = "RsT" }) end

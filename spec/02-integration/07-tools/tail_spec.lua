@@ -5,6 +5,7 @@
 local ffi = require "ffi"
 local cjson = require "cjson"
 local helpers = require "helpers"
+local rh = require "run_helpers"
 
 local lib = require "devbroker_ffi"
 lib.rmq_log_set_level(0) -- only errors: the transport logs every connection
@@ -28,13 +29,8 @@ local stored = {}
 local split_ms -- store time between the two halves
 
 local function produce(q, body, tags, keys, props)
-  local p = {}
-  for k, v in pairs(props or {}) do p[#p + 1] = k .. "\1" .. v end
-  table.sort(p)
-  local ps = table.concat(p, "\2")
-  local off = lib.rmq_devbroker_produce_props(db, 0, TOPIC, q, tags, keys, ps, #ps, body, #body)
-  assert(off >= 0, "produce failed")
-  stored[#stored + 1] = { q = q, off = tonumber(off), body = body, tags = tags, keys = keys,
+  local off = rh.produce_props(db, TOPIC, q, body, props, tags, keys)
+  stored[#stored + 1] = { q = q, off = off, body = body, tags = tags, keys = keys,
     props = props or {} }
 end
 
@@ -76,10 +72,7 @@ local FILTERS = {
 
 describe("rmqlua tail", function()
   lazy_setup(function()
-    local err = ffi.new("char[256]")
-    db = lib.rmq_devbroker_start("--topic " .. TOPIC .. ":2", err, 256)
-    assert(db ~= nil, ffi.string(err))
-    ns = ffi.string(lib.rmq_devbroker_addr(db))
+    db, ns = rh.start_broker("--topic " .. TOPIC .. ":2")
     local regions = { "eu", "us" }
     local tags = { "TagA", "TagB", "TagC" }
     local function half(first, last)
@@ -141,13 +134,7 @@ describe("rmqlua tail", function()
       local before = #stored
       produce(0, "late1", "TagB", "kl1", { region = "us" }) -- only the unfiltered tail wants it
       for i = 2, 4 do produce(i % 2, "late" .. i, "TagA", "kl" .. i, { region = "eu", amount = "99" }) end
-      local rc = helpers.wait_until(function()
-        local fh = io.open(rcf)
-        if not fh then return nil end
-        local v = fh:read("*n")
-        fh:close()
-        return v
-      end, 60, "tail to stop after -n 3")
+      local rc = rh.exit_code(rcf, 60, "tail to stop after -n 3")
       assert.are.equal(0, rc, helpers.read_file(log))
       local exp = {}
       for i = before + 1, #stored do
@@ -234,9 +221,7 @@ describe("rmqlua tail", function()
   it("runs a --handler over the messages (a consumer script works as it is)", function()
     local dir = helpers.tmpdir("tail-handler")
     local seen = dir .. "/seen"
-    local script = dir .. "/h.lua"
-    local f = assert(io.open(script, "w"))
-    f:write(string.format([[
+    local script = rh.write(dir, "h.lua", string.format([[
 local out = assert(io.open(%q, "a"))
 out:setvbuf("no")
 return {
@@ -247,7 +232,6 @@ return {
   end,
 }
 ]], seen))
-    f:close()
     local rc, out = tail("--from first -e --queue 0 --handler " .. script)
     assert.are.equal(1, rc, out) -- one batch failed: reported, exit 1
     assert.matches("the handler did not consume", out, 1, true)
@@ -264,9 +248,8 @@ return {
 
   it("reports a --handler batch that fails while tail is being stopped (SIGTERM)", function()
     local dir = helpers.tmpdir("tail-handler-stop")
-    local script, marker = dir .. "/h.lua", dir .. "/started"
-    local f = assert(io.open(script, "w"))
-    f:write(string.format([[
+    local marker = dir .. "/started"
+    local script = rh.write(dir, "h.lua", string.format([[
 return function(msgs)
   local mk = io.open(%q, "w"); mk:write("x"); mk:close()
   local t = os.clock() + 0.5
@@ -274,19 +257,12 @@ return function(msgs)
   error("handler gives up")
 end
 ]], marker))
-    f:close()
     local log, rcf = dir .. "/tail.log", dir .. "/tail.rc"
     local pid = helpers.spawn(string.format("%s tail %s --namesrv %s --from first --handler %s",
       helpers.bin, TOPIC, ns, script), { log = log, rc = rcf })
     helpers.wait_until(function() return io.open(marker) ~= nil end, 30, "the handler to start")
     os.execute("kill -TERM " .. pid)
-    local rc = helpers.wait_until(function()
-      local fh = io.open(rcf)
-      if not fh then return nil end
-      local v = fh:read("*n")
-      fh:close()
-      return v
-    end, 60, "tail to stop")
+    local rc = rh.exit_code(rcf, 60, "tail to stop")
     local text = helpers.read_file(log)
     assert.are.equal(1, rc, text) -- the batch that ran failed: reported, exit 1
     assert.matches("the handler did not consume %d+ of %d+ message%(s%) of broker%-a#%d", text)
