@@ -3,13 +3,12 @@
 -- the development broker enforcing a plain_acl.yml accepts its signatures and refuses a wrong
 -- secret, and messages cross between ali-ons and rmqlua (`rmqlua send`, `rmqlua run`) with
 -- ACL on at both ends. So the signing and the checking are not both ours.
+local ons = require "02-integration.05-interop.ons"
 local helpers = require "helpers"
-local ffi = require "ffi"
-local cjson = require "cjson"
+local rh = require "run_helpers"
 local sec = dofile(helpers.root .. "/spec/02-integration/06-security/sec.lua")
 local lib = sec.lib
-local shq = helpers.shq
-local node_dir = helpers.root .. "/spec/node"
+local ensure_node_modules, node = ons.ensure_node_modules, ons.node
 
 local ACL = [[
 accounts:
@@ -26,45 +25,14 @@ accounts:
       - ons_interop_producer=PUB|SUB
 ]]
 
-local function ensure_node_modules()
-  local f = io.open(node_dir .. "/node_modules/ali-ons/package.json")
-  if f then f:close(); return end
-  local rc, out = helpers.run("npm ci --no-audit --no-fund --prefix " .. shq(node_dir))
-  assert(rc == 0, "npm ci in spec/node failed:\n" .. out)
-end
-
--- Run a node script with JSON options: exit code, JSON lines of stdout, everything else.
-local function node(script, opts)
-  local errf = os.tmpname()
-  local p = io.popen("node " .. shq(node_dir .. "/" .. script) .. " " .. shq(cjson.encode(opts))
-    .. " 2>" .. errf .. "; echo \"__rc=$?\"")
-  local lines, other, rc = {}, {}, nil
-  for line in p:lines() do
-    local code = line:match("^__rc=(%d+)$")
-    if code then
-      rc = tonumber(code)
-    else
-      local ok, v = pcall(cjson.decode, line)
-      if ok and type(v) == "table" then lines[#lines + 1] = v else other[#other + 1] = line end
-    end
-  end
-  p:close()
-  local h = io.open(errf); other[#other + 1] = h:read("*a"); h:close()
-  os.remove(errf)
-  return rc, lines, table.concat(other, "\n")
-end
-
 describe("ACL interop with ali-ons", function()
   local db, ns
   local timeout = math.floor(60000 * helpers.scale)
 
   lazy_setup(function()
     ensure_node_modules()
-    local dir = helpers.tmpdir("ons-acl")
-    local f = assert(io.open(dir .. "/plain_acl.yml", "w"))
-    f:write(ACL)
-    f:close()
-    db, ns = sec.start_broker("--acl " .. dir .. "/plain_acl.yml --topic OnsAclT:4 --topic OnsAclT2:4")
+    local acl = rh.write(helpers.tmpdir("ons-acl"), "plain_acl.yml", ACL)
+    db, ns = sec.start_broker("--acl " .. acl .. " --topic OnsAclT:4 --topic OnsAclT2:4")
   end)
   lazy_teardown(function()
     if db then lib.rmq_devbroker_stop(db) end

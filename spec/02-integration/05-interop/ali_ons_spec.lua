@@ -3,14 +3,14 @@
 -- what our development broker and `rmqlua send` put on the wire against code nobody here wrote.
 -- It needs the npm registry the first time (npm ci in spec/node). RMQ_SKIP_INTEROP=1 skips it,
 -- for a machine that is offline.
-if os.getenv("RMQ_SKIP_INTEROP") == "1" then
-  describe("interop with ali-ons", function()
-    pending("skipped: RMQ_SKIP_INTEROP=1 (these specs need ali-ons from the npm registry)")
-  end)
+local ons = require "02-integration.05-interop.ons"
+if ons.skip then
+  describe("interop with ali-ons", function() pending(ons.skip) end)
   return
 end
 
 local helpers = require "helpers"
+local rh = require "run_helpers"
 local ffi = require "ffi"
 local bit = require "bit"
 local cjson = require "cjson"
@@ -19,40 +19,9 @@ local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
 
 local lib = helpers.lib()
-local root = helpers.root
-local node_dir = root .. "/spec/node"
 local tmpdir = helpers.file_tmpdir("ali-ons")
-
-local function shq(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function ensure_node_modules()
-  local f = io.open(node_dir .. "/node_modules/ali-ons/package.json")
-  if f then f:close(); return end
-  local rc, out = helpers.run("npm ci --no-audit --no-fund --prefix " .. shq(node_dir))
-  assert(rc == 0, "npm ci in spec/node failed:\n" .. out)
-end
-
--- Run a node script with JSON options; returns exit code, decoded JSON lines of its stdout, and
--- the rest (other stdout lines and stderr).
-local function node(script, opts)
-  local errf = os.tmpname()
-  local p = io.popen("node " .. shq(node_dir .. "/" .. script) .. " " .. shq(cjson.encode(opts))
-    .. " 2>" .. errf .. "; echo \"__rc=$?\"")
-  local lines, other, rc = {}, {}, nil
-  for line in p:lines() do
-    local code = line:match("^__rc=(%d+)$")
-    if code then
-      rc = tonumber(code)
-    else
-      local ok, v = pcall(cjson.decode, line)
-      if ok and type(v) == "table" then lines[#lines + 1] = v else other[#other + 1] = line end
-    end
-  end
-  p:close()
-  local h = io.open(errf); other[#other + 1] = h:read("*a"); h:close()
-  os.remove(errf)
-  return rc, lines, table.concat(other, "\n")
-end
+local shq = helpers.shq
+local ensure_node_modules, node = ons.ensure_node_modules, ons.node
 
 local function sha1_file(path)
   local p = io.popen("sha1sum " .. shq(path))
@@ -208,9 +177,7 @@ describe("interop with ali-ons", function()
     local dir = tmpdir .. "/ons-run-" .. os.time()
     os.execute("rm -rf " .. shq(dir) .. " && mkdir -p " .. shq(dir))
     local out, log = dir .. "/records.jsonl", dir .. "/run.log"
-    local script = dir .. "/consumer.lua"
-    local h = io.open(script, "w")
-    h:write(string.format([[
+    local script = rh.write(dir, "consumer.lua", string.format([[
 local rmq = require "rmq"
 local cjson = require "cjson"
 local out = assert(io.open(%q, "a"))
@@ -232,13 +199,7 @@ return {
   end,
 }
 ]], out, ns))
-    h:close()
-    local p = io.popen(string.format("(%s run %s > %s 2>&1 < /dev/null & echo $!; wait $!; echo $? > %s) &",
-      helpers.bin, shq(script), shq(log), shq(log .. ".rc")))
-    local pid = tonumber(p:read("*l"))
-    p:close()
-    assert(pid, "could not start rmqlua run")
-    helpers.defer(function() os.execute("kill -9 " .. pid .. " 2>/dev/null") end)
+    local pid = helpers.spawn(helpers.bin .. " run " .. shq(script), { log = log, rc = log .. ".rc" })
 
     local function records()
       local t = {}
@@ -264,13 +225,7 @@ return {
     end
     helpers.wait_until(complete, 60, "rmqlua run to consume 20 messages and one retry (log " .. log .. ")")
     os.execute("kill -TERM " .. pid)
-    helpers.wait_until(function()
-      local f = io.open(log .. ".rc")
-      if not f then return false end
-      local code = tonumber(f:read("*l"))
-      f:close()
-      return code ~= nil and (assert.equal(0, code) or true)
-    end, 30, "rmqlua run to exit")
+    assert.equal(0, rh.exit_code(log .. ".rc", 30, "rmqlua run to exit"))
 
     local function large_body(i)
       local s = ""
