@@ -15,12 +15,31 @@ local M = {}
 M.HOOKS = { consume = true, consume_orderly = true, allocate = true, init = true,
   shutdown = true, on_assign = true, on_revoke = true, on_stats = true }
 
-local function read_file(path)
+-- Read the Lua file at path and run it as a chunk of text named "@path" (an error while it runs
+-- comes with a traceback; a load or run error is raised as it is). Returns its source and what it
+-- returned, or nil and why when the file cannot be read ("<path>: Is a directory", ...).
+-- Consumer scripts, `rmqlua tail --handler` and `rmqlua redrive --where` scripts load through it.
+function M.run_file(path)
   local f, err = io.open(path, "rb")
-  if not f then error(tostring(err), 0) end
-  local s = f:read("*a")
+  if not f then return nil, tostring(err) end
+  local src, rerr = f:read("*a")
   f:close()
-  return s
+  if not src then return nil, path .. ": " .. tostring(rerr) end
+  local chunk, lerr = load(src, "@" .. path, "t")
+  if not chunk then error(lerr, 0) end
+  local ok, t = xpcall(chunk, function(e) return debug.traceback(tostring(e), 2) end)
+  if not ok then error(t, 0) end
+  return src, t
+end
+
+-- Raises "path: hook 'init' must be a function, got ..." (or shutdown) for a script that returned
+-- the table t (of a `rmqlua tail --handler` or `rmqlua redrive --where` script).
+function M.check_init_shutdown(path, t)
+  for _, k in ipairs { "init", "shutdown" } do
+    if t[k] ~= nil and type(t[k]) ~= "function" then
+      error(path .. ": hook '" .. k .. "' must be a function, got " .. type(t[k]), 0)
+    end
+  end
 end
 
 local function lines_of(src)
@@ -71,13 +90,9 @@ load(path) -> spec
 Raises "path:line: message" on any problem (syntax, run-time error, contract, option types).
 ]]
 local function load_script(path)
-  local ok, src = pcall(read_file, path)
-  if not ok then error("cannot open script " .. src, 0) end -- src names the path
+  local src, t = M.run_file(path)
+  if not src then error("cannot open script " .. t, 0) end -- t names the path
   local lines = lines_of(src)
-  local chunk, err = load(src, "@" .. path, "t")
-  if not chunk then error(err, 0) end
-  local ok2, t = xpcall(chunk, function(e) return debug.traceback(tostring(e), 2) end)
-  if not ok2 then error(t, 0) end
   local rl = return_line(lines)
   local function fail(line, msg) error({ config = path .. ":" .. line .. ": " .. msg }, 0) end
   if type(t) ~= "table" then

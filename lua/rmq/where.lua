@@ -12,6 +12,7 @@
 local ffi = require "ffi"
 local rmq = require "rmq"
 local view = require "rmq.view"
+local script = require "rmq.script"
 
 local xpcall, traceback, tostring = xpcall, debug.traceback, tostring
 
@@ -20,24 +21,14 @@ local M = {}
 local function fail(path, msg) error(path .. ": " .. msg, 0) end
 
 function M.load(path)
-  local f, err = io.open(path, "rb")
-  if not f then fail(path, "cannot open: " .. tostring(err)) end
-  local src = f:read("*a")
-  f:close()
-  local chunk, lerr = load(src, "@" .. path, "t")
-  if not chunk then error(lerr, 0) end
-  local ok, t = xpcall(chunk, function(e) return traceback(tostring(e), 2) end)
-  if not ok then error(t, 0) end
+  local src, t = script.run_file(path)
+  if not src then fail(path, "cannot open: " .. t) end
   if type(t) == "function" then return { where = t } end
   if type(t) ~= "table" or type(t.where) ~= "function" then
     fail(path, "a --where script returns function(m) -> boolean (or a table with where = "
       .. "function(m)), got " .. type(t))
   end
-  for _, k in ipairs { "init", "shutdown" } do
-    if t[k] ~= nil and type(t[k]) ~= "function" then
-      fail(path, "hook '" .. k .. "' must be a function, got " .. type(t[k]))
-    end
-  end
+  script.check_init_shutdown(path, t)
   return { where = t.where, init = t.init, shutdown = t.shutdown }
 end
 

@@ -83,6 +83,13 @@ describe("rmqlua check", function()
     end)
   end
 
+  it("names a folder given as the script (exit 2)", function()
+    local dir = helpers.tmpdir("folder.lua")
+    local rc, out = rmqlua("check " .. dir)
+    assert.are.equal(2, rc, out)
+    assert.matches("cannot open script " .. dir .. ": Is a directory", out, 1, true)
+  end)
+
   it("applies checkConfig (exit 2, the option named)", function()
     local path = write("range.lua", "return { consumer_group = 'g', subscribe = { T = '*' },\n"
       .. "  consume_thread_min = 0, consume = function() end }\n")

@@ -325,5 +325,10 @@ end
     assert.matches("--group is required", out, 1, true)
     rc, out = redrive("--group 'bad group'")
     assert.are.equal(2, rc, out)
+    local dir = helpers.tmpdir("redrive-folder")
+    rc, out = redrive("--group NoDeadLetters --where " .. dir)
+    assert.are.equal(2, rc, out)
+    assert.matches("--where: " .. dir .. ": cannot open: " .. dir .. ": Is a directory", out, 1,
+      true)
   end)
 end)

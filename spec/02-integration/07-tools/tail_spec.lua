@@ -312,6 +312,11 @@ end
     assert.matches("--sql: invalid SQL92 expression", out, 1, true)
     rc, out = tail("--json --format x")
     assert.are.equal(2, rc, out)
+    local dir = helpers.tmpdir("tail-folder")
+    rc, out = tail("--handler " .. dir)
+    assert.are.equal(2, rc, out)
+    assert.matches("--handler: " .. dir .. ": cannot open: " .. dir .. ": Is a directory", out, 1,
+      true)
     rc, out = helpers.run(string.format("%s tail NoSuchTopic --namesrv %s -e", helpers.bin, ns))
     assert.are.equal(1, rc, out)
     assert.matches("topic NoSuchTopic does not exist", out, 1, true)
