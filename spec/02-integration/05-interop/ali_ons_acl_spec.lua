@@ -2,8 +2,14 @@
 -- requests itself (accessKeyId / accessKeySecret; it adds an OnsChannel field to what it signs):
 -- the development broker enforcing a plain_acl.yml accepts its signatures and refuses a wrong
 -- secret, and messages cross between ali-ons and rmqlua (`rmqlua send`, `rmqlua run`) with
--- ACL on at both ends. So the signing and the checking are not both ours.
+-- ACL on at both ends. So the signing and the checking are not both ours. RMQ_SKIP_INTEROP=1
+-- skips it, as it does ali_ons_spec.lua, for a machine without the npm registry.
 local ons = require "02-integration.05-interop.ons"
+if ons.skip then
+  describe("ACL interop with ali-ons", function() pending(ons.skip) end)
+  return
+end
+
 local helpers = require "helpers"
 local rh = require "run_helpers"
 local sec = dofile(helpers.root .. "/spec/02-integration/06-security/sec.lua")
