@@ -68,21 +68,15 @@ static rmq_pool_t *start(const char *path, int nthreads, int64_t timeout_ms, cha
 {
     rmq_pool_opts_t o = {.script_path = path,
                          .nthreads = nthreads,
-                         .loop = &loop,
                          .done = on_done,
                          .consumer_group = "test_group",
                          .consume_timeout_ms = timeout_ms};
-    rmq_pool_t *p = NULL;
-    ndone = 0;
-    closed = 0;
-    if (rmq__pool_start(&o, &p, err, errsz)) return NULL;
-    return p;
+    return pool_start(&o, err, errsz);
 }
 
 static void stop(rmq_pool_t *p, int64_t await)
 {
-    rmq__pool_stop(p, await, on_closed, NULL);
-    CHECK(run_until(-1, 20));
+    CHECK(pool_stop(p, await, 20));
 }
 
 /* ---- tests ---------------------------------------------------------------------------- */
@@ -408,14 +402,7 @@ static void test_parallel(void)
 static void test_timeout(void)
 {
     char err[1024];
-    char *path = write_script("stuck",
-                              "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                              "  consume = function(msgs)\n"
-                              "    if msgs[1].body == 'stuck' then\n"
-                              "      jit.off(true, true)\n"
-                              "      while true do local x = {} end\n"
-                              "    end\n"
-                              "  end }\n");
+    char *path = write_script("stuck", TEST_POOL_STUCK_SCRIPT);
     rmq_pool_t *p = start(path, 1, 200, err, sizeof(err));
     CHECK(p != NULL);
     if (!p) {
@@ -458,14 +445,11 @@ static void test_begin(void)
                               "  end }\n");
     rmq_pool_opts_t o = {.script_path = path,
                          .nthreads = 1,
-                         .loop = &loop,
                          .done = on_done,
                          .consumer_group = "test_group",
                          .begin = begin_cb};
-    rmq_pool_t *p = NULL;
-    ndone = 0;
-    closed = 0;
-    CHECK(rmq__pool_start(&o, &p, err, sizeof(err)) == 0);
+    rmq_pool_t *p = pool_start(&o, err, sizeof(err));
+    CHECK(p != NULL);
     if (!p) {
         fprintf(stderr, "start: %s\n", err);
         return;

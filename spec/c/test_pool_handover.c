@@ -60,14 +60,10 @@ static rmq_pool_t *start(const char *name, const char *text, int nthreads)
     char *path = test_write_script("test_pool_handover", name, text);
     rmq_pool_opts_t o = {.script_path = path,
                          .nthreads = nthreads,
-                         .loop = &loop,
                          .done = on_done,
                          .consumer_group = "test_group"};
-    rmq_pool_t *p = NULL;
-    if (rmq__pool_start(&o, &p, err, sizeof(err))) {
-        fprintf(stderr, "start: %s\n", err);
-        p = NULL;
-    }
+    rmq_pool_t *p = pool_start(&o, err, sizeof(err));
+    if (!p) fprintf(stderr, "start: %s\n", err);
     unlink(path);
     free(path);
     return p;
@@ -75,8 +71,7 @@ static rmq_pool_t *start(const char *name, const char *text, int nthreads)
 
 static void stop(rmq_pool_t *p)
 {
-    rmq__pool_stop(p, 0, on_closed, NULL);
-    CHECK(run_until(-1, 20));
+    CHECK(pool_stop(p, 0, 20));
 }
 
 static int threads_used(void)

@@ -55,42 +55,13 @@ static rmq_pool_t *start(const char *path, int64_t timeout_ms)
     char err[1024];
     rmq_pool_opts_t o = {.script_path = path,
                          .nthreads = 1,
-                         .loop = &loop,
                          .done = on_done,
                          .consumer_group = "test_group",
                          .consume_timeout_ms = timeout_ms};
-    rmq_pool_t *p = NULL;
-    ndone = 0;
-    closed = 0;
-    if (rmq__pool_start(&o, &p, err, sizeof(err))) {
-        fprintf(stderr, "start: %s\n", err);
-        return NULL;
-    }
+    rmq_pool_t *p = pool_start(&o, err, sizeof(err));
+    if (!p) fprintf(stderr, "start: %s\n", err);
     return p;
 }
-
-static void mkbatch(rmq_batch_t *b, rmq_msg_t *m, rmq_msg_t **pm, const char *body)
-{
-    memset(b, 0, sizeof(*b));
-    memset(m, 0, sizeof(*m));
-    m->topic = "T";
-    m->topic_len = 1;
-    m->body = body;
-    m->body_len = (uint32_t)strlen(body);
-    *pm = m;
-    b->msgs = pm;
-    b->n = 1;
-    b->status = -99;
-}
-
-static const char *stuck_script =
-    "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-    "  consume = function(msgs)\n"
-    "    if msgs[1].body == 'stuck' then\n"
-    "      jit.off(true, true)\n"
-    "      while true do local x = {} end\n"
-    "    end\n"
-    "  end }\n";
 
 /* The watchdog (this thread runs the loop) interrupts a handler past consume_timeout. */
 static void test_watchdog(const char *path)
@@ -98,20 +69,17 @@ static void test_watchdog(const char *path)
     rmq_pool_t *p = start(path, 200);
     CHECK(p != NULL);
     if (!p) return;
-    static rmq_batch_t b;
-    static rmq_msg_t m;
-    static rmq_msg_t *pm;
-    mkbatch(&b, &m, &pm, "stuck");
-    rmq__pool_submit(p, &b);
+    static test_batch1_t t;
+    test_batch1(&t, "stuck");
+    rmq__pool_submit(p, &t.b);
     CHECK(run_until(1, 30));
-    CHECK(b.status == RMQ_CONSUME_RECONSUME_LATER && b.handler_error == 1);
+    CHECK(t.b.status == RMQ_CONSUME_RECONSUME_LATER && t.b.handler_error == 1);
     /* The thread is usable again. */
-    mkbatch(&b, &m, &pm, "ok");
-    rmq__pool_submit(p, &b);
+    test_batch1(&t, "ok");
+    rmq__pool_submit(p, &t.b);
     CHECK(run_until(2, 10));
-    CHECK(b.status == RMQ_CONSUME_SUCCESS && b.handler_error == 0);
-    rmq__pool_stop(p, 0, on_closed, NULL);
-    CHECK(run_until(-1, 20));
+    CHECK(t.b.status == RMQ_CONSUME_SUCCESS && t.b.handler_error == 0);
+    CHECK(pool_stop(p, 0, 20));
     /* The interposer sees the runtime's calls (else the next check would prove nothing). */
     CHECK(sethook_calls > 0);
     CHECKF(sethook_foreign == 0, "%d lua_sethook call(s) on a state from another thread",
@@ -125,17 +93,14 @@ static void test_stop(const char *path)
     rmq_pool_t *p = start(path, 15 * 60000);
     CHECK(p != NULL);
     if (!p) return;
-    static rmq_batch_t b;
-    static rmq_msg_t m;
-    static rmq_msg_t *pm;
-    mkbatch(&b, &m, &pm, "stuck");
-    rmq__pool_submit(p, &b);
+    static test_batch1_t t;
+    test_batch1(&t, "stuck");
+    rmq__pool_submit(p, &t.b);
     int64_t dl = rmq__mono_ms() + (int64_t)(10000 * scale);
     while (rmq__pool_running(p) == 0 && rmq__mono_ms() < dl) usleep(1000);
     CHECK(rmq__pool_running(p) == 1);
-    rmq__pool_stop(p, 0, on_closed, NULL);
-    CHECK(run_until(-1, 40));
-    CHECK(ndone == 1 && b.status == RMQ_CONSUME_NOT_RUN);
+    CHECK(pool_stop(p, 0, 40));
+    CHECK(ndone == 1 && t.b.status == RMQ_CONSUME_NOT_RUN);
     CHECKF(sethook_foreign == 0, "%d lua_sethook call(s) on a state from another thread",
            sethook_foreign);
 }
@@ -144,7 +109,7 @@ int main(void)
 {
     scale = test_scale();
     uv_loop_init(&loop);
-    char *path = test_write_script("test_pool_interrupt", "stuck", stuck_script);
+    char *path = test_write_script("test_pool_interrupt", "stuck", TEST_POOL_STUCK_SCRIPT);
     test_watchdog(path);
     test_stop(path);
     unlink(path);

@@ -32,27 +32,6 @@ static const char *script_text =
     "  end,\n"
     "}\n";
 
-typedef struct tb {
-    rmq_batch_t b;
-    rmq_msg_t m;
-    rmq_msg_t *pm;
-    char body[16];
-} tb_t;
-
-static void mkbatch(tb_t *t, const char *body)
-{
-    memset(t, 0, sizeof(*t));
-    snprintf(t->body, sizeof(t->body), "%s", body);
-    t->m.topic = "TopicT";
-    t->m.topic_len = 6;
-    t->m.body = t->body;
-    t->m.body_len = (uint32_t)strlen(t->body);
-    t->pm = &t->m;
-    t->b.msgs = &t->pm;
-    t->b.n = 1;
-    t->b.status = -99;
-}
-
 static rmq_pool_t *requeue_to; /* where requeue() sends what the retired pool hands over */
 static int nrequeued;
 
@@ -122,11 +101,11 @@ static void test_deferred_init(const char *path)
     if (!p) exit(test_report("test_pool_reload"));
     CHECK(num(s, "inits") == 0);
     rmq__pool_attach(p);
-    tb_t t[5];
+    test_batch1_t t[5];
     for (int i = 0; i < 5; i++) {
         char body[8];
         snprintf(body, sizeof(body), "b%d", i);
-        mkbatch(&t[i], body);
+        test_batch1(&t[i], body);
         rmq__pool_submit(p, &t[i].b);
     }
     CHECK(!run_until(1, 0.3)); /* nothing runs before the go */
@@ -135,8 +114,7 @@ static void test_deferred_init(const char *path)
     CHECK(run_until(5, 20));
     CHECK(wait_num(s, "inits", 3, 20));
     for (int i = 0; i < 5; i++) CHECK(t[i].b.status == RMQ_CONSUME_SUCCESS);
-    rmq__pool_stop(p, 0, on_closed, NULL);
-    CHECK(run_until(-1, 20));
+    CHECK(pool_stop(p, 0, 20));
     CHECK(num(s, "shutdowns") == 3);
     rmq_shdicts_free(s);
 }
@@ -150,13 +128,13 @@ static void test_retire(const char *path)
     rmq_pool_t *old = prepare(path, s, 1, 0);
     rmq__pool_attach(old);
     CHECK(num(s, "inits") == 1);
-    tb_t slow, q[4];
-    mkbatch(&slow, "slow");
+    test_batch1_t slow, q[4];
+    test_batch1(&slow, "slow");
     rmq__pool_submit(old, &slow.b);
     for (int i = 0; i < 4; i++) {
         char body[8];
         snprintf(body, sizeof(body), "q%d", i);
-        mkbatch(&q[i], body);
+        test_batch1(&q[i], body);
         rmq__pool_submit(old, &q[i].b);
     }
     usleep(50000); /* the one thread is inside the slow handler, the others wait for it */
@@ -182,9 +160,7 @@ static void test_retire(const char *path)
         CHECK(q[i].b.status == RMQ_CONSUME_SUCCESS && q[i].b.thread_index < 2);
     }
     CHECK(num(s, "ran_by_1") == 1 && num(s, "ran_by_2") == 4);
-    closed = 0;
-    rmq__pool_stop(next, 0, on_closed, NULL);
-    CHECK(run_until(-1, 20));
+    CHECK(pool_stop(next, 0, 20));
     CHECK(num(s, "shutdowns") == 3);
     rmq_shdicts_free(s);
 }
