@@ -148,17 +148,22 @@ function os.tmpname()
   return path
 end
 
+-- A new folder $TMPDIR/<prefix>XXXXXX (mktemp -d).
+local function mkdtemp(prefix)
+  local p = io.popen("mktemp -d " .. shq(tmp_base .. "/" .. prefix .. "XXXXXX"))
+  local d = p:read("*l")
+  p:close()
+  assert(d and d ~= "", "mktemp -d failed in " .. tmp_base)
+  return d
+end
+
 -- A fresh temp folder. Made inside an `it`, it is removed when the test ends (helpers.defer);
 -- made in a describe / lazy_setup, it is a folder of the whole file (helpers.file_tmpdir).
 function M.tmpdir(name)
   tmp_seq = tmp_seq + 1
   name = (name or "spec"):gsub("[^%w_.-]", "_")
   if not busted_finally() then return M.file_tmpdir(name) end
-  local p = io.popen("mktemp -d " .. shq(string.format("%s/%s-%d-XXXXXX", tmp_base, name,
-    tmp_seq)))
-  local d = p:read("*l")
-  p:close()
-  assert(d and d ~= "", "mktemp -d failed in " .. tmp_base)
+  local d = mkdtemp(string.format("%s-%d-", name, tmp_seq))
   M.defer(function() os.execute("rm -rf " .. shq(d)) end)
   return d
 end
@@ -166,12 +171,7 @@ end
 -- A temp folder for a whole spec file (shared by its tests), under $TMPDIR/file-*: scripts/busted
 -- removes it with $TMPDIR when the file's run ends, and does not count it as left behind.
 function M.file_tmpdir(name)
-  local p = io.popen("mktemp -d " .. shq(string.format("%s/file-%s-XXXXXX", tmp_base,
-    (name or "spec"):gsub("[^%w_.-]", "_"))))
-  local d = p:read("*l")
-  p:close()
-  assert(d and d ~= "", "mktemp -d failed in " .. tmp_base)
-  return d
+  return mkdtemp("file-" .. (name or "spec"):gsub("[^%w_.-]", "_") .. "-")
 end
 
 -- Is the process alive (and not a zombie)?
