@@ -22,11 +22,21 @@ M.start_broker = rh.start_broker
 -- Store n messages on topic, spread round robin over queues; bodies "<prefix><i>".
 M.produce = rh.produce_n
 
+-- Store n messages in each of the queues 0 .. queues - 1 of topic: bodies "q<queue>_<i>", i = 1
+-- .. n in offset order.
+function M.fill_queues(db, topic, queues, n)
+  for i = 1, n do
+    for q = 0, queues - 1 do
+      local b = string.format("q%d_%d", q, i)
+      assert(lib.rmq_devbroker_produce(db, 0, topic, q, nil, nil, b, #b) >= 0)
+    end
+  end
+end
+
 -- Write a consumer script. opts: group, ns, topic, out (file), extra (Lua source for more
 -- options), body (Lua source of the handler body after the record is written; may return a
 -- status), tags (subscription expression), orderly (consume_orderly instead of consume).
 function M.script(dir, opts)
-  local path = dir .. "/" .. (opts.name or "consumer") .. ".lua"
   local src = string.format([[
 local rmq = require "rmq"
 local out = assert(io.open(%q, "a"))
@@ -51,10 +61,7 @@ return {
 }
 ]], opts.out, opts.group, opts.ns, opts.topic, opts.tags or "*", opts.extra or "",
     opts.orderly and "consume_orderly" or "consume", opts.body or "")
-  local f = assert(io.open(path, "w"))
-  f:write(src)
-  f:close()
-  return path
+  return rh.write(dir, (opts.name or "consumer") .. ".lua", src)
 end
 
 -- Start `rmqlua run script` in the background; returns the pid. Output goes to log, and the
@@ -103,12 +110,7 @@ function M.records(path)
 end
 
 function M.count_lines(path)
-  local f = io.open(path, "r")
-  if not f then return 0 end
-  local n = 0
-  for _ in f:lines() do n = n + 1 end
-  f:close()
-  return n
+  return #rh.file_lines(path)
 end
 
 M.read = rh.read

@@ -19,12 +19,7 @@ describe("consumer: a revoked queue", function()
 
   it("does not run the batches of a revoked queue still waiting in the pool", function()
     local dir = helpers.tmpdir("drop")
-    for q = 0, 1 do
-      for i = 1, PER_QUEUE do
-        local b = "q" .. q .. "_" .. i
-        assert(lib.rmq_devbroker_produce(db, 0, TOPIC, q, nil, nil, b, #b) >= 0)
-      end
-    end
+    cons.fill_queues(db, TOPIC, 2, PER_QUEUE)
     local out, revoked = dir .. "/out.txt", dir .. "/revoked.txt"
     -- One consume thread, 20 ms per message: the pool holds a long backlog of both queues.
     local s = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,

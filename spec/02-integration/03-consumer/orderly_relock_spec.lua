@@ -22,12 +22,7 @@ describe("consumer: orderly queue revoked and given back while its batch runs", 
 
   it("keeps the broker lock of the re-assigned queue", function()
     local dir = helpers.tmpdir("ord_relock")
-    for q = 0, QUEUES - 1 do
-      for i = 1, PER_QUEUE do
-        local b = string.format("q%d_%d", q, i)
-        assert(lib.rmq_devbroker_produce(db, 0, TOPIC, q, nil, nil, b, #b) >= 0)
-      end
-    end
+    cons.fill_queues(db, TOPIC, QUEUES, PER_QUEUE)
     local out = dir .. "/out.txt"
     local hold = math.floor(8000 * helpers.scale)
     -- The first message of each queue holds its handler for `hold` ms, the first time only

@@ -18,12 +18,7 @@ describe("consumer: orderly shutdown", function()
 
   it("commits the batches that finish during a graceful stop", function()
     local dir = helpers.tmpdir("ord_stop")
-    for i = 1, PER_QUEUE do
-      for q = 0, QUEUES - 1 do
-        local b = string.format("q%d_%d", q, i)
-        assert(lib.rmq_devbroker_produce(db, 0, TOPIC, q, nil, nil, b, #b) >= 0)
-      end
-    end
+    cons.fill_queues(db, TOPIC, QUEUES, PER_QUEUE)
     local out = dir .. "/out.txt"
     -- Each batch takes 300 ms, so at any moment every queue has one running.
     local s = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,

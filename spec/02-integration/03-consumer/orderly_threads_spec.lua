@@ -19,12 +19,7 @@ describe("consumer: orderly queues on a shared pool", function()
 
   it("runs 16 queues on 16 threads at once and keeps each queue in order", function()
     local dir = helpers.tmpdir("ord_any")
-    for i = 1, PER_QUEUE do
-      for q = 0, QUEUES - 1 do
-        local b = string.format("q%d_%d", q, i)
-        assert(lib.rmq_devbroker_produce(db, 0, TOPIC, q, nil, nil, b, #b) >= 0)
-      end
-    end
+    cons.fill_queues(db, TOPIC, QUEUES, PER_QUEUE)
     local out = dir .. "/out.txt"
     local s = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
       orderly = true,

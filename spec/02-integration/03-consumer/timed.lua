@@ -8,6 +8,7 @@
 --   local path = timed.script(dir, { group =, ns =, topic =, out =, options = "lua source",
 --     handler = "lua source (msgs, ctx in scope)", hooks = "lua source", orderly = bool })
 local ffi = require "ffi"
+local rh = require "run_helpers"
 
 local M = {}
 
@@ -37,7 +38,6 @@ function M.now_ms()
 end
 
 function M.script(dir, o)
-  local path = dir .. "/" .. (o.name or "consumer") .. ".lua"
   local src = PRELUDE .. string.format([[
 local rmq = require "rmq"
 local out = assert(io.open(%q, "a"))
@@ -56,10 +56,7 @@ return {
 }
 ]], o.out, o.group, o.ns, o.topic, o.options or "", o.hooks or "",
     o.orderly and "consume_orderly" or "consume", o.handler or "")
-  local f = assert(io.open(path, "w"))
-  f:write(src)
-  f:close()
-  return path
+  return rh.write(dir, (o.name or "consumer") .. ".lua", src)
 end
 
 -- Lines of a file split into words: { {w1, w2, ...}, ... }; numbers converted.
