@@ -18,6 +18,14 @@ function M.write(dir, name, text)
   return path
 end
 
+-- Replace dir/name with text in one step (an editor's save: written beside it, then renamed),
+-- so that a reader never sees half of it; returns the path.
+function M.replace(dir, name, text)
+  local path = dir .. "/" .. name
+  assert(os.rename(M.write(dir, name .. ".tmp", text), path))
+  return path
+end
+
 -- A file's whole text, "" while it does not exist (a run that has not written it yet).
 function M.read(path)
   local f = io.open(path, "rb")
@@ -50,6 +58,21 @@ function M.exit_code(rcf, timeout, what)
   return helpers.wait_until(function()
     return tonumber(M.read(rcf):match("%d+"))
   end, timeout or 30, what or ("the exit code in " .. rcf))
+end
+
+-- `cmd` in the background (helpers.spawn, its output in the file log), sent SIGTERM as soon as the
+-- file marker exists (what it runs writes it when it has started): its exit code and its output,
+-- once it exited (within 60 s, scaled).
+function M.term_when_started(cmd, marker, log)
+  local rcf = log .. ".rc"
+  local pid = helpers.spawn(cmd, { log = log, rc = rcf })
+  helpers.wait_until(function()
+    local f = io.open(marker)
+    if f then f:close() end
+    return f ~= nil
+  end, 30, marker .. " (the run to start)")
+  os.execute("kill -TERM " .. pid)
+  return M.exit_code(rcf, 60, "the run to stop after SIGTERM (" .. log .. ")"), M.read(log)
 end
 
 -- examples/NAME.lua of the repository.
@@ -97,6 +120,30 @@ function M.produce_props(db, topic, queue, body, props, tags, keys)
   local off = lib.rmq_devbroker_produce_props(db, 0, topic, queue, tags, keys, ps, #ps, body, #body)
   assert(off >= 0, "produce to " .. topic .. " failed: " .. tostring(off))
   return tonumber(off)
+end
+
+-- How many messages the first broker's topic holds in its queues 0 .. queues - 1 (default 1):
+-- the sum of their max offsets.
+function M.stored(db, topic, queues)
+  local lib = require "devbroker_ffi"
+  local n = 0
+  for q = 0, (queues or 1) - 1 do
+    local v = tonumber(lib.rmq_devbroker_max_offset(db, 0, topic, q))
+    if v > 0 then n = n + v end
+  end
+  return n
+end
+
+-- The sum of group's committed offsets on the first broker's topic, queues 0 .. queues - 1 (a
+-- queue with none counts 0).
+function M.committed(db, group, topic, queues)
+  local lib = require "devbroker_ffi"
+  local n = 0
+  for q = 0, queues - 1 do
+    local v = tonumber(lib.rmq_devbroker_committed_offset(db, 0, group, topic, q))
+    if v > 0 then n = n + v end
+  end
+  return n
 end
 
 -- Store n messages in the first broker's topic, round robin over its queues; bodies

@@ -2,9 +2,10 @@
 -- process through the FFI), messages produced into it, the script's output and the broker's
 -- state checked, then SIGINT and a clean exit (code 0).
 local helpers = require "helpers"
+local rh = require "run_helpers"
 local R = require "02-integration.04-lua.runner"
 
-local function example(name) return helpers.root .. "/examples/" .. name .. ".lua" end
+local example = rh.example
 
 describe("examples against the development broker", function()
   lazy_setup(function() R.start_broker("--delay-scale 0.01 --enable-property-filter") end)
@@ -64,15 +65,8 @@ describe("examples against the development broker", function()
     R.produce("ShopOrders", '{"id":3,"customer":"c3"}', nil, "order-3")
     local h = R.run(example("shared"))
     helpers.defer(function() h.stop() end)
-    helpers.wait_until(function()
-      local n = 0
-      for q = 0, 7 do
-        local v = tonumber(R.lib.rmq_devbroker_committed_offset(R.db, 0, "shared_demo",
-          "ShopOrders", q))
-        if v > 0 then n = n + v end
-      end
-      return n >= 4
-    end, 30, "four offsets committed")
+    helpers.wait_until(function() return R.committed("shared_demo", "ShopOrders", 8) >= 4 end, 30,
+      "four offsets committed")
     assert.are.equal(0, h.stop())
     assert.matches("handled 3 order%(s%), skipped 1 duplicate%(s%)", h.out())
   end)
@@ -87,14 +81,7 @@ describe("examples against the development broker", function()
     -- Queue 0's next pull went out before the pause: it still brings STOP.
     R.produce("JobTopic", "", "STOP", nil, 0)
     h.wait_for("rmq%.stop%(%) in consume thread")
-    local rcf = R.tmpdir .. "/throttle.out.rc"
-    h.rc = helpers.wait_until(function()
-      local f = io.open(rcf)
-      local v = f and f:read("*n")
-      if f then f:close() end
-      return v
-    end, 30, "rmqlua to exit by itself")
-    assert.are.equal(0, h.rc)
+    assert.are.equal(0, h.wait_exit(30, "rmqlua to exit by itself"))
     assert.matches("consume_tps_limit 200", h.out())
   end)
 
@@ -102,27 +89,14 @@ describe("examples against the development broker", function()
     -- A copy to edit, in the test's own folder.
     local dir = helpers.tmpdir("reload-example")
     local text = helpers.read_file(example("reload"))
-    local path = dir .. "/reload.lua"
-    local function save(t)
-      local f = assert(io.open(path .. ".tmp", "w"))
-      f:write(t)
-      f:close()
-      assert(os.rename(path .. ".tmp", path))
-    end
-    save(text)
+    local function save(t) return rh.replace(dir, "reload.lua", t) end
+    local path = save(text)
     R.produce("ReloadTopic", "a1", "TagA")
     local h = R.run(path, "--watch")
     helpers.defer(function() h.stop() end)
     h.wait_for("reload demo: version 1 runs on 20 threads")
-    helpers.wait_until(function()
-      local n = 0
-      for q = 0, 7 do
-        local v = tonumber(R.lib.rmq_devbroker_committed_offset(R.db, 0, "reload_demo",
-          "ReloadTopic", q))
-        if v > 0 then n = n + v end
-      end
-      return n >= 1
-    end, 30, "a1 consumed")
+    helpers.wait_until(function() return R.committed("reload_demo", "ReloadTopic", 8) >= 1 end, 30,
+      "a1 consumed")
     -- Version 2 drops TagA.
     save((text:gsub("local VERSION = 1", "local VERSION = 2")
       :gsub('TagA = "accept"', 'TagA = "drop"')))

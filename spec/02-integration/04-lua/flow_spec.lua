@@ -193,24 +193,11 @@ return {
     local h = R.run(script)
     helpers.defer(function() h.stop() end)
     h.wait_for("got before")
-    local rcf = R.tmpdir .. "/stop.out.rc"
-    local rc = helpers.wait_until(function()
-      local f = io.open(rcf)
-      local v = f and f:read("*n")
-      if f then f:close() end
-      return v
-    end, 30, "rmqlua to exit by itself")
-    h.rc = rc
-    assert.are.equal(0, rc)
+    assert.are.equal(0, h.wait_exit(30, "rmqlua to exit by itself"))
     local out = h.out()
     assert.matches("rmq%.stop%(%) in consume thread %d+: stopping the consumer", out)
     assert.matches("stopped: 1 message%(s%) consumed", out)
     -- The offset was committed before the exit.
-    local committed = 0
-    for q = 0, 7 do
-      local v = tonumber(R.lib.rmq_devbroker_committed_offset(R.db, 0, "stop_group", "StopTopic", q))
-      if v > 0 then committed = committed + v end
-    end
-    assert.are.equal(1, committed)
+    assert.are.equal(1, R.committed("stop_group", "StopTopic", 8))
   end)
 end)

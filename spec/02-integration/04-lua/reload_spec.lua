@@ -6,24 +6,13 @@
 -- control state's hooks see it); changes that cannot be made live are refused; --watch reloads
 -- when the script or a module beside it changes.
 local helpers = require "helpers"
+local rh = require "run_helpers"
 local R = require "02-integration.04-lua.runner"
 
 -- Replace a file in one step (an editor's save), so a reload never reads half of it.
-local function put(name, text)
-  local tmp = R.write(name .. ".tmp", text)
-  local path = R.tmpdir .. "/" .. name
-  assert(os.rename(tmp, path))
-  return path
-end
+local function put(name, text) return rh.replace(R.tmpdir, name, text) end
 
-local function committed(group, topic, queues)
-  local n = 0
-  for q = 0, queues - 1 do
-    local v = tonumber(R.lib.rmq_devbroker_committed_offset(R.db, 0, group, topic, q))
-    if v > 0 then n = n + v end
-  end
-  return n
-end
+local committed = R.committed
 
 local function lines(out, pattern)
   local n = 0

@@ -35,12 +35,12 @@ function M.produce_props(topic, body, props, tags, keys)
 end
 
 function M.topic_count(topic, queues)
-  local n = 0
-  for q = 0, queues - 1 do
-    local v = lib.rmq_devbroker_max_offset(M.db, 0, topic, q)
-    if v > 0 then n = n + tonumber(v) end
-  end
-  return n
+  return rh.stored(M.db, topic, queues)
+end
+
+-- The sum of group's committed offsets on topic (queues 0 .. queues - 1).
+function M.committed(group, topic, queues)
+  return rh.committed(M.db, group, topic, queues)
 end
 
 -- Start `rmqlua run` in the background; returns a handle with out(), wait_for(), stop().
@@ -83,6 +83,10 @@ function M.run(script, extra)
     local rc = tonumber(rh.read(rcf):match("%d+"))
     if rc then h.rc = rc end
     return rc
+  end
+  -- Wait until it exited by itself (timeout seconds, scaled; default 30): its exit code.
+  function h.wait_exit(timeout, what)
+    return helpers.wait_until(h.exited, timeout or 30, what or ("exit of " .. name))
   end
   function h.stop()
     if h.rc then return h.rc end

@@ -37,8 +37,7 @@ describe("ACL interop with ali-ons", function()
 
   lazy_setup(function()
     ensure_node_modules()
-    local acl = rh.write(helpers.tmpdir("ons-acl"), "plain_acl.yml", ACL)
-    db, ns = sec.start_broker("--acl " .. acl .. " --topic OnsAclT:4 --topic OnsAclT2:4")
+    db, ns = sec.start_acl_broker(ACL, "--topic OnsAclT:4 --topic OnsAclT2:4")
   end)
   lazy_teardown(function()
     if db then lib.rmq_devbroker_stop(db) end
@@ -54,11 +53,7 @@ describe("ACL interop with ali-ons", function()
     assert.equal("ons_app_key", sec.last_ext(db, 0, 310, "AccessKey"))
     assert.equal("ALIYUN", sec.last_ext(db, 0, 310, "OnsChannel"))
 
-    local function stored()
-      local n = 0
-      for q = 0, 3 do n = n + tonumber(lib.rmq_devbroker_max_offset(db, 0, "OnsAclT", q)) end
-      return n
-    end
+    local function stored() return rh.stored(db, "OnsAclT", 4) end
     local before, sends = stored(), lib.rmq_devbroker_count(db, 0, 310)
     rc, sent, err = node("produce.js", { namesrv = ns, topic = "OnsAclT", count = 1,
       access_key = "ons_app_key", secret_key = "not_the_secret" })

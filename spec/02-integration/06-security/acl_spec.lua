@@ -48,11 +48,7 @@ describe("ACL", function()
   local SEND_MESSAGE_V2, HEART_BEAT, PULL_MESSAGE, ROUTE, SEND_BACK = 310, 34, 11, 105, 36
 
   lazy_setup(function()
-    local dir = helpers.tmpdir("acl")
-    local f = assert(io.open(dir .. "/plain_acl.yml", "w"))
-    f:write(ACL)
-    f:close()
-    db, ns = sec.start_broker("--acl " .. dir .. "/plain_acl.yml --delay-scale 0.001 "
+    db, ns = sec.start_acl_broker(ACL, "--delay-scale 0.001 "
       .. "--topic AclT:4 --topic AclRetryT:2 --topic AclSubOnly:2 --topic AclPubOnly:2")
     broker = require("ffi").string(lib.rmq_devbroker_broker_addr(db, 0))
   end)

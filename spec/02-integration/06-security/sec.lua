@@ -54,6 +54,13 @@ end
 -- A development broker in-process: db, name server address.
 M.start_broker = rh.start_broker
 
+-- A development broker enforcing the plain_acl.yml text acl (written to a temp folder), started
+-- with args besides: db, name server address.
+function M.start_acl_broker(acl, args)
+  local path = rh.write(helpers.tmpdir("acl"), "plain_acl.yml", acl)
+  return M.start_broker("--acl " .. path .. " " .. (args or ""))
+end
+
 -- The error rmq_devbroker_start gives for args (it must fail).
 function M.broker_error(args)
   local err = ffi.new("char[512]")
@@ -111,11 +118,7 @@ return {
   end,
 }
 ]]):format(out, opts.group, opts.topic, table.concat(lines, "\n"), opts.body or "")
-  local path = dir .. "/" .. name .. ".lua"
-  local f = assert(io.open(path, "w"))
-  f:write(src)
-  f:close()
-  return path, out
+  return rh.write(dir, name .. ".lua", src), out
 end
 
 -- Lines of a file (empty table when it does not exist).

@@ -36,12 +36,7 @@ local function read_topic(topic, queues)
 end
 
 local function count(topic, queues)
-  local n = 0
-  for q = 0, (queues or 1) - 1 do
-    local v = tonumber(lib.rmq_devbroker_max_offset(db, 0, topic, q))
-    if v > 0 then n = n + v end
-  end
-  return n
+  return rh.stored(db, topic, queues)
 end
 
 local function progress(group, pgroup)
@@ -288,12 +283,8 @@ end
 ]], marker))
     local function stopped_run(name)
       os.remove(marker)
-      local log, rcf = dir .. "/" .. name .. ".log", dir .. "/" .. name .. ".rc"
-      local pid = helpers.spawn(string.format("%s redrive --namesrv %s --group RsG --where %s",
-        helpers.bin, ns, where), { log = log, rc = rcf })
-      helpers.wait_until(function() return io.open(marker) ~= nil end, 30, "the predicate to start")
-      os.execute("kill -TERM " .. pid)
-      return rh.exit_code(rcf, 60, "redrive to stop"), helpers.read_file(log)
+      return rh.term_when_started(string.format("%s redrive --namesrv %s --group RsG --where %s",
+        helpers.bin, ns, where), marker, dir .. "/" .. name .. ".log")
     end
 
     for i = 1, 3 do produce("%DLQ%RsG", 0, "s" .. i, nil, nil, { RETRY_TOPIC = "RsT" }) end

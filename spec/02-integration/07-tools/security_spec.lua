@@ -7,6 +7,7 @@
 -- permission. `--set namespace=NS` makes both read and write the namespace's names, as Java's
 -- DefaultMQPullConsumer does (ns%Topic, ns%TOOLS_CONSUMER, %DLQ%ns%G, %RETRY%ns%G).
 local helpers = require "helpers"
+local rh = require "run_helpers"
 local ffi = require "ffi"
 local sec = dofile(helpers.root .. "/spec/02-integration/06-security/sec.lua")
 local lib = sec.lib
@@ -81,21 +82,10 @@ local function group_topics(db, groups)
 end
 
 local function produce_props(db, topic, q, body, props)
-  local p = {}
-  for k, v in pairs(props or {}) do p[#p + 1] = k .. "\1" .. v end
-  table.sort(p)
-  local ps = table.concat(p, "\2")
-  assert(lib.rmq_devbroker_produce_props(db, 0, topic, q, "T", "k-" .. body, ps, #ps, body, #body) >= 0)
+  rh.produce_props(db, topic, q, body, props, "T", "k-" .. body)
 end
 
-local function max_offset(db, topic, queues)
-  local n = 0
-  for q = 0, (queues or 1) - 1 do
-    local v = tonumber(lib.rmq_devbroker_max_offset(db, 0, topic, q))
-    if v > 0 then n = n + v end
-  end
-  return n
-end
+local max_offset = rh.stored
 
 local function lines_of(out)
   local t = {}
@@ -113,12 +103,7 @@ describe("rmqlua tail and redrive with ACL", function()
   local db, ns, broker
 
   lazy_setup(function()
-    local dir = helpers.tmpdir("tools-acl")
-    local f = assert(io.open(dir .. "/plain_acl.yml", "w"))
-    f:write(ACL)
-    f:close()
-    db, ns = sec.start_broker("--acl " .. dir .. "/plain_acl.yml --topic SecT:2 --topic SecNoSub:1 "
-      .. "--topic ns1%SecNsT:1")
+    db, ns = sec.start_acl_broker(ACL, "--topic SecT:2 --topic SecNoSub:1 --topic ns1%SecNsT:1")
     broker = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
     sec.produce(db, "SecT", 6, "t")
     sec.produce(db, "SecNoSub", 2, "n")
@@ -182,12 +167,10 @@ describe("rmqlua tail and redrive with ACL", function()
     assert.matches('"topic":"SecNsT"', out, 1, true)
     local dir = helpers.tmpdir("tools-ns-handler")
     local seen = dir .. "/seen"
-    local f = assert(io.open(dir .. "/h.lua", "w"))
-    f:write(("local out = assert(io.open(%q, 'a'))\n"
+    local h = rh.write(dir, "h.lua", ("local out = assert(io.open(%q, 'a'))\n"
       .. "return function(msgs) for i = 1, #msgs do out:write(msgs[i].topic, '\\n') end "
       .. "out:flush() end\n"):format(seen))
-    f:close()
-    rc, out = cmd(ns, "tail SecNsT --from first -e --handler " .. shq(dir .. "/h.lua")
+    rc, out = cmd(ns, "tail SecNsT --from first -e --handler " .. shq(h)
       .. " --set namespace=ns1 " .. KEYS)
     assert.equal(0, rc, out)
     assert.same({ "SecNsT", "SecNsT", "SecNsT" }, sec.lines(seen))
@@ -264,12 +247,8 @@ describe("rmqlua tail and redrive over TLS", function()
 
   lazy_setup(function()
     certs = sec.make_certs(helpers.tmpdir("tools-certs"))
-    local dir = helpers.tmpdir("tools-tls-acl")
-    local f = assert(io.open(dir .. "/plain_acl.yml", "w"))
-    f:write(ACL)
-    f:close()
-    db, ns = sec.start_broker(("--acl %s --topic SecT:2 --tls-cert %s --tls-key %s --tls-mode enforcing")
-      :format(dir .. "/plain_acl.yml", certs.server, certs.server_key))
+    db, ns = sec.start_acl_broker(ACL, ("--topic SecT:2 --tls-cert %s --tls-key %s --tls-mode "
+      .. "enforcing"):format(certs.server, certs.server_key))
     sec.produce(db, "SecT", 5, "tls")
     group_topics(db, { "SecG" })
   end)
@@ -300,8 +279,7 @@ describe("rmqlua tail and redrive over TLS", function()
 
   it("makes a CA file that does not load a configuration error (exit 2) naming it", function()
     local dir = helpers.tmpdir("tools-bad-ca")
-    local notpem = dir .. "/not-a-cert.pem"
-    local f = assert(io.open(notpem, "w")); f:write("hello\n"); f:close()
+    local notpem = rh.write(dir, "not-a-cert.pem", "hello\n")
     for _, c in ipairs { "tail SecT", "redrive --group SecG" } do
       local rc, out = cmd(ns, c .. " --set use_tls=true --set tls_client_trust_cert_path=" .. notpem)
       assert.equal(2, rc, c .. ": " .. out)

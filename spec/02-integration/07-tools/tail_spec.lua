@@ -257,13 +257,8 @@ return function(msgs)
   error("handler gives up")
 end
 ]], marker))
-    local log, rcf = dir .. "/tail.log", dir .. "/tail.rc"
-    local pid = helpers.spawn(string.format("%s tail %s --namesrv %s --from first --handler %s",
-      helpers.bin, TOPIC, ns, script), { log = log, rc = rcf })
-    helpers.wait_until(function() return io.open(marker) ~= nil end, 30, "the handler to start")
-    os.execute("kill -TERM " .. pid)
-    local rc = rh.exit_code(rcf, 60, "tail to stop")
-    local text = helpers.read_file(log)
+    local rc, text = rh.term_when_started(string.format("%s tail %s --namesrv %s --from first "
+      .. "--handler %s", helpers.bin, TOPIC, ns, script), marker, dir .. "/tail.log")
     assert.are.equal(1, rc, text) -- the batch that ran failed: reported, exit 1
     assert.matches("the handler did not consume %d+ of %d+ message%(s%) of broker%-a#%d", text)
   end)
