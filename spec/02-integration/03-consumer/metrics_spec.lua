@@ -255,6 +255,63 @@ describe("metrics endpoint", function()
     assert.equal(0, cons.exit_code(log))
   end)
 
+  it("counts a handler stuck past consume_timeout_millis once, and no batch that only waited",
+    function()
+    local topic, group, BACKLOG = "MetTimeout", "g_metrics_timeout", 8
+    local retry = "%RETRY%" .. group
+    local timeout = math.floor(1000 * helpers.scale)
+    local db, ns = cons.start_broker("--topic " .. topic .. ":1 --delay-scale 0.001")
+    helpers.defer(function() raw.close_all(); lib.rmq_devbroker_stop(db) end)
+    local bodies = { "stuck" }
+    for i = 1, BACKLOG do bodies[#bodies + 1] = "b" .. i end
+    for _, b in ipairs(bodies) do
+      assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, b, #b) >= 0)
+    end
+    local dir = helpers.tmpdir("metrics-timeout")
+    local out, log = dir .. "/out.txt", dir .. "/run.log"
+    -- One consume thread. On its first delivery "stuck" blocks it in a C call for 2 timeouts +
+    -- 2 s: the consume-timeout round (every timeout) sends it back. The backlog waits behind it
+    -- in the pool for longer than the timeout, which is no timeout: its handlers had not started.
+    local s = script(dir, { group = group, ns = ns, topic = topic, out = out,
+      extra = string.format("consume_thread_min = 1, consume_thread_max = 1, "
+        .. "consume_timeout_millis = %d,", timeout),
+      body = string.format([[
+        local m = msgs[1]
+        if m.body == "stuck" and m.reconsume_times == 0 then
+          local ffi = require "ffi"
+          pcall(ffi.cdef, "int poll(void *fds, unsigned long nfds, int timeout);")
+          ffi.C.poll(nil, 0, %d)
+        end]], 2 * timeout + 2000) })
+    local pid = helpers.spawn(helpers.bin .. " run " .. s .. " --metrics 127.0.0.1:0",
+      { log = log, rc = log .. ".rc" })
+    local url = base_url(log)
+    helpers.wait_until(function()
+      local again = false
+      for _, r in ipairs(cons.records(out)) do
+        if r.body == "stuck" and r.rt == 1 then again = true end
+      end
+      return again and cons.count_lines(out) >= #bodies + 1
+    end, 60, "the backlog and the stuck message again from " .. retry .. " (log " .. log .. ")")
+    local f
+    helpers.wait_until(function()
+      f = assert(scrape(url .. "/metrics")).families
+      return sum(f, "rmqlua_consumed_messages", { topic = retry }) == 1
+        and sum(f, "rmqlua_consumer_lag", { topic = topic }) == 0
+    end, 30, "the counters to settle")
+    assert.matches("(consume timeout): sending them back", cons.read(log), 1, true)
+    assert.equal(1, sum(f, "rmqlua_sent_back_messages", { topic = topic }))
+    -- One batch ran into the timeout: the stuck one, counted once (the timeout round sent it
+    -- back; its handler's end does not count it again); neither the backlog nor its second
+    -- delivery counts.
+    assert.equal(1, sum(f, "rmqlua_consume_timeouts", { group = group, topic = topic }))
+    assert.equal(0, sum(f, "rmqlua_consume_timeouts", { topic = retry }))
+    assert.equal(1, sum(f, "rmqlua_consume_timeouts"))
+    local j = cjson.decode(assert(scrape(url .. "/stats")).body)
+    assert.equal(1, j.topics[topic].consume_timeouts)
+    helpers.kill(pid, "TERM")
+    assert.equal(0, cons.exit_code(log))
+  end)
+
   it("says 503 on /health while the name server is away, 200 again when it is back", function()
     local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
     local stopped = false
