@@ -253,6 +253,9 @@ void rmq__rb_timer_start(rmq_consumer_t *c);
 const char *rmq__rb_state_name(rmq_rb_state_t s);
 /* Drop a queue: mark dropped, persist + remove its offset, leave the table. */
 void rmq__rb_drop_queue(rmq_consumer_t *c, rmq_qent_t *q, int persist);
+/* The per-queue pull thresholds from the topic-wide ones (when set) over the queues owned now
+ * (RebalancePushImpl.messageQueueChanged); loop thread. */
+void rmq__rb_flow_thresholds(rmq_consumer_t *c);
 
 /* qent lifetime (rebalance.c) */
 rmq_qent_t *rmq__qent_keep(rmq_qent_t *q);

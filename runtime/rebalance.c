@@ -354,21 +354,23 @@ static int apply_allocation(rmq_consumer_t *c, rmq_csub_t *s, const int *idx, in
     for (int i = 0; i < n_revoked; i++) rmq__qent_release(revoked_q[i]);
     free(revoked_q);
     free(assigned);
-    if (changed) {
-        const rmq_conf_t *cf = c->conf;
-        if (c->n_queues > 0) {
-            if (cf->pull_threshold_for_topic != -1) {
-                int v = cf->pull_threshold_for_topic / c->n_queues;
-                c->thr_queue = v > 1 ? v : 1;
-            }
-            if (cf->pull_threshold_size_for_topic != -1) {
-                int v = cf->pull_threshold_size_for_topic / c->n_queues;
-                c->thr_size_queue = v > 1 ? v : 1;
-            }
-        }
-    }
+    if (changed) rmq__rb_flow_thresholds(c);
     free(revoked);
     return changed;
+}
+
+void rmq__rb_flow_thresholds(rmq_consumer_t *c)
+{
+    const rmq_conf_t *cf = c->conf;
+    if (c->n_queues <= 0) return;
+    if (cf->pull_threshold_for_topic != -1) {
+        int v = cf->pull_threshold_for_topic / c->n_queues;
+        c->thr_queue = v > 1 ? v : 1;
+    }
+    if (cf->pull_threshold_size_for_topic != -1) {
+        int v = cf->pull_threshold_size_for_topic / c->n_queues;
+        c->thr_size_queue = v > 1 ? v : 1;
+    }
 }
 
 typedef struct rb_topic {

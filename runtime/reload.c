@@ -424,16 +424,7 @@ static void commit(rmq_reload_t *r)
     /* Flow control thresholds, as the rebalance derives them. */
     c->thr_queue = cf->pull_threshold_for_queue;
     c->thr_size_queue = cf->pull_threshold_size_for_queue;
-    if (c->n_queues > 0) {
-        if (cf->pull_threshold_for_topic != -1) {
-            int v = cf->pull_threshold_for_topic / c->n_queues;
-            c->thr_queue = v > 1 ? v : 1;
-        }
-        if (cf->pull_threshold_size_for_topic != -1) {
-            int v = cf->pull_threshold_size_for_topic / c->n_queues;
-            c->thr_size_queue = v > 1 ? v : 1;
-        }
-    }
+    rmq__rb_flow_thresholds(c);
     rmq__flow_set_limit(c->flow, cf->consume_tps_limit, cf->pull_batch_size);
     rmq__stats_reconf(c); /* the new script's on_stats hook and stats_interval_ms */
     retimer(&c->t_route, old->poll_name_server_interval, cf->poll_name_server_interval);
