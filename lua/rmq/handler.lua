@@ -11,12 +11,11 @@ local script = require "rmq.script"
 
 local M = {}
 
-local function fail(path, msg) error(path .. ": " .. msg, 0) end
+local function fail(path, msg) script.load_error(path .. ": " .. msg) end
 
 -- load(path) -> spec for rmq.dispatch ({ consume =, init =, shutdown = }); raises on problems.
 function M.load(path)
-  local src, t = script.run_file(path)
-  if not src then fail(path, "cannot open: " .. t) end
+  local t = script.run_file_or_fail(path)
   if type(t) == "function" then return { consume = t } end
   if type(t) ~= "table" then
     fail(path, "a handler script returns function(msgs, ctx) or a table with consume, got "

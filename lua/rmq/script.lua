@@ -19,6 +19,21 @@ M.HOOKS = { consume = true, consume_orderly = true, allocate = true, init = true
 -- comes with a traceback; a load or run error is raised as it is). Returns its source and what it
 -- returned, or nil and why when the file cannot be read ("<path>: Is a directory", ...).
 -- Consumer scripts, `rmqlua tail --handler` and `rmqlua redrive --where` scripts load through it.
+-- The message handler of run_file: the error with the frames of the script (and of what it
+-- called), not those of rmqlua's loader below it.
+local function script_traceback(e)
+  local tb = debug.traceback(tostring(e), 1)
+  local out = {}
+  for line in tb:gmatch("[^\n]+") do
+    if line:find("in function 'xpcall'", 1, true) then break end
+    if not line:find("^%s*%[C%]: in function 'error'") and not line:find("rmq/script.lua:", 1, true) then
+      out[#out + 1] = line
+    end
+  end
+  if out[#out] == "stack traceback:" then out[#out] = nil end
+  return table.concat(out, "\n")
+end
+
 function M.run_file(path)
   local f, err = io.open(path, "rb")
   if not f then return nil, tostring(err) end
@@ -27,9 +42,27 @@ function M.run_file(path)
   if not src then return nil, path .. ": " .. tostring(rerr) end
   local chunk, lerr = load(src, "@" .. path, "t")
   if not chunk then error(lerr, 0) end
-  local ok, t = xpcall(chunk, function(e) return debug.traceback(tostring(e), 2) end)
+  local ok, t = xpcall(chunk, script_traceback)
   if not ok then error(t, 0) end
   return src, t
+end
+
+-- An error about a script that is the whole story: raised as an object whose __tostring is the
+-- message, so the runtime's protected calls (lua_state.c: traceback) print it without a Lua
+-- traceback of rmqlua's own modules.
+local load_error_mt = { __tostring = function(e) return e.message end }
+function M.load_error(msg)
+  error(setmetatable({ message = msg }, load_error_mt), 0)
+end
+
+-- run_file for the loaders of `rmqlua tail --handler` and `rmqlua redrive --where`: what it
+-- returned, or a load_error naming the file (a syntax error, an error while the chunk runs, with
+-- the script's own traceback, a file that cannot be read).
+function M.run_file_or_fail(path)
+  local ok, src, t = pcall(M.run_file, path)
+  if not ok then M.load_error(tostring(src)) end
+  if not src then M.load_error("cannot open " .. t) end -- t names the path
+  return t
 end
 
 -- Raises "path: hook 'init' must be a function, got ..." (or shutdown) for a script that returned

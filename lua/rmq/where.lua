@@ -18,11 +18,10 @@ local xpcall, traceback, tostring = xpcall, debug.traceback, tostring
 
 local M = {}
 
-local function fail(path, msg) error(path .. ": " .. msg, 0) end
+local function fail(path, msg) script.load_error(path .. ": " .. msg) end
 
 function M.load(path)
-  local src, t = script.run_file(path)
-  if not src then fail(path, "cannot open: " .. t) end
+  local t = script.run_file_or_fail(path)
   if type(t) == "function" then return { where = t } end
   if type(t) ~= "table" or type(t.where) ~= "function" then
     fail(path, "a --where script returns function(m) -> boolean (or a table with where = "
