@@ -1730,21 +1730,6 @@ static void h_consume_directly(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
     relay(b, conn, req, group, client_id, m->data, m->size, "brokerName", b->name);
 }
 
-static void h_view_by_id(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
-{
-    db_broker_t *b = broker_of(node);
-    hdr_t h = {conn, req, 0};
-    int64_t off = hdr_i64(&h, "offset");
-    if (h.failed) return;
-    db_msg_t *m = rmq__db_find_phys(b, off);
-    if (!m) {
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, "can not find message by the offset");
-        return;
-    }
-    rmq_buf_t o = {m->data, m->size, m->size};
-    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
-}
-
 /* ---- CONSUMER_SEND_MSG_BACK ------------------------------------------------------------------ */
 
 /* Read back the fields of one stored message (CONSUMER_SEND_MSG_BACK, property filters). */
@@ -2047,7 +2032,6 @@ void rmq__db_broker_install(db_broker_t *b)
     rmq__db_set_handler(n, RMQ_REQ_SEARCH_OFFSET_BY_TIMESTAMP, h_search_offset);
     rmq__db_set_handler(n, RMQ_REQ_GET_MAX_OFFSET, h_max_offset);
     rmq__db_set_handler(n, RMQ_REQ_GET_MIN_OFFSET, h_min_offset);
-    rmq__db_set_handler(n, RMQ_REQ_VIEW_MESSAGE_BY_ID, h_view_by_id);
     rmq__db_set_handler(n, RMQ_REQ_HEART_BEAT, h_heartbeat);
     rmq__db_set_handler(n, RMQ_REQ_UNREGISTER_CLIENT, h_unregister);
     rmq__db_set_handler(n, RMQ_REQ_CONSUMER_SEND_MSG_BACK, h_send_back);
@@ -2061,4 +2045,5 @@ void rmq__db_broker_install(db_broker_t *b)
     rmq__db_set_handler(n, RMQ_REQ_INVOKE_BROKER_TO_RESET_OFFSET, h_invoke_reset);
     rmq__db_set_handler(n, RMQ_REQ_INVOKE_BROKER_TO_GET_CONSUMER_STATUS, h_invoke_status);
     rmq__db_set_handler(n, RMQ_REQ_CONSUME_MESSAGE_DIRECTLY, h_consume_directly);
+    rmq__db_index_install(b); /* QUERY_MESSAGE, VIEW_MESSAGE_BY_ID */
 }

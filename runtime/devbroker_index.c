@@ -1,0 +1,349 @@
+/*
+ * devbroker_index.c -- the development broker's message index and the message queries it
+ * serves: QUERY_MESSAGE (mqadmin queryMsgByKey, queryMsgByUniqueKey, the dashboard's message
+ * search) and VIEW_MESSAGE_BY_ID (mqadmin queryMsgById: a commit-log offset decoded from an
+ * offsetMsgId).
+ *
+ * What is indexed is what Java's IndexService.buildIndex indexes: for every stored message, its
+ * UNIQ_KEY and each of its KEYS (split on MessageConst.KEY_SEPARATOR, " ", empty parts skipped),
+ * each under "topic#key" (IndexService.buildKey); rolled-back transactional messages are not.
+ * An entry is a message's commit-log offset and store timestamp; a key's entries are in
+ * commit-log order. A query walks them from the newest, keeps those inside [beginTimestamp,
+ * endTimestamp] up to maxNum (IndexService.queryOffset: at most maxMsgsNumBatch, 64; a unique
+ * key query always asks defaultQueryMaxNum, 32), and answers the stored messages in commit-log
+ * order (DefaultMessageStore.queryMessage), or QUERY_NOT_FOUND with Java's remark. Unlike
+ * Java's index files (timestamps kept in seconds from the file's first entry, keys by hash
+ * only), entries keep the exact key and millisecond timestamp, so nothing matches that Java's
+ * client would then have to filter out.
+ *
+ * Life of the index: it lives in memory beside the messages it points at. Every message the
+ * store attaches is indexed (rmq__db_attach: a SEND, a delayed or retried message coming due,
+ * a slave's copy, and, with --store, each message read back from the commit log at start), so
+ * the index is rebuilt from the commit log at open rather than kept in a file of its own: the
+ * recovery reads and parses every message anyway, a rebuilt index cannot disagree with the
+ * log after a kill -9, and the rebuild happens in rmq__devbroker_start before the broker
+ * thread serves anything. A message dropped from the store (--max-bytes) is dropped from the
+ * index (rmq__db_index_forget); rmq__db_index_drop_topic forgets a deleted topic's keys.
+ *
+ * Ownership: each broker owns its index (b->index), freed with its store.
+ * Threads: the broker thread (and rmq__devbroker_start before the thread runs).
+ */
+#include "devbroker_int.h"
+#include "message.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_MSGS_NUM_BATCH 64    /* MessageStoreConfig.maxMsgsNumBatch */
+#define DEFAULT_QUERY_MAX_NUM 32 /* MessageStoreConfig.defaultQueryMaxNum */
+#define KEY_SEPARATOR ' '        /* MessageConst.KEY_SEPARATOR */
+#define SYSFLAG_TX_ROLLBACK 0xC  /* MessageSysFlag.TRANSACTION_ROLLBACK_TYPE */
+
+/* One key's messages: e[head..n) are live, ascending commit-log offset. */
+typedef struct ix_post {
+    struct ix_ent {
+        int64_t phys, store_ts;
+    } *e;
+    size_t head, n, cap;
+} ix_post_t;
+
+struct db_index {
+    db_map_t keys;      /* "topic#key" -> ix_post_t */
+    int64_t last_phys;  /* IndexHeader.endPhyOffset: the last message a key was indexed for */
+    int64_t last_ts;    /* IndexHeader.endTimestamp: its store timestamp */
+    size_t entries;     /* live entries, all keys */
+};
+
+static db_index_t *index_of(db_broker_t *b)
+{
+    if (!b->index) b->index = rmq__xcalloc(1, sizeof(*b->index));
+    return b->index;
+}
+
+static void post_free(void *v)
+{
+    ix_post_t *p = v;
+    free(p->e);
+    free(p);
+}
+
+/* "topic#key" in buf (or a heap copy when it does not fit: *heap to free). */
+static char *build_key(char *buf, size_t size, const char *topic, size_t tl, const char *key,
+                       size_t kl, char **heap)
+{
+    char *k = buf;
+    *heap = NULL;
+    if (tl + kl + 2 > size) k = *heap = rmq__xmalloc(tl + kl + 2);
+    memcpy(k, topic, tl);
+    k[tl] = '#';
+    memcpy(k + tl + 1, key, kl);
+    k[tl + 1 + kl] = 0;
+    return k;
+}
+
+typedef struct each_key {
+    const char *topic;
+    size_t tl;
+    void (*fn)(struct each_key *ek, const char *key);
+    db_index_t *ix;
+    const db_msg_t *m;
+    int added;
+} each_key_t;
+
+static void with_key(each_key_t *ek, const char *key, size_t kl)
+{
+    char buf[512], *heap;
+    char *k = build_key(buf, sizeof(buf), ek->topic, ek->tl, key, kl, &heap);
+    ek->fn(ek, k);
+    free(heap);
+}
+
+/* Call ek->fn for the UNIQ_KEY and each of the KEYS of m, as IndexService.buildIndex does. */
+static void for_each_key(const db_msg_t *m, each_key_t *ek)
+{
+    db_stored_t v;
+    if (rmq__db_stored_parse(m, &v)) return;
+    if ((v.sys_flag & SYSFLAG_TX_ROLLBACK) == SYSFLAG_TX_ROLLBACK) return;
+    ek->topic = v.topic;
+    ek->tl = v.topic_len;
+    ek->m = m;
+    uint32_t ul = 0, kl = 0;
+    const char *uniq = rmq__props_find(v.props, v.props_len, "UNIQ_KEY", 8, &ul);
+    if (uniq) with_key(ek, uniq, ul);
+    const char *keys = rmq__props_find(v.props, v.props_len, "KEYS", 4, &kl);
+    for (size_t i = 0; keys && i < kl;) {
+        size_t j = i;
+        while (j < kl && keys[j] != KEY_SEPARATOR)
+            j++;
+        if (j > i) with_key(ek, keys + i, j - i);
+        i = j + 1;
+    }
+}
+
+static void add_one(each_key_t *ek, const char *key)
+{
+    db_index_t *ix = ek->ix;
+    ix_post_t *p = rmq__dbmap_get(&ix->keys, key);
+    if (!p) {
+        p = rmq__xcalloc(1, sizeof(*p));
+        rmq__dbmap_put(&ix->keys, key, p);
+    }
+    /* The same key twice in one message (or equal to its UNIQ_KEY) points at it once. */
+    if (p->n > p->head && p->e[p->n - 1].phys == ek->m->phys) return;
+    if (p->n == p->cap) {
+        if (p->head > 0) { /* reuse the room of forgotten entries first */
+            memmove(p->e, p->e + p->head, (p->n - p->head) * sizeof(*p->e));
+            p->n -= p->head;
+            p->head = 0;
+        }
+        if (p->n == p->cap) {
+            p->cap = p->cap ? p->cap * 2 : 1;
+            p->e = realloc(p->e, p->cap * sizeof(*p->e));
+            if (!p->e) abort();
+        }
+    }
+    p->e[p->n].phys = ek->m->phys;
+    p->e[p->n].store_ts = ek->m->store_ts;
+    p->n++;
+    ix->entries++;
+    ek->added = 1;
+}
+
+void rmq__db_index_add(db_broker_t *b, const db_msg_t *m)
+{
+    each_key_t ek = {.fn = add_one, .ix = index_of(b)};
+    for_each_key(m, &ek);
+    if (ek.added) {
+        ek.ix->last_phys = m->phys;
+        ek.ix->last_ts = m->store_ts;
+    }
+}
+
+static void forget_one(each_key_t *ek, const char *key)
+{
+    db_index_t *ix = ek->ix;
+    ix_post_t *p = rmq__dbmap_get(&ix->keys, key);
+    if (!p) return; /* its topic was dropped */
+    /* Messages leave the store oldest first: what goes is at the head. */
+    while (p->head < p->n && p->e[p->head].phys <= ek->m->phys) {
+        p->head++;
+        ix->entries--;
+    }
+    if (p->head == p->n) post_free(rmq__dbmap_del(&ix->keys, key));
+}
+
+void rmq__db_index_forget(db_broker_t *b, const db_msg_t *m)
+{
+    if (!b->index) return;
+    each_key_t ek = {.fn = forget_one, .ix = b->index};
+    for_each_key(m, &ek);
+}
+
+typedef struct drop_ctx {
+    const char *prefix;
+    size_t len;
+    char **keys;
+    size_t n, cap;
+} drop_ctx_t;
+
+static void drop_collect(const char *key, void *val, void *ud)
+{
+    drop_ctx_t *d = ud;
+    if (strncmp(key, d->prefix, d->len) != 0) return;
+    if (d->n == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 16;
+        d->keys = realloc(d->keys, d->cap * sizeof(*d->keys));
+        if (!d->keys) abort();
+    }
+    d->keys[d->n++] = rmq__xstrdup(key);
+}
+
+void rmq__db_index_drop_topic(db_broker_t *b, const char *topic)
+{
+    if (!b->index) return;
+    db_index_t *ix = b->index;
+    /* A topic name has no '#' (Validators.VALID_PATTERN_STR), so "topic#" is its keys alone. */
+    char buf[300], *heap;
+    size_t tl = strlen(topic);
+    drop_ctx_t d = {.prefix = build_key(buf, sizeof(buf), topic, tl, "", 0, &heap), .len = tl + 1};
+    rmq__dbmap_each(&ix->keys, drop_collect, &d);
+    for (size_t i = 0; i < d.n; i++) {
+        ix_post_t *p = rmq__dbmap_del(&ix->keys, d.keys[i]);
+        ix->entries -= p->n - p->head;
+        post_free(p);
+        free(d.keys[i]);
+    }
+    free(d.keys);
+    free(heap);
+    rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: index forgot topic %s (%zu keys)", b->name, topic, d.n);
+}
+
+void rmq__db_index_free(db_broker_t *b)
+{
+    if (!b->index) return;
+    rmq__dbmap_free(&b->index->keys, post_free);
+    free(b->index);
+    b->index = NULL;
+}
+
+size_t rmq__db_index_entries(const db_broker_t *b)
+{
+    return b->index ? b->index->entries : 0;
+}
+
+/* ---- QUERY_MESSAGE --------------------------------------------------------------------------- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A required header field, or an answer as Java's header decoding gives (NULL / -1). */
+static const char *need_str(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key)
+{
+    const char *v = rmq__cmd_ext(req, key);
+    if (!v) {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom "
+                 "field <%s> is null",
+                 key);
+        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+    }
+    return v;
+}
+
+static int need_i64(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key, int64_t *out)
+{
+    if (!need_str(conn, req, key)) return -1;
+    if (rmq__cmd_ext_i64(req, key, out)) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "java.lang.NumberFormatException: bad value of <%s>", key);
+        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* QueryMessageProcessor.queryMessage + DefaultMessageStore.queryMessage. */
+static void h_query_message(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
+{
+    db_broker_t *b = (db_broker_t *)node;
+    int64_t max_num, begin, end;
+    const char *topic = need_str(conn, req, "topic");
+    if (!topic) return;
+    const char *key = need_str(conn, req, "key");
+    if (!key || need_i64(conn, req, "maxNum", &max_num) ||
+        need_i64(conn, req, "beginTimestamp", &begin) ||
+        need_i64(conn, req, "endTimestamp", &end))
+        return;
+    const char *uniq = rmq__cmd_ext(req, "_UNIQUE_KEY_QUERY"); /* MixAll.UNIQUE_MSG_QUERY_FLAG */
+    if (uniq && !strcmp(uniq, "true")) max_num = DEFAULT_QUERY_MAX_NUM;
+    if (max_num > MAX_MSGS_NUM_BATCH) max_num = MAX_MSGS_NUM_BATCH;
+
+    int64_t found[MAX_MSGS_NUM_BATCH];
+    int nf = 0;
+    db_index_t *ix = b->index;
+    char buf[512], *heap;
+    const char *k = build_key(buf, sizeof(buf), topic, strlen(topic), key, strlen(key), &heap);
+    ix_post_t *p = ix ? rmq__dbmap_get(&ix->keys, k) : NULL;
+    free(heap);
+    /* IndexFile.selectPhyOffset: newest first, inside [begin, end], at most maxNum. */
+    for (size_t i = p ? p->n : 0; p && i > p->head && nf < max_num; i--) {
+        const struct ix_ent *e = &p->e[i - 1];
+        if (e->store_ts >= begin && e->store_ts <= end) found[nf++] = e->phys;
+    }
+    qsort(found, (size_t)nf, sizeof(found[0]), cmp_i64);
+
+    rmq_buf_t body;
+    rmq__buf_init(&body);
+    for (int i = 0; i < nf; i++) {
+        const db_msg_t *m = rmq__db_find_phys(b, found[i]);
+        if (m) rmq__buf_append(&body, m->data, m->size);
+    }
+    if (req->flag & RMQ_FLAG_ONEWAY) {
+        rmq__buf_free(&body);
+        return;
+    }
+    rmq_cmd_t resp;
+    rmq__cmd_init_response(&resp, req, body.len ? RMQ_RESP_SUCCESS : RMQ_RESP_QUERY_NOT_FOUND,
+                           body.len ? NULL : "can not find message, maybe time range not correct");
+    rmq__cmd_set_ext_i64(&resp, "indexLastUpdateTimestamp", ix ? ix->last_ts : 0);
+    rmq__cmd_set_ext_i64(&resp, "indexLastUpdatePhyoffset", ix ? ix->last_phys : 0);
+    if (body.len) {
+        resp.body = body.data;
+        resp.body_len = body.len;
+    }
+    rmq__db_reply(conn, &resp);
+    resp.body = NULL; /* ours: freed below */
+    resp.body_len = 0;
+    rmq__cmd_free(&resp);
+    rmq__buf_free(&body);
+}
+
+/* ---- VIEW_MESSAGE_BY_ID ---------------------------------------------------------------------- */
+
+/* QueryMessageProcessor.viewMessageById: the stored message at a commit-log offset. */
+static void h_view_by_id(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
+{
+    db_broker_t *b = (db_broker_t *)node;
+    int64_t off;
+    if (need_i64(conn, req, "offset", &off)) return;
+    const db_msg_t *m = rmq__db_find_phys(b, off);
+    if (!m) {
+        char msg[100];
+        snprintf(msg, sizeof(msg), "can not find message by the offset, %lld", (long long)off);
+        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        return;
+    }
+    rmq_buf_t o = {m->data, m->size, m->size};
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
+}
+
+void rmq__db_index_install(db_broker_t *b)
+{
+    rmq__db_set_handler(&b->node, RMQ_REQ_QUERY_MESSAGE, h_query_message);
+    rmq__db_set_handler(&b->node, RMQ_REQ_VIEW_MESSAGE_BY_ID, h_view_by_id);
+}
