@@ -240,6 +240,26 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+int rmq__db_index_query(const db_broker_t *b, const char *topic, const char *key, int max,
+                        int64_t begin, int64_t end, int64_t *out)
+{
+    if (!b->index) return 0;
+    char buf[512], *heap;
+    const char *k = build_key(buf, sizeof(buf), topic, strlen(topic), key, strlen(key), &heap);
+    ix_post_t *p = rmq__dbmap_get(&b->index->keys, k);
+    free(heap);
+    if (!p) return 0;
+    /* IndexFile.selectPhyOffset: newest first, inside [begin, end], at most max ... */
+    int n = 0;
+    for (size_t i = p->n; i > p->head && n < max; i--) {
+        const struct ix_ent *e = &p->e[i - 1];
+        if (e->store_ts >= begin && e->store_ts <= end) out[n++] = e->phys;
+    }
+    /* ... answered in commit-log order (DefaultMessageStore.queryMessage sorts them). */
+    qsort(out, (size_t)n, sizeof(out[0]), cmp_i64);
+    return n;
+}
+
 /* A required header field, or an answer as Java's header decoding gives (NULL / -1). */
 static const char *need_str(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key)
 {
@@ -284,18 +304,9 @@ static void h_query_message(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (max_num > MAX_MSGS_NUM_BATCH) max_num = MAX_MSGS_NUM_BATCH;
 
     int64_t found[MAX_MSGS_NUM_BATCH];
-    int nf = 0;
+    int nf = rmq__db_index_query(b, topic, key, (int)(max_num > 0 ? max_num : 0), begin, end,
+                                 found);
     db_index_t *ix = b->index;
-    char buf[512], *heap;
-    const char *k = build_key(buf, sizeof(buf), topic, strlen(topic), key, strlen(key), &heap);
-    ix_post_t *p = ix ? rmq__dbmap_get(&ix->keys, k) : NULL;
-    free(heap);
-    /* IndexFile.selectPhyOffset: newest first, inside [begin, end], at most maxNum. */
-    for (size_t i = p ? p->n : 0; p && i > p->head && nf < max_num; i--) {
-        const struct ix_ent *e = &p->e[i - 1];
-        if (e->store_ts >= begin && e->store_ts <= end) found[nf++] = e->phys;
-    }
-    qsort(found, (size_t)nf, sizeof(found[0]), cmp_i64);
 
     rmq_buf_t body;
     rmq__buf_init(&body);
@@ -310,8 +321,10 @@ static void h_query_message(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq_cmd_t resp;
     rmq__cmd_init_response(&resp, req, body.len ? RMQ_RESP_SUCCESS : RMQ_RESP_QUERY_NOT_FOUND,
                            body.len ? NULL : "can not find message, maybe time range not correct");
-    rmq__cmd_set_ext_i64(&resp, "indexLastUpdateTimestamp", ix ? ix->last_ts : 0);
-    rmq__cmd_set_ext_i64(&resp, "indexLastUpdatePhyoffset", ix ? ix->last_phys : 0);
+    /* DefaultMessageStore.queryMessage takes the index's last update only from a query that
+     * found offsets: QUERY_NOT_FOUND says 0 and 0. */
+    rmq__cmd_set_ext_i64(&resp, "indexLastUpdateTimestamp", nf ? ix->last_ts : 0);
+    rmq__cmd_set_ext_i64(&resp, "indexLastUpdatePhyoffset", nf ? ix->last_phys : 0);
     if (body.len) {
         resp.body = body.data;
         resp.body_len = body.len;

@@ -404,6 +404,10 @@ void rmq__db_index_forget(db_broker_t *b, const db_msg_t *m); /* m (the oldest) 
 /* Forget every key of topic (its messages no longer answer QUERY_MESSAGE). */
 void rmq__db_index_drop_topic(db_broker_t *b, const char *topic);
 size_t rmq__db_index_entries(const db_broker_t *b); /* live index entries */
+/* The commit-log offsets (into out, room for max) of the newest max messages stored under
+ * topic#key with a store timestamp in [begin, end], in commit-log order; returns the count. */
+int rmq__db_index_query(const db_broker_t *b, const char *topic, const char *key, int max,
+                        int64_t begin, int64_t end, int64_t *out);
 void rmq__db_index_free(db_broker_t *b);
 
 /* devbroker_ns.c */
