@@ -240,6 +240,7 @@ int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t err
         rmq__seterr(errstr, errstr_size, "--store: cannot open %s: %s", path, strerror(errno));
         return RMQ_ERR_IO;
     }
+    int64_t t0 = rmq__mono_ms();
     txt = read_all(path, &len);
     int64_t pos = 0, n = 0;
     while (txt && (size_t)pos < len) {
@@ -278,7 +279,9 @@ int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t err
     free(txt);
     b->offsets_dirty = 0;
     b->topics_dirty = 1;
-    rmq_log_info(DB_LOG, "%s: recovered %lld messages (%lld bytes) from %s", b->name, (long long)n,
-                 (long long)pos, b->dir);
+    rmq_log_info(DB_LOG,
+                 "%s: recovered %lld messages (%lld bytes, %zu index entries) from %s in %lld ms",
+                 b->name, (long long)n, (long long)pos, rmq__db_index_entries(b), b->dir,
+                 (long long)(rmq__mono_ms() - t0));
     return 0;
 }

@@ -40,16 +40,26 @@
 #define KEY_SEPARATOR ' '        /* MessageConst.KEY_SEPARATOR */
 #define SYSFLAG_TX_ROLLBACK 0xC  /* MessageSysFlag.TRANSACTION_ROLLBACK_TYPE */
 
-/* One key's messages: e[head..n) are live, ascending commit-log offset. */
+typedef struct ix_ent {
+    int64_t phys, store_ts;
+} ix_ent_t;
+
+/* One key's messages: e[head..n) are live, ascending commit-log offset. The key ("topic#key")
+ * lives in the same allocation, and so does the first entry (most keys, a UNIQ_KEY for one,
+ * have one message). */
 typedef struct ix_post {
-    struct ix_ent {
-        int64_t phys, store_ts;
-    } *e;
-    size_t head, n, cap;
+    uint64_t hash;
+    ix_ent_t *e; /* &one while cap is 1 */
+    ix_ent_t one;
+    uint32_t head, n, cap, klen;
+    char key[];
 } ix_post_t;
 
+/* Open addressing (linear probing, backward-shift deletion) over ix_post_t pointers: one
+ * allocation per key and, on a lookup, the slot array and the post itself to touch. */
 struct db_index {
-    db_map_t keys;      /* "topic#key" -> ix_post_t */
+    ix_post_t **slots;
+    size_t mask, nkeys; /* slots: mask + 1, a power of two; 0 before the first key */
     int64_t last_phys;  /* IndexHeader.endPhyOffset: the last message a key was indexed for */
     int64_t last_ts;    /* IndexHeader.endTimestamp: its store timestamp */
     size_t entries;     /* live entries, all keys */
@@ -61,11 +71,66 @@ static db_index_t *index_of(db_broker_t *b)
     return b->index;
 }
 
-static void post_free(void *v)
+static void post_free(ix_post_t *p)
 {
-    ix_post_t *p = v;
-    free(p->e);
+    if (p->e != &p->one) free(p->e);
     free(p);
+}
+
+static uint64_t hash_key(const char *k, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The slot holding key k (hash h), or the empty slot where it would go. */
+static size_t ix_find(const db_index_t *ix, const char *k, size_t kl, uint64_t h)
+{
+    size_t i = (size_t)h & ix->mask;
+    for (ix_post_t *p; (p = ix->slots[i]) != NULL; i = (i + 1) & ix->mask)
+        if (p->hash == h && p->klen == kl && memcmp(p->key, k, kl) == 0) break;
+    return i;
+}
+
+static ix_post_t *ix_get(const db_index_t *ix, const char *k, size_t kl)
+{
+    if (!ix->slots) return NULL;
+    return ix->slots[ix_find(ix, k, kl, hash_key(k, kl))];
+}
+
+static void ix_grow(db_index_t *ix)
+{
+    size_t n = ix->slots ? (ix->mask + 1) * 2 : 1024;
+    ix_post_t **old = ix->slots;
+    size_t old_n = old ? ix->mask + 1 : 0;
+    ix->slots = rmq__xcalloc(n, sizeof(*ix->slots));
+    ix->mask = n - 1;
+    for (size_t i = 0; i < old_n; i++) {
+        if (!old[i]) continue;
+        size_t j = (size_t)old[i]->hash & ix->mask;
+        while (ix->slots[j])
+            j = (j + 1) & ix->mask;
+        ix->slots[j] = old[i];
+    }
+    free(old);
+}
+
+/* Remove the key in slot i (linear probing's backward shift: no tombstones). */
+static void ix_del_slot(db_index_t *ix, size_t i)
+{
+    ix->slots[i] = NULL;
+    ix->nkeys--;
+    for (size_t j = (i + 1) & ix->mask; ix->slots[j]; j = (j + 1) & ix->mask) {
+        size_t home = (size_t)ix->slots[j]->hash & ix->mask;
+        /* slots[j] may move back to i unless its home lies cyclically in (i, j]. */
+        int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (stays) continue;
+        ix->slots[i] = ix->slots[j];
+        ix->slots[j] = NULL;
+        i = j;
+    }
 }
 
 /* "topic#key" in buf (or a heap copy when it does not fit: *heap to free). */
@@ -85,7 +150,7 @@ static char *build_key(char *buf, size_t size, const char *topic, size_t tl, con
 typedef struct each_key {
     const char *topic;
     size_t tl;
-    void (*fn)(struct each_key *ek, const char *key);
+    void (*fn)(struct each_key *ek, const char *key, size_t kl);
     db_index_t *ix;
     const db_msg_t *m;
     int added;
@@ -95,7 +160,7 @@ static void with_key(each_key_t *ek, const char *key, size_t kl)
 {
     char buf[512], *heap;
     char *k = build_key(buf, sizeof(buf), ek->topic, ek->tl, key, kl, &heap);
-    ek->fn(ek, k);
+    ek->fn(ek, k, ek->tl + 1 + kl);
     free(heap);
 }
 
@@ -121,13 +186,23 @@ static void for_each_key(const db_msg_t *m, each_key_t *ek)
     }
 }
 
-static void add_one(each_key_t *ek, const char *key)
+static void add_one(each_key_t *ek, const char *key, size_t kl)
 {
     db_index_t *ix = ek->ix;
-    ix_post_t *p = rmq__dbmap_get(&ix->keys, key);
+    if (!ix->slots || (ix->nkeys + 1) * 4 > (ix->mask + 1) * 3) ix_grow(ix);
+    uint64_t h = hash_key(key, kl);
+    size_t i = ix_find(ix, key, kl, h);
+    ix_post_t *p = ix->slots[i];
     if (!p) {
-        p = rmq__xcalloc(1, sizeof(*p));
-        rmq__dbmap_put(&ix->keys, key, p);
+        p = rmq__xmalloc(sizeof(*p) + kl + 1);
+        memset(p, 0, sizeof(*p));
+        p->hash = h;
+        p->klen = (uint32_t)kl;
+        memcpy(p->key, key, kl + 1);
+        p->e = &p->one;
+        p->cap = 1;
+        ix->slots[i] = p;
+        ix->nkeys++;
     }
     /* The same key twice in one message (or equal to its UNIQ_KEY) points at it once. */
     if (p->n > p->head && p->e[p->n - 1].phys == ek->m->phys) return;
@@ -138,9 +213,11 @@ static void add_one(each_key_t *ek, const char *key)
             p->head = 0;
         }
         if (p->n == p->cap) {
-            p->cap = p->cap ? p->cap * 2 : 1;
-            p->e = realloc(p->e, p->cap * sizeof(*p->e));
-            if (!p->e) abort();
+            ix_ent_t *e = rmq__xmalloc(sizeof(*e) * p->cap * 2);
+            memcpy(e, p->e, sizeof(*e) * p->n);
+            if (p->e != &p->one) free(p->e);
+            p->e = e;
+            p->cap *= 2;
         }
     }
     p->e[p->n].phys = ek->m->phys;
@@ -160,17 +237,22 @@ void rmq__db_index_add(db_broker_t *b, const db_msg_t *m)
     }
 }
 
-static void forget_one(each_key_t *ek, const char *key)
+static void forget_one(each_key_t *ek, const char *key, size_t kl)
 {
     db_index_t *ix = ek->ix;
-    ix_post_t *p = rmq__dbmap_get(&ix->keys, key);
+    if (!ix->slots) return;
+    size_t i = ix_find(ix, key, kl, hash_key(key, kl));
+    ix_post_t *p = ix->slots[i];
     if (!p) return; /* its topic was dropped */
     /* Messages leave the store oldest first: what goes is at the head. */
     while (p->head < p->n && p->e[p->head].phys <= ek->m->phys) {
         p->head++;
         ix->entries--;
     }
-    if (p->head == p->n) post_free(rmq__dbmap_del(&ix->keys, key));
+    if (p->head == p->n) {
+        ix_del_slot(ix, i);
+        post_free(p);
+    }
 }
 
 void rmq__db_index_forget(db_broker_t *b, const db_msg_t *m)
@@ -180,50 +262,35 @@ void rmq__db_index_forget(db_broker_t *b, const db_msg_t *m)
     for_each_key(m, &ek);
 }
 
-typedef struct drop_ctx {
-    const char *prefix;
-    size_t len;
-    char **keys;
-    size_t n, cap;
-} drop_ctx_t;
-
-static void drop_collect(const char *key, void *val, void *ud)
-{
-    drop_ctx_t *d = ud;
-    if (strncmp(key, d->prefix, d->len) != 0) return;
-    if (d->n == d->cap) {
-        d->cap = d->cap ? d->cap * 2 : 16;
-        d->keys = realloc(d->keys, d->cap * sizeof(*d->keys));
-        if (!d->keys) abort();
-    }
-    d->keys[d->n++] = rmq__xstrdup(key);
-}
-
 void rmq__db_index_drop_topic(db_broker_t *b, const char *topic)
 {
-    if (!b->index) return;
     db_index_t *ix = b->index;
+    if (!ix || !ix->slots) return;
     /* A topic name has no '#' (Validators.VALID_PATTERN_STR), so "topic#" is its keys alone. */
-    char buf[300], *heap;
-    size_t tl = strlen(topic);
-    drop_ctx_t d = {.prefix = build_key(buf, sizeof(buf), topic, tl, "", 0, &heap), .len = tl + 1};
-    rmq__dbmap_each(&ix->keys, drop_collect, &d);
-    for (size_t i = 0; i < d.n; i++) {
-        ix_post_t *p = rmq__dbmap_del(&ix->keys, d.keys[i]);
-        ix->entries -= p->n - p->head;
-        post_free(p);
-        free(d.keys[i]);
+    size_t tl = strlen(topic), dropped = 0;
+    for (size_t i = 0; i <= ix->mask;) {
+        ix_post_t *p = ix->slots[i];
+        if (p && p->klen > tl && p->key[tl] == '#' && memcmp(p->key, topic, tl) == 0) {
+            ix->entries -= p->n - p->head;
+            ix_del_slot(ix, i); /* another key may move into slot i: look at it again */
+            post_free(p);
+            dropped++;
+            continue;
+        }
+        i++;
     }
-    free(d.keys);
-    free(heap);
-    rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: index forgot topic %s (%zu keys)", b->name, topic, d.n);
+    rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: index forgot topic %s (%zu keys)", b->name, topic,
+            dropped);
 }
 
 void rmq__db_index_free(db_broker_t *b)
 {
-    if (!b->index) return;
-    rmq__dbmap_free(&b->index->keys, post_free);
-    free(b->index);
+    db_index_t *ix = b->index;
+    if (!ix) return;
+    for (size_t i = 0; ix->slots && i <= ix->mask; i++)
+        if (ix->slots[i]) post_free(ix->slots[i]);
+    free(ix->slots);
+    free(ix);
     b->index = NULL;
 }
 
@@ -245,14 +312,15 @@ int rmq__db_index_query(const db_broker_t *b, const char *topic, const char *key
 {
     if (!b->index) return 0;
     char buf[512], *heap;
-    const char *k = build_key(buf, sizeof(buf), topic, strlen(topic), key, strlen(key), &heap);
-    ix_post_t *p = rmq__dbmap_get(&b->index->keys, k);
+    size_t tl = strlen(topic), kl = strlen(key);
+    const char *k = build_key(buf, sizeof(buf), topic, tl, key, kl, &heap);
+    ix_post_t *p = ix_get(b->index, k, tl + 1 + kl);
     free(heap);
     if (!p) return 0;
     /* IndexFile.selectPhyOffset: newest first, inside [begin, end], at most max ... */
     int n = 0;
     for (size_t i = p->n; i > p->head && n < max; i--) {
-        const struct ix_ent *e = &p->e[i - 1];
+        const ix_ent_t *e = &p->e[i - 1];
         if (e->store_ts >= begin && e->store_ts <= end) out[n++] = e->phys;
     }
     /* ... answered in commit-log order (DefaultMessageStore.queryMessage sorts them). */
@@ -296,16 +364,15 @@ static void h_query_message(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (!topic) return;
     const char *key = need_str(conn, req, "key");
     if (!key || need_i64(conn, req, "maxNum", &max_num) ||
-        need_i64(conn, req, "beginTimestamp", &begin) ||
-        need_i64(conn, req, "endTimestamp", &end))
+        need_i64(conn, req, "beginTimestamp", &begin) || need_i64(conn, req, "endTimestamp", &end))
         return;
     const char *uniq = rmq__cmd_ext(req, "_UNIQUE_KEY_QUERY"); /* MixAll.UNIQUE_MSG_QUERY_FLAG */
     if (uniq && !strcmp(uniq, "true")) max_num = DEFAULT_QUERY_MAX_NUM;
     if (max_num > MAX_MSGS_NUM_BATCH) max_num = MAX_MSGS_NUM_BATCH;
 
     int64_t found[MAX_MSGS_NUM_BATCH];
-    int nf = rmq__db_index_query(b, topic, key, (int)(max_num > 0 ? max_num : 0), begin, end,
-                                 found);
+    int nf =
+        rmq__db_index_query(b, topic, key, (int)(max_num > 0 ? max_num : 0), begin, end, found);
     db_index_t *ix = b->index;
 
     rmq_buf_t body;
