@@ -776,8 +776,21 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
         uv_timer_init(&db->loop, &b->delay_timer);
         b->delay_timer.data = b;
         rmq__db_broker_install(b);
+        /* --store with no port given: the port of the last run, so that the offsetMsgIds handed
+         * out then (store host and port + commit-log offset) still name this broker. */
+        int saved = o->store_dir && b->node.port == 0 ? rmq__db_file_port(b) : 0;
+        if (saved) b->node.port = saved;
         rc = node_up(&b->node, errstr, errstr_size);
+        if (rc && saved) {
+            rmq_log_warn(DB_LOG,
+                         "%s: cannot listen on port %d again (%s): on a new port, the "
+                         "offsetMsgIds of earlier messages name the old one",
+                         b->name, saved, errstr);
+            b->node.port = 0;
+            rc = node_up(&b->node, errstr, errstr_size);
+        }
         if (rc) goto fail;
+        if (o->store_dir) rmq__db_file_save_port(b);
         for (int k = 0; k < o->n_topics; k++) {
             char name[256];
             const char *spec = o->topics[k];

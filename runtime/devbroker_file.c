@@ -5,7 +5,9 @@
  * the stored format (PROTOCOL 4.1); a message's commit-log offset is its byte position in the
  * file, as in RocketMQ. DIR/<broker name>/topics and .../offsets hold the topic table and the
  * consumer offsets as text, rewritten (write to a temporary file, then rename) when changed,
- * at most once a second and at stop.
+ * at most once a second and at stop. DIR/<broker name>/port is the port it listens on, taken
+ * again at the next start when none is given (as a RocketMQ broker keeps its listenPort), so
+ * that the offsetMsgIds it handed out (store host and port + commit-log offset) stay valid.
  *
  * Durability: each message is written with write(2) before the SEND is answered, without
  * fsync. A killed process (kill -9) loses nothing that was answered; the last message may be
@@ -124,6 +126,29 @@ void rmq__db_file_close(db_broker_t *b)
     rmq__db_file_flush(b);
     close(b->log_fd);
     b->log_fd = -1;
+}
+
+int rmq__db_file_port(const db_broker_t *b)
+{
+    char path[4200], line[32];
+    path_of(b, "port", path, sizeof(path));
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int port = 0;
+    if (fgets(line, sizeof(line), f)) port = atoi(line);
+    fclose(f);
+    return port > 0 && port < 65536 ? port : 0;
+}
+
+void rmq__db_file_save_port(db_broker_t *b)
+{
+    rmq_buf_t o;
+    rmq__buf_init(&o);
+    rmq__buf_appendf(&o, "%d\n", b->node.port);
+    if (save_file(b, "port", &o))
+        rmq_log_warn(DB_LOG, "%s: cannot save its port in %s: %s", b->name, b->dir,
+                     strerror(errno));
+    rmq__buf_free(&o);
 }
 
 static char *read_all(const char *path, size_t *len)

@@ -371,6 +371,10 @@ int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t err
 void rmq__db_file_append(db_broker_t *b, const db_msg_t *m);
 void rmq__db_file_flush(db_broker_t *b); /* save dirty topic and offset tables */
 void rmq__db_file_close(db_broker_t *b);
+/* The port the broker listened on in its last run (DIR/<broker>/port), 0 when unknown; and
+ * saving the one it listens on now. */
+int rmq__db_file_port(const db_broker_t *b);
+void rmq__db_file_save_port(db_broker_t *b);
 
 /* devbroker_slave.c: --slaves */
 /* Start `per_master` slaves for every broker (after the brokers and their topics exist). */
