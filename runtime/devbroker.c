@@ -66,7 +66,9 @@ static const char usage_text[] =
     "                            them at start. Nothing answered is lost on kill -9 (no fsync:\n"
     "                            a machine crash can lose recent writes); lost on kill -9: the\n"
     "                            last second of committed offsets and retries still waiting\n"
-    "                            for their delay. The file is never trimmed.\n"
+    "                            for their delay. The file is never trimmed. A broker given\n"
+    "                            no port takes its port of the last run again, so offsetMsgIds\n"
+    "                            (queryMsgById) stay valid; the key index is rebuilt at start.\n"
     "  --help                    this text\n"
     "\n"
     "Prints \"rmqlua broker: name server at HOST:PORT\" when ready; stops on SIGTERM/SIGINT.\n";
