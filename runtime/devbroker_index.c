@@ -317,10 +317,14 @@ int rmq__db_index_query(const db_broker_t *b, const char *topic, const char *key
     ix_post_t *p = ix_get(b->index, k, tl + 1 + kl);
     free(heap);
     if (!p) return 0;
-    /* IndexFile.selectPhyOffset: newest first, inside [begin, end], at most max ... */
+    /* IndexFile.selectPhyOffset: newest first, inside [begin, end], at most max ... Entries
+     * below the oldest retained message are gone from the store (normally forgotten already;
+     * not when a message was damaged in place and no longer names its keys). */
+    int64_t oldest = b->log_n ? b->log[b->log_head]->phys : b->next_phys;
     int n = 0;
     for (size_t i = p->n; i > p->head && n < max; i--) {
         const ix_ent_t *e = &p->e[i - 1];
+        if (e->phys < oldest) break;
         if (e->store_ts >= begin && e->store_ts <= end) out[n++] = e->phys;
     }
     /* ... answered in commit-log order (DefaultMessageStore.queryMessage sorts them). */
