@@ -25,7 +25,7 @@ describe("devbroker replay of mqadmin's message queries (4.9.4 capture)", functi
   lazy_setup(function() wire.quiet() end)
 
   it("answers QUERY_MESSAGE and VIEW_MESSAGE_BY_ID like the real broker", function()
-    local index = cjson.decode(helpers.read_file(DIR .. "/index-query.json"))
+    local index = cjson.decode(helpers.read_file(DIR .. "/index.json"))
     local by_seq = {}
     for _, f in ipairs(index.frames) do by_seq[f.seq] = f end
 
