@@ -48,17 +48,22 @@ typedef struct ix_ent {
  * lives in the same allocation, and so does the first entry (most keys, a UNIQ_KEY for one,
  * have one message). */
 typedef struct ix_post {
-    uint64_t hash;
     ix_ent_t *e; /* &one while cap is 1 */
     ix_ent_t one;
     uint32_t head, n, cap, klen;
     char key[];
 } ix_post_t;
 
-/* Open addressing (linear probing, backward-shift deletion) over ix_post_t pointers: one
- * allocation per key and, on a lookup, the slot array and the post itself to touch. */
+/* A slot keeps its key's hash beside the pointer, so probing reads the slot array alone. */
+typedef struct ix_slot {
+    uint64_t hash;
+    ix_post_t *p; /* NULL: empty */
+} ix_slot_t;
+
+/* Open addressing (linear probing, backward-shift deletion, at most half full): one allocation
+ * per key, and a lookup touches the slot array and the post it finds. */
 struct db_index {
-    ix_post_t **slots;
+    ix_slot_t *slots;
     size_t mask, nkeys; /* slots: mask + 1, a power of two; 0 before the first key */
     int64_t last_phys;  /* IndexHeader.endPhyOffset: the last message a key was indexed for */
     int64_t last_ts;    /* IndexHeader.endTimestamp: its store timestamp */
@@ -82,35 +87,39 @@ static uint64_t hash_key(const char *k, size_t n)
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (size_t i = 0; i < n; i++)
         h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
-    return h;
+    /* The table takes the low bits, where FNV mixes least: fold the high ones in (splitmix64's
+     * finalizer). */
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
 }
 
 /* The slot holding key k (hash h), or the empty slot where it would go. */
 static size_t ix_find(const db_index_t *ix, const char *k, size_t kl, uint64_t h)
 {
     size_t i = (size_t)h & ix->mask;
-    for (ix_post_t *p; (p = ix->slots[i]) != NULL; i = (i + 1) & ix->mask)
-        if (p->hash == h && p->klen == kl && memcmp(p->key, k, kl) == 0) break;
+    for (const ix_slot_t *sl; (sl = &ix->slots[i])->p != NULL; i = (i + 1) & ix->mask)
+        if (sl->hash == h && sl->p->klen == kl && memcmp(sl->p->key, k, kl) == 0) break;
     return i;
 }
 
 static ix_post_t *ix_get(const db_index_t *ix, const char *k, size_t kl)
 {
     if (!ix->slots) return NULL;
-    return ix->slots[ix_find(ix, k, kl, hash_key(k, kl))];
+    return ix->slots[ix_find(ix, k, kl, hash_key(k, kl))].p;
 }
 
 static void ix_grow(db_index_t *ix)
 {
     size_t n = ix->slots ? (ix->mask + 1) * 2 : 1024;
-    ix_post_t **old = ix->slots;
+    ix_slot_t *old = ix->slots;
     size_t old_n = old ? ix->mask + 1 : 0;
     ix->slots = rmq__xcalloc(n, sizeof(*ix->slots));
     ix->mask = n - 1;
     for (size_t i = 0; i < old_n; i++) {
-        if (!old[i]) continue;
-        size_t j = (size_t)old[i]->hash & ix->mask;
-        while (ix->slots[j])
+        if (!old[i].p) continue;
+        size_t j = (size_t)old[i].hash & ix->mask;
+        while (ix->slots[j].p)
             j = (j + 1) & ix->mask;
         ix->slots[j] = old[i];
     }
@@ -120,15 +129,15 @@ static void ix_grow(db_index_t *ix)
 /* Remove the key in slot i (linear probing's backward shift: no tombstones). */
 static void ix_del_slot(db_index_t *ix, size_t i)
 {
-    ix->slots[i] = NULL;
+    ix->slots[i].p = NULL;
     ix->nkeys--;
-    for (size_t j = (i + 1) & ix->mask; ix->slots[j]; j = (j + 1) & ix->mask) {
-        size_t home = (size_t)ix->slots[j]->hash & ix->mask;
+    for (size_t j = (i + 1) & ix->mask; ix->slots[j].p; j = (j + 1) & ix->mask) {
+        size_t home = (size_t)ix->slots[j].hash & ix->mask;
         /* slots[j] may move back to i unless its home lies cyclically in (i, j]. */
         int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (stays) continue;
         ix->slots[i] = ix->slots[j];
-        ix->slots[j] = NULL;
+        ix->slots[j].p = NULL;
         i = j;
     }
 }
@@ -189,19 +198,19 @@ static void for_each_key(const db_msg_t *m, each_key_t *ek)
 static void add_one(each_key_t *ek, const char *key, size_t kl)
 {
     db_index_t *ix = ek->ix;
-    if (!ix->slots || (ix->nkeys + 1) * 4 > (ix->mask + 1) * 3) ix_grow(ix);
+    if (!ix->slots || (ix->nkeys + 1) * 2 > ix->mask + 1) ix_grow(ix);
     uint64_t h = hash_key(key, kl);
     size_t i = ix_find(ix, key, kl, h);
-    ix_post_t *p = ix->slots[i];
+    ix_post_t *p = ix->slots[i].p;
     if (!p) {
         p = rmq__xmalloc(sizeof(*p) + kl + 1);
         memset(p, 0, sizeof(*p));
-        p->hash = h;
         p->klen = (uint32_t)kl;
         memcpy(p->key, key, kl + 1);
         p->e = &p->one;
         p->cap = 1;
-        ix->slots[i] = p;
+        ix->slots[i].hash = h;
+        ix->slots[i].p = p;
         ix->nkeys++;
     }
     /* The same key twice in one message (or equal to its UNIQ_KEY) points at it once. */
@@ -242,7 +251,7 @@ static void forget_one(each_key_t *ek, const char *key, size_t kl)
     db_index_t *ix = ek->ix;
     if (!ix->slots) return;
     size_t i = ix_find(ix, key, kl, hash_key(key, kl));
-    ix_post_t *p = ix->slots[i];
+    ix_post_t *p = ix->slots[i].p;
     if (!p) return; /* its topic was dropped */
     /* Messages leave the store oldest first: what goes is at the head. */
     while (p->head < p->n && p->e[p->head].phys <= ek->m->phys) {
@@ -269,7 +278,7 @@ void rmq__db_index_drop_topic(db_broker_t *b, const char *topic)
     /* A topic name has no '#' (Validators.VALID_PATTERN_STR), so "topic#" is its keys alone. */
     size_t tl = strlen(topic), dropped = 0;
     for (size_t i = 0; i <= ix->mask;) {
-        ix_post_t *p = ix->slots[i];
+        ix_post_t *p = ix->slots[i].p;
         if (p && p->klen > tl && p->key[tl] == '#' && memcmp(p->key, topic, tl) == 0) {
             ix->entries -= p->n - p->head;
             ix_del_slot(ix, i); /* another key may move into slot i: look at it again */
@@ -288,7 +297,7 @@ void rmq__db_index_free(db_broker_t *b)
     db_index_t *ix = b->index;
     if (!ix) return;
     for (size_t i = 0; ix->slots && i <= ix->mask; i++)
-        if (ix->slots[i]) post_free(ix->slots[i]);
+        if (ix->slots[i].p) post_free(ix->slots[i].p);
     free(ix->slots);
     free(ix);
     b->index = NULL;
