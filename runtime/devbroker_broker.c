@@ -1748,24 +1748,26 @@ int rmq__db_stored_parse(const db_msg_t *m, db_stored_t *v)
     q += v->born_ip_len + 4;
     q += 8; /* store timestamp */
     q += ((v->sys_flag & RMQ_SYSFLAG_STOREHOST_V6) ? 16 : 4) + 4;
+    /* Every length is checked against the size: a message damaged in place
+     * (rmq_devbroker_corrupt) is read by the message index when it leaves the store. */
+    if (end - q < 4 + 8 + 4) return -1;
     v->reconsume = (int32_t)rmq__rd32(q);
     q += 4 + 8;
     v->body_len = rmq__rd32(q);
     q += 4;
     v->body = (const char *)q;
+    size_t tll = magic == RMQ_MSG_MAGIC_V2 ? 2 : 1;
+    if ((size_t)(end - q) < (size_t)v->body_len + tll) return -1;
     q += v->body_len;
-    if (q > end) return -1;
-    if (magic == RMQ_MSG_MAGIC_V2) {
-        v->topic_len = rmq__rd16(q);
-        q += 2;
-    } else
-        v->topic_len = *q++;
+    v->topic_len = tll == 2 ? rmq__rd16(q) : *q;
+    q += tll;
+    if ((size_t)(end - q) < v->topic_len + 2) return -1;
     v->topic = (const char *)q;
     q += v->topic_len;
     v->props_len = rmq__rd16(q);
     q += 2;
     v->props = (const char *)q;
-    return q + v->props_len > end ? -1 : 0;
+    return (size_t)(end - q) < v->props_len ? -1 : 0;
 }
 
 static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
