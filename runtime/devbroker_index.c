@@ -7,14 +7,15 @@
  * What is indexed is what Java's IndexService.buildIndex indexes: for every stored message, its
  * UNIQ_KEY and each of its KEYS (split on MessageConst.KEY_SEPARATOR, " ", empty parts skipped),
  * each under "topic#key" (IndexService.buildKey); rolled-back transactional messages are not.
- * An entry is a message's commit-log offset and store timestamp; a key's entries are in
- * commit-log order. A query walks them from the newest, keeps those inside [beginTimestamp,
- * endTimestamp] up to maxNum (IndexService.queryOffset: at most maxMsgsNumBatch, 64; a unique
- * key query always asks defaultQueryMaxNum, 32), and answers the stored messages in commit-log
- * order (DefaultMessageStore.queryMessage), or QUERY_NOT_FOUND with Java's remark. Unlike
- * Java's index files (timestamps kept in seconds from the file's first entry, keys by hash
- * only), entries keep the exact key and millisecond timestamp, so nothing matches that Java's
- * client would then have to filter out.
+ * An entry is a message's commit-log offset, store timestamp and the key's hash, laid out as
+ * Java's IndexFile lays them (see struct db_index). A query walks the key's chain from the
+ * newest entry, keeps those inside [beginTimestamp, endTimestamp] up to maxNum
+ * (IndexService.queryOffset: at most maxMsgsNumBatch, 64; a unique-key query always asks
+ * defaultQueryMaxNum, 32), and answers the stored messages in commit-log order
+ * (DefaultMessageStore.queryMessage), or QUERY_NOT_FOUND with Java's remark. Unlike Java, whose
+ * index keeps timestamps in seconds from its file's first entry and answers every message whose
+ * key has the same hash (its client filters them), timestamps are exact to the millisecond and
+ * only messages that carry the key in the topic asked are answered.
  *
  * Life of the index: it lives in memory beside the messages it points at. Every message the
  * store attaches is indexed (rmq__db_attach: a SEND, a delayed or retried message coming due,
@@ -23,7 +24,8 @@
  * recovery reads and parses every message anyway, a rebuilt index cannot disagree with the
  * log after a kill -9, and the rebuild happens in rmq__devbroker_start before the broker
  * thread serves anything. A message dropped from the store (--max-bytes) is dropped from the
- * index (rmq__db_index_forget); rmq__db_index_drop_topic forgets a deleted topic's keys.
+ * index (rmq__db_index_forget); after rmq__db_index_drop_topic, the keys a deleted topic had
+ * are never answered again, and their entries go with their messages.
  *
  * Ownership: each broker owns its index (b->index), freed with its store.
  * Threads: the broker thread (and rmq__devbroker_start before the thread runs).
@@ -39,35 +41,33 @@
 #define DEFAULT_QUERY_MAX_NUM 32 /* MessageStoreConfig.defaultQueryMaxNum */
 #define KEY_SEPARATOR ' '        /* MessageConst.KEY_SEPARATOR */
 #define SYSFLAG_TX_ROLLBACK 0xC  /* MessageSysFlag.TRANSACTION_ROLLBACK_TYPE */
+#define MIN_SLOTS 1024
 
+/* One indexed key of one message (IndexFile's 20-byte entry, with the timestamp whole). */
 typedef struct ix_ent {
     int64_t phys, store_ts;
+    uint32_t hash; /* 32 bits of the key's hash; its slot is hash & mask */
+    uint32_t prev; /* how many entries back the previous one of its slot is; 0: none */
 } ix_ent_t;
 
-/* One key's messages: e[head..n) are live, ascending commit-log offset. The key ("topic#key")
- * lives in the same allocation, and so does the first entry (most keys, a UNIQ_KEY for one,
- * have one message). */
-typedef struct ix_post {
-    ix_ent_t *e; /* &one while cap is 1 */
-    ix_ent_t one;
-    uint32_t head, n, cap, klen;
-    char key[];
-} ix_post_t;
-
-/* A slot keeps its key's hash beside the pointer, so probing reads the slot array alone. */
-typedef struct ix_slot {
-    uint64_t hash;
-    ix_post_t *p; /* NULL: empty */
-} ix_slot_t;
-
-/* Open addressing (linear probing, backward-shift deletion, at most half full): one allocation
- * per key, and a lookup touches the slot array and the post it finds. */
+/*
+ * The layout of Java's IndexFile, in memory: entries are appended in commit-log order to a ring
+ * (entry number seq lives at ring[seq & (cap - 1)]; [tail, head) are live), and each slot of a
+ * hash table holds the newest entry whose key hashes there (seq + 1; 0: none), each entry the
+ * previous one of its slot. A key is its 32-bit hash: a query walks its slot's chain from the
+ * newest entry and reads the message of each entry with the same hash to keep only those that
+ * do carry the key in the topic asked (Java leaves that to its client). Messages leave the store
+ * oldest first, so forgetting one only moves the tail; a chain ends at the tail.
+ */
 struct db_index {
-    ix_slot_t *slots;
-    size_t mask, nkeys; /* slots: mask + 1, a power of two; 0 before the first key */
-    int64_t last_phys;  /* IndexHeader.endPhyOffset: the last message a key was indexed for */
-    int64_t last_ts;    /* IndexHeader.endTimestamp: its store timestamp */
-    size_t entries;     /* live entries, all keys */
+    ix_ent_t *ring;
+    size_t cap; /* a power of two */
+    uint64_t tail, head;
+    uint64_t *slots;
+    size_t mask;       /* slots: mask + 1, a power of two, at least the live entries */
+    db_map_t dropped;  /* topic -> uint64_t: its entries below that seq are forgotten */
+    int64_t last_phys; /* IndexHeader.endPhyOffset: the last message a key was indexed for */
+    int64_t last_ts;   /* IndexHeader.endTimestamp: its store timestamp */
 };
 
 static db_index_t *index_of(db_broker_t *b)
@@ -76,236 +76,138 @@ static db_index_t *index_of(db_broker_t *b)
     return b->index;
 }
 
-static void post_free(ix_post_t *p)
+static uint32_t hash_key(const char *topic, size_t tl, const char *key, size_t kl)
 {
-    if (p->e != &p->one) free(p->e);
-    free(p);
-}
-
-static uint64_t hash_key(const char *k, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
-    /* The table takes the low bits, where FNV mixes least: fold the high ones in (splitmix64's
-     * finalizer). */
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over "topic#key" (IndexService.buildKey) */
+    for (size_t i = 0; i < tl; i++)
+        h = (h ^ (unsigned char)topic[i]) * 1099511628211ull;
+    h = (h ^ (unsigned char)'#') * 1099511628211ull;
+    for (size_t i = 0; i < kl; i++)
+        h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+    /* splitmix64's finalizer: the table takes the low bits, where FNV mixes least */
     h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
     h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-    return h ^ (h >> 31);
+    h ^= h >> 31;
+    return (uint32_t)(h ^ (h >> 32));
 }
 
-/* The slot holding key k (hash h), or the empty slot where it would go. */
-static size_t ix_find(const db_index_t *ix, const char *k, size_t kl, uint64_t h)
+static ix_ent_t *ent(const db_index_t *ix, uint64_t seq)
 {
-    size_t i = (size_t)h & ix->mask;
-    for (const ix_slot_t *sl; (sl = &ix->slots[i])->p != NULL; i = (i + 1) & ix->mask)
-        if (sl->hash == h && sl->p->klen == kl && memcmp(sl->p->key, k, kl) == 0) break;
-    return i;
+    return &ix->ring[seq & (ix->cap - 1)];
 }
 
-static ix_post_t *ix_get(const db_index_t *ix, const char *k, size_t kl)
+/* Put entry seq at the head of its slot's chain. */
+static void link_ent(db_index_t *ix, uint64_t seq)
 {
-    if (!ix->slots) return NULL;
-    return ix->slots[ix_find(ix, k, kl, hash_key(k, kl))].p;
+    ix_ent_t *e = ent(ix, seq);
+    uint64_t *slot = &ix->slots[e->hash & ix->mask];
+    uint64_t dist = *slot ? seq - (*slot - 1) : 0;
+    e->prev = dist <= UINT32_MAX ? (uint32_t)dist : 0;
+    *slot = seq + 1;
 }
 
-static void ix_grow(db_index_t *ix)
+static void grow(db_index_t *ix)
 {
-    size_t n = ix->slots ? (ix->mask + 1) * 2 : 1024;
-    ix_slot_t *old = ix->slots;
-    size_t old_n = old ? ix->mask + 1 : 0;
-    ix->slots = rmq__xcalloc(n, sizeof(*ix->slots));
-    ix->mask = n - 1;
-    for (size_t i = 0; i < old_n; i++) {
-        if (!old[i].p) continue;
-        size_t j = (size_t)old[i].hash & ix->mask;
-        while (ix->slots[j].p)
-            j = (j + 1) & ix->mask;
-        ix->slots[j] = old[i];
+    uint64_t live = ix->head - ix->tail;
+    if (live == ix->cap) {
+        size_t cap = ix->cap ? ix->cap * 2 : MIN_SLOTS;
+        ix_ent_t *ring = rmq__xmalloc(cap * sizeof(*ring));
+        for (uint64_t seq = ix->tail; seq < ix->head; seq++)
+            ring[seq & (cap - 1)] = *ent(ix, seq);
+        free(ix->ring);
+        ix->ring = ring;
+        ix->cap = cap;
     }
-    free(old);
-}
-
-/* Remove the key in slot i (linear probing's backward shift: no tombstones). */
-static void ix_del_slot(db_index_t *ix, size_t i)
-{
-    ix->slots[i].p = NULL;
-    ix->nkeys--;
-    for (size_t j = (i + 1) & ix->mask; ix->slots[j].p; j = (j + 1) & ix->mask) {
-        size_t home = (size_t)ix->slots[j].hash & ix->mask;
-        /* slots[j] may move back to i unless its home lies cyclically in (i, j]. */
-        int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (stays) continue;
-        ix->slots[i] = ix->slots[j];
-        ix->slots[j].p = NULL;
-        i = j;
+    if (!ix->slots || live > ix->mask) { /* more entries than slots: twice the slots */
+        size_t n = ix->slots ? (ix->mask + 1) * 2 : MIN_SLOTS;
+        free(ix->slots);
+        ix->slots = rmq__xcalloc(n, sizeof(*ix->slots));
+        ix->mask = n - 1;
+        for (uint64_t seq = ix->tail; seq < ix->head; seq++)
+            link_ent(ix, seq);
     }
 }
 
-/* "topic#key" in buf (or a heap copy when it does not fit: *heap to free). */
-static char *build_key(char *buf, size_t size, const char *topic, size_t tl, const char *key,
-                       size_t kl, char **heap)
-{
-    char *k = buf;
-    *heap = NULL;
-    if (tl + kl + 2 > size) k = *heap = rmq__xmalloc(tl + kl + 2);
-    memcpy(k, topic, tl);
-    k[tl] = '#';
-    memcpy(k + tl + 1, key, kl);
-    k[tl + 1 + kl] = 0;
-    return k;
-}
+typedef void (*key_fn)(db_index_t *ix, const db_msg_t *m, const char *topic, size_t tl,
+                       const char *key, size_t kl, void *ud);
 
-typedef struct each_key {
-    const char *topic;
-    size_t tl;
-    void (*fn)(struct each_key *ek, const char *key, size_t kl);
-    db_index_t *ix;
-    const db_msg_t *m;
-    int added;
-} each_key_t;
-
-static void with_key(each_key_t *ek, const char *key, size_t kl)
+/* Call fn for the UNIQ_KEY and each of the KEYS of stored message v (IndexService.buildIndex:
+ * KEYS split on MessageConst.KEY_SEPARATOR, empty parts skipped). */
+static void each_key(const db_stored_t *v, key_fn fn, db_index_t *ix, const db_msg_t *m, void *ud)
 {
-    char buf[512], *heap;
-    char *k = build_key(buf, sizeof(buf), ek->topic, ek->tl, key, kl, &heap);
-    ek->fn(ek, k, ek->tl + 1 + kl);
-    free(heap);
-}
-
-/* Call ek->fn for the UNIQ_KEY and each of the KEYS of m, as IndexService.buildIndex does. */
-static void for_each_key(const db_msg_t *m, each_key_t *ek)
-{
-    db_stored_t v;
-    if (rmq__db_stored_parse(m, &v)) return;
-    if ((v.sys_flag & SYSFLAG_TX_ROLLBACK) == SYSFLAG_TX_ROLLBACK) return;
-    ek->topic = v.topic;
-    ek->tl = v.topic_len;
-    ek->m = m;
     uint32_t ul = 0, kl = 0;
-    const char *uniq = rmq__props_find(v.props, v.props_len, "UNIQ_KEY", 8, &ul);
-    if (uniq) with_key(ek, uniq, ul);
-    const char *keys = rmq__props_find(v.props, v.props_len, "KEYS", 4, &kl);
+    const char *uniq = rmq__props_find(v->props, v->props_len, "UNIQ_KEY", 8, &ul);
+    if (uniq) fn(ix, m, v->topic, v->topic_len, uniq, ul, ud);
+    const char *keys = rmq__props_find(v->props, v->props_len, "KEYS", 4, &kl);
     for (size_t i = 0; keys && i < kl;) {
         size_t j = i;
         while (j < kl && keys[j] != KEY_SEPARATOR)
             j++;
-        if (j > i) with_key(ek, keys + i, j - i);
+        if (j > i) fn(ix, m, v->topic, v->topic_len, keys + i, j - i, ud);
         i = j + 1;
     }
 }
 
-static void add_one(each_key_t *ek, const char *key, size_t kl)
+static void add_key(db_index_t *ix, const db_msg_t *m, const char *topic, size_t tl,
+                    const char *key, size_t kl, void *ud)
 {
-    db_index_t *ix = ek->ix;
-    if (!ix->slots || (ix->nkeys + 1) * 2 > ix->mask + 1) ix_grow(ix);
-    uint64_t h = hash_key(key, kl);
-    size_t i = ix_find(ix, key, kl, h);
-    ix_post_t *p = ix->slots[i].p;
-    if (!p) {
-        p = rmq__xmalloc(sizeof(*p) + kl + 1);
-        memset(p, 0, sizeof(*p));
-        p->klen = (uint32_t)kl;
-        memcpy(p->key, key, kl + 1);
-        p->e = &p->one;
-        p->cap = 1;
-        ix->slots[i].hash = h;
-        ix->slots[i].p = p;
-        ix->nkeys++;
-    }
-    /* The same key twice in one message (or equal to its UNIQ_KEY) points at it once. */
-    if (p->n > p->head && p->e[p->n - 1].phys == ek->m->phys) return;
-    if (p->n == p->cap) {
-        if (p->head > 0) { /* reuse the room of forgotten entries first */
-            memmove(p->e, p->e + p->head, (p->n - p->head) * sizeof(*p->e));
-            p->n -= p->head;
-            p->head = 0;
-        }
-        if (p->n == p->cap) {
-            ix_ent_t *e = rmq__xmalloc(sizeof(*e) * p->cap * 2);
-            memcpy(e, p->e, sizeof(*e) * p->n);
-            if (p->e != &p->one) free(p->e);
-            p->e = e;
-            p->cap *= 2;
-        }
-    }
-    p->e[p->n].phys = ek->m->phys;
-    p->e[p->n].store_ts = ek->m->store_ts;
-    p->n++;
-    ix->entries++;
-    ek->added = 1;
+    grow(ix);
+    uint64_t seq = ix->head++;
+    ix_ent_t *e = ent(ix, seq);
+    e->phys = m->phys;
+    e->store_ts = m->store_ts;
+    e->hash = hash_key(topic, tl, key, kl);
+    link_ent(ix, seq);
+    *(int *)ud = 1;
 }
 
 void rmq__db_index_add(db_broker_t *b, const db_msg_t *m)
 {
-    each_key_t ek = {.fn = add_one, .ix = index_of(b)};
-    for_each_key(m, &ek);
-    if (ek.added) {
-        ek.ix->last_phys = m->phys;
-        ek.ix->last_ts = m->store_ts;
-    }
-}
-
-static void forget_one(each_key_t *ek, const char *key, size_t kl)
-{
-    db_index_t *ix = ek->ix;
-    if (!ix->slots) return;
-    size_t i = ix_find(ix, key, kl, hash_key(key, kl));
-    ix_post_t *p = ix->slots[i].p;
-    if (!p) return; /* its topic was dropped */
-    /* Messages leave the store oldest first: what goes is at the head. */
-    while (p->head < p->n && p->e[p->head].phys <= ek->m->phys) {
-        p->head++;
-        ix->entries--;
-    }
-    if (p->head == p->n) {
-        ix_del_slot(ix, i);
-        post_free(p);
+    db_stored_t v;
+    if (rmq__db_stored_parse(m, &v)) return;
+    if ((v.sys_flag & SYSFLAG_TX_ROLLBACK) == SYSFLAG_TX_ROLLBACK) return;
+    db_index_t *ix = index_of(b);
+    int added = 0;
+    each_key(&v, add_key, ix, m, &added);
+    if (added) {
+        ix->last_phys = m->phys;
+        ix->last_ts = m->store_ts;
     }
 }
 
 void rmq__db_index_forget(db_broker_t *b, const db_msg_t *m)
 {
-    if (!b->index) return;
-    each_key_t ek = {.fn = forget_one, .ix = b->index};
-    for_each_key(m, &ek);
+    db_index_t *ix = b->index;
+    while (ix && ix->tail < ix->head && ent(ix, ix->tail)->phys <= m->phys)
+        ix->tail++;
 }
 
 void rmq__db_index_drop_topic(db_broker_t *b, const char *topic)
 {
-    db_index_t *ix = b->index;
-    if (!ix || !ix->slots) return;
-    /* A topic name has no '#' (Validators.VALID_PATTERN_STR), so "topic#" is its keys alone. */
-    size_t tl = strlen(topic), dropped = 0;
-    for (size_t i = 0; i <= ix->mask;) {
-        ix_post_t *p = ix->slots[i].p;
-        if (p && p->klen > tl && p->key[tl] == '#' && memcmp(p->key, topic, tl) == 0) {
-            ix->entries -= p->n - p->head;
-            ix_del_slot(ix, i); /* another key may move into slot i: look at it again */
-            post_free(p);
-            dropped++;
-            continue;
-        }
-        i++;
+    db_index_t *ix = index_of(b);
+    uint64_t *at = rmq__dbmap_get(&ix->dropped, topic);
+    if (!at) {
+        at = rmq__xmalloc(sizeof(*at));
+        rmq__dbmap_put(&ix->dropped, topic, at);
     }
-    rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: index forgot topic %s (%zu keys)", b->name, topic,
-            dropped);
+    *at = ix->head; /* its entries so far are never answered again, and go with their messages */
+    rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: index forgot topic %s", b->name, topic);
 }
 
 void rmq__db_index_free(db_broker_t *b)
 {
     db_index_t *ix = b->index;
     if (!ix) return;
-    for (size_t i = 0; ix->slots && i <= ix->mask; i++)
-        if (ix->slots[i].p) post_free(ix->slots[i].p);
+    free(ix->ring);
     free(ix->slots);
+    rmq__dbmap_free(&ix->dropped, free);
     free(ix);
     b->index = NULL;
 }
 
 size_t rmq__db_index_entries(const db_broker_t *b)
 {
-    return b->index ? b->index->entries : 0;
+    return b->index ? (size_t)(b->index->head - b->index->tail) : 0;
 }
 
 /* ---- QUERY_MESSAGE --------------------------------------------------------------------------- */
@@ -316,30 +218,62 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+typedef struct key_match {
+    const char *key;
+    size_t kl;
+    int found;
+} key_match_t;
+
+static void match_key(db_index_t *ix, const db_msg_t *m, const char *topic, size_t tl,
+                      const char *key, size_t kl, void *ud)
+{
+    key_match_t *km = ud;
+    if (kl == km->kl && memcmp(key, km->key, kl) == 0) km->found = 1;
+}
+
+/* The message at phys is in the store, in topic, and carries key. */
+static int carries(const db_broker_t *b, int64_t phys, const char *topic, const char *key)
+{
+    const db_msg_t *m = rmq__db_find_phys((db_broker_t *)b, phys);
+    db_stored_t v;
+    if (!m || rmq__db_stored_parse(m, &v)) return 0;
+    size_t tl = strlen(topic);
+    if (v.topic_len != tl || memcmp(v.topic, topic, tl) != 0) return 0;
+    key_match_t km = {key, strlen(key), 0};
+    each_key(&v, match_key, NULL, m, &km);
+    return km.found;
+}
+
 int rmq__db_index_query(const db_broker_t *b, const char *topic, const char *key, int max,
                         int64_t begin, int64_t end, int64_t *out)
 {
-    if (!b->index) return 0;
-    char buf[512], *heap;
-    size_t tl = strlen(topic), kl = strlen(key);
-    const char *k = build_key(buf, sizeof(buf), topic, tl, key, kl, &heap);
-    ix_post_t *p = ix_get(b->index, k, tl + 1 + kl);
-    free(heap);
-    if (!p) return 0;
-    /* IndexFile.selectPhyOffset: newest first, inside [begin, end], at most max ... Entries
-     * below the oldest retained message are gone from the store (normally forgotten already;
-     * not when a message was damaged in place and no longer names its keys). */
-    int64_t oldest = b->log_n ? b->log[b->log_head]->phys : b->next_phys;
+    const db_index_t *ix = b->index;
+    if (!ix || !ix->slots || max <= 0) return 0;
+    uint32_t h = hash_key(topic, strlen(topic), key, strlen(key));
+    uint64_t oldest = ix->tail;
+    const uint64_t *dropped = rmq__dbmap_get(&ix->dropped, topic);
+    if (dropped && *dropped > oldest) oldest = *dropped;
+    /* IndexFile.selectPhyOffset: the slot's chain from the newest entry, those inside [begin,
+     * end], at most max, until an entry older than begin ... */
     int n = 0;
-    for (size_t i = p->n; i > p->head && n < max; i--) {
-        const ix_ent_t *e = &p->e[i - 1];
-        if (e->phys < oldest) break;
-        if (e->store_ts >= begin && e->store_ts <= end) out[n++] = e->phys;
+    for (uint64_t v = ix->slots[h & ix->mask]; v && v - 1 >= oldest && n < max;) {
+        uint64_t seq = v - 1;
+        const ix_ent_t *e = ent(ix, seq);
+        if (e->hash == h && e->store_ts >= begin && e->store_ts <= end) {
+            int dup = 0; /* the same key twice in one message */
+            for (int i = 0; i < n && !dup; i++)
+                dup = out[i] == e->phys;
+            if (!dup && carries(b, e->phys, topic, key)) out[n++] = e->phys;
+        }
+        if (e->store_ts < begin || !e->prev) break;
+        v = seq - e->prev + 1;
     }
     /* ... answered in commit-log order (DefaultMessageStore.queryMessage sorts them). */
     qsort(out, (size_t)n, sizeof(out[0]), cmp_i64);
     return n;
 }
+
+/* ---- the handlers ---------------------------------------------------------------------------- */
 
 /* A required header field, or an answer as Java's header decoding gives (NULL / -1). */
 static const char *need_str(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key)
