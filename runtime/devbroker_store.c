@@ -5,7 +5,8 @@
  *
  * Ownership: a broker's store owns one reference on every retained message; a PULL response
  * being written holds one more per message (rmq__db_msg_release drops it). Dropping the oldest
- * message moves its queue's min offset; a message in flight stays alive until written.
+ * message moves its queue's min offset; a message in flight stays alive until written. Every
+ * message attached joins the message index (devbroker_index.c) and leaves it when dropped.
  * Threads: the broker thread only.
  */
 #include "devbroker_int.h"
