@@ -116,4 +116,61 @@ describe("devbroker replay of mqadmin's message queries (4.9.4 capture)", functi
     end
     assert.equal(3, replayed)
   end)
+
+  -- mqadmin signs with its default keys (tools.yml: rocketmq2 / 12345678), and a 4.9.4 client
+  -- signs every extField, the _UNIQUE_KEY_QUERY flag included (clients up to 4.9.3 left it out):
+  -- the captured frames, unchanged, pass a broker with --acl that lets rocketmq2 subscribe to
+  -- CapAdminT, and no other.
+  it("accepts the captured signed QUERY_MESSAGE frames under --acl as PlainAccessValidator does", function()
+    local function acl_broker(perm)
+      local path = helpers.tmpdir("acl") .. "/plain_acl.yml"
+      local f = assert(io.open(path, "w"))
+      f:write(("accounts:\n  - accessKey: rocketmq2\n    secretKey: \"12345678\"\n" ..
+               "    defaultTopicPerm: DENY\n    topicPerms:\n      - CapAdminT=%s\n"):format(perm))
+      f:close()
+      local db, _, lib = wire.start("--acl " .. path .. " --topic CapAdminT:4")
+      helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+      -- K5 (the key mqadmin asks for), stored without the network
+      assert(lib.rmq_devbroker_produce(db, 0, "CapAdminT", 3, "TagB", "K5", "seq=5", 5) >= 0)
+      return wire.broker_addr(db, 0)
+    end
+    local function ask(addr, file)
+      local conn = assert(wire.connect(addr))
+      assert(conn:send_raw(helpers.read_file(DIR .. "/" .. file)))
+      local resp = assert(conn:read_frame(5 * helpers.scale))
+      conn:close()
+      return resp
+    end
+    local ok = acl_broker("SUB")
+    local r = ask(ok, "1842-12-QUERY_MESSAGE.request.bin")
+    assert.equal(0, r.code, r.remark)
+    assert.equal("K5", wire.decode_messages(r.body)[1].props.KEYS)
+    -- the unique-key query is signed without its flag: accepted, and nothing has that UNIQ_KEY
+    r = ask(ok, "1928-12-QUERY_MESSAGE.request.bin")
+    assert.equal(22, r.code, r.remark)
+    -- a client up to 4.9.3 (version 399) signed the query without the flag
+    local ext = {topic = "CapAdminT", key = "K5", maxNum = "64", beginTimestamp = "0",
+                 endTimestamp = "9223372036854775807", _UNIQUE_KEY_QUERY = "false",
+                 AccessKey = "rocketmq2"}
+    local content = "rocketmq2" .. "0" .. "9223372036854775807" .. "K5" .. "64" .. "CapAdminT"
+    local rc, sig = helpers.run("printf '%s' " .. helpers.shq(content) ..
+                                " | openssl dgst -sha1 -hmac 12345678 -binary | base64")
+    assert.equal(0, rc, sig)
+    ext.Signature = sig:gsub("%s+$", "")
+    local function signed(version)
+      local conn = assert(wire.connect(ok))
+      local resp = assert(conn:request(12, ext, nil, {version = version}))
+      conn:close()
+      return resp
+    end
+    r = signed(399)
+    assert.equal(0, r.code, r.remark)
+    r = signed(401) -- from 4.9.4 on the flag is signed: this signature leaves it out
+    assert.equal(1, r.code)
+    assert.truthy(r.remark:find("Check signature failed", 1, true), r.remark)
+    local denied = acl_broker("PUB")
+    r = ask(denied, "1842-12-QUERY_MESSAGE.request.bin")
+    assert.equal(1, r.code)
+    assert.truthy(r.remark:find("AclException", 1, true), r.remark)
+  end)
 end)
