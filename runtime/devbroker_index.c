@@ -336,9 +336,9 @@ static void h_query_message(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__cmd_init_response(&resp, req, body.len ? RMQ_RESP_SUCCESS : RMQ_RESP_QUERY_NOT_FOUND,
                            body.len ? NULL : "can not find message, maybe time range not correct");
     /* DefaultMessageStore.queryMessage takes the index's last update only from a query that
-     * found offsets: QUERY_NOT_FOUND says 0 and 0. */
-    rmq__cmd_set_ext_i64(&resp, "indexLastUpdateTimestamp", nf ? ix->last_ts : 0);
+     * found offsets: QUERY_NOT_FOUND says 0 and 0. In the order a 4.9.4 broker writes them. */
     rmq__cmd_set_ext_i64(&resp, "indexLastUpdatePhyoffset", nf ? ix->last_phys : 0);
+    rmq__cmd_set_ext_i64(&resp, "indexLastUpdateTimestamp", nf ? ix->last_ts : 0);
     if (body.len) {
         resp.body = body.data;
         resp.body_len = body.len;
