@@ -66,7 +66,9 @@ static const char usage_text[] =
     "                            them at start. Nothing answered is lost on kill -9 (no fsync:\n"
     "                            a machine crash can lose recent writes); lost on kill -9: the\n"
     "                            last second of committed offsets and retries still waiting\n"
-    "                            for their delay. The file is never trimmed.\n"
+    "                            for their delay. The file is never trimmed. A broker given\n"
+    "                            no port takes its port of the last run again, so offsetMsgIds\n"
+    "                            (queryMsgById) stay valid; the key index is rebuilt at start.\n"
     "  --help                    this text\n"
     "\n"
     "Prints \"rmqlua broker: name server at HOST:PORT\" when ready; stops on SIGTERM/SIGINT.\n";
@@ -776,8 +778,21 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
         uv_timer_init(&db->loop, &b->delay_timer);
         b->delay_timer.data = b;
         rmq__db_broker_install(b);
+        /* --store with no port given: the port of the last run, so that the offsetMsgIds handed
+         * out then (store host and port + commit-log offset) still name this broker. */
+        int saved = o->store_dir && b->node.port == 0 ? rmq__db_file_port(b) : 0;
+        if (saved) b->node.port = saved;
         rc = node_up(&b->node, errstr, errstr_size);
+        if (rc && saved) {
+            rmq_log_warn(DB_LOG,
+                         "%s: cannot listen on port %d again (%s): on a new port, the "
+                         "offsetMsgIds of earlier messages name the old one",
+                         b->name, saved, errstr);
+            b->node.port = 0;
+            rc = node_up(&b->node, errstr, errstr_size);
+        }
         if (rc) goto fail;
+        if (o->store_dir) rmq__db_file_save_port(b);
         for (int k = 0; k < o->n_topics; k++) {
             char name[256];
             const char *spec = o->topics[k];

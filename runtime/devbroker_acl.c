@@ -481,15 +481,22 @@ static int kv_cmp(const void *a, const void *b)
     return rmq__java_strcmp(x->key, y->key);
 }
 
-/* The broker's signed content: every extField but Signature and _UNIQUE_KEY_QUERY, sorted by
- * key, values only, then the body (PlainAccessValidator.parse, AclUtils.combineRequestContent). */
+/* The broker's signed content: every extField but Signature, sorted by key, values only, then
+ * the body (PlainAccessValidator.parse, AclUtils.combineRequestContent). _UNIQUE_KEY_QUERY
+ * (QUERY_MESSAGE) is left out for clients up to 4.9.3, which did not sign it; a 4.9.4 client
+ * signs it (mqadmin queryMsgByKey in the 09_mqadmin_session capture), and PlainAccessValidator
+ * after 4.9.4 takes it in from V4_9_4 on (request.getVersion() <= V4_9_3.ordinal()). */
+#define VERSION_V4_9_3 399 /* MQVersion.Version.V4_9_3.ordinal() */
 static void content_of(const rmq_cmd_t *req, rmq_buf_t *out)
 {
     const rmq_kv_t **v = rmq__xmalloc(sizeof(*v) * (size_t)(req->n_ext + 1));
     int n = 0;
-    for (int i = 0; i < req->n_ext; i++)
-        if (strcmp(req->ext[i].key, "Signature") && strcmp(req->ext[i].key, "_UNIQUE_KEY_QUERY"))
-            v[n++] = &req->ext[i];
+    for (int i = 0; i < req->n_ext; i++) {
+        if (!strcmp(req->ext[i].key, "Signature")) continue;
+        if (req->version <= VERSION_V4_9_3 && !strcmp(req->ext[i].key, "_UNIQUE_KEY_QUERY"))
+            continue;
+        v[n++] = &req->ext[i];
+    }
     qsort(v, (size_t)n, sizeof(*v), kv_cmp);
     for (int i = 0; i < n; i++)
         if (v[i]->val) rmq__buf_append(out, v[i]->val, strlen(v[i]->val));

@@ -1730,21 +1730,6 @@ static void h_consume_directly(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
     relay(b, conn, req, group, client_id, m->data, m->size, "brokerName", b->name);
 }
 
-static void h_view_by_id(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
-{
-    db_broker_t *b = broker_of(node);
-    hdr_t h = {conn, req, 0};
-    int64_t off = hdr_i64(&h, "offset");
-    if (h.failed) return;
-    db_msg_t *m = rmq__db_find_phys(b, off);
-    if (!m) {
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, "can not find message by the offset");
-        return;
-    }
-    rmq_buf_t o = {m->data, m->size, m->size};
-    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
-}
-
 /* ---- CONSUMER_SEND_MSG_BACK ------------------------------------------------------------------ */
 
 /* Read back the fields of one stored message (CONSUMER_SEND_MSG_BACK, property filters). */
@@ -1763,24 +1748,26 @@ int rmq__db_stored_parse(const db_msg_t *m, db_stored_t *v)
     q += v->born_ip_len + 4;
     q += 8; /* store timestamp */
     q += ((v->sys_flag & RMQ_SYSFLAG_STOREHOST_V6) ? 16 : 4) + 4;
+    /* Every length is checked against the size: a message damaged in place
+     * (rmq_devbroker_corrupt) is read by the message index when it leaves the store. */
+    if (end - q < 4 + 8 + 4) return -1;
     v->reconsume = (int32_t)rmq__rd32(q);
     q += 4 + 8;
     v->body_len = rmq__rd32(q);
     q += 4;
     v->body = (const char *)q;
+    size_t tll = magic == RMQ_MSG_MAGIC_V2 ? 2 : 1;
+    if ((size_t)(end - q) < (size_t)v->body_len + tll) return -1;
     q += v->body_len;
-    if (q > end) return -1;
-    if (magic == RMQ_MSG_MAGIC_V2) {
-        v->topic_len = rmq__rd16(q);
-        q += 2;
-    } else
-        v->topic_len = *q++;
+    v->topic_len = tll == 2 ? rmq__rd16(q) : *q;
+    q += tll;
+    if ((size_t)(end - q) < v->topic_len + 2) return -1;
     v->topic = (const char *)q;
     q += v->topic_len;
     v->props_len = rmq__rd16(q);
     q += 2;
     v->props = (const char *)q;
-    return q + v->props_len > end ? -1 : 0;
+    return (size_t)(end - q) < v->props_len ? -1 : 0;
 }
 
 static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
@@ -2047,7 +2034,6 @@ void rmq__db_broker_install(db_broker_t *b)
     rmq__db_set_handler(n, RMQ_REQ_SEARCH_OFFSET_BY_TIMESTAMP, h_search_offset);
     rmq__db_set_handler(n, RMQ_REQ_GET_MAX_OFFSET, h_max_offset);
     rmq__db_set_handler(n, RMQ_REQ_GET_MIN_OFFSET, h_min_offset);
-    rmq__db_set_handler(n, RMQ_REQ_VIEW_MESSAGE_BY_ID, h_view_by_id);
     rmq__db_set_handler(n, RMQ_REQ_HEART_BEAT, h_heartbeat);
     rmq__db_set_handler(n, RMQ_REQ_UNREGISTER_CLIENT, h_unregister);
     rmq__db_set_handler(n, RMQ_REQ_CONSUMER_SEND_MSG_BACK, h_send_back);
@@ -2061,4 +2047,5 @@ void rmq__db_broker_install(db_broker_t *b)
     rmq__db_set_handler(n, RMQ_REQ_INVOKE_BROKER_TO_RESET_OFFSET, h_invoke_reset);
     rmq__db_set_handler(n, RMQ_REQ_INVOKE_BROKER_TO_GET_CONSUMER_STATUS, h_invoke_status);
     rmq__db_set_handler(n, RMQ_REQ_CONSUME_MESSAGE_DIRECTLY, h_consume_directly);
+    rmq__db_index_install(b); /* QUERY_MESSAGE, VIEW_MESSAGE_BY_ID */
 }

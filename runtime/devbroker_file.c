@@ -5,7 +5,9 @@
  * the stored format (PROTOCOL 4.1); a message's commit-log offset is its byte position in the
  * file, as in RocketMQ. DIR/<broker name>/topics and .../offsets hold the topic table and the
  * consumer offsets as text, rewritten (write to a temporary file, then rename) when changed,
- * at most once a second and at stop.
+ * at most once a second and at stop. DIR/<broker name>/port is the port it listens on, taken
+ * again at the next start when none is given (as a RocketMQ broker keeps its listenPort), so
+ * that the offsetMsgIds it handed out (store host and port + commit-log offset) stay valid.
  *
  * Durability: each message is written with write(2) before the SEND is answered, without
  * fsync. A killed process (kill -9) loses nothing that was answered; the last message may be
@@ -126,6 +128,29 @@ void rmq__db_file_close(db_broker_t *b)
     b->log_fd = -1;
 }
 
+int rmq__db_file_port(const db_broker_t *b)
+{
+    char path[4200], line[32];
+    path_of(b, "port", path, sizeof(path));
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int port = 0;
+    if (fgets(line, sizeof(line), f)) port = atoi(line);
+    fclose(f);
+    return port > 0 && port < 65536 ? port : 0;
+}
+
+void rmq__db_file_save_port(db_broker_t *b)
+{
+    rmq_buf_t o;
+    rmq__buf_init(&o);
+    rmq__buf_appendf(&o, "%d\n", b->node.port);
+    if (save_file(b, "port", &o))
+        rmq_log_warn(DB_LOG, "%s: cannot save its port in %s: %s", b->name, b->dir,
+                     strerror(errno));
+    rmq__buf_free(&o);
+}
+
 static char *read_all(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -240,6 +265,7 @@ int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t err
         rmq__seterr(errstr, errstr_size, "--store: cannot open %s: %s", path, strerror(errno));
         return RMQ_ERR_IO;
     }
+    int64_t t0 = rmq__mono_ms();
     txt = read_all(path, &len);
     int64_t pos = 0, n = 0;
     while (txt && (size_t)pos < len) {
@@ -278,7 +304,9 @@ int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t err
     free(txt);
     b->offsets_dirty = 0;
     b->topics_dirty = 1;
-    rmq_log_info(DB_LOG, "%s: recovered %lld messages (%lld bytes) from %s", b->name, (long long)n,
-                 (long long)pos, b->dir);
+    rmq_log_info(DB_LOG,
+                 "%s: recovered %lld messages (%lld bytes, %zu index entries) from %s in %lld ms",
+                 b->name, (long long)n, (long long)pos, rmq__db_index_entries(b), b->dir,
+                 (long long)(rmq__mono_ms() - t0));
     return 0;
 }

@@ -202,6 +202,7 @@ typedef struct db_broker {
     int64_t id;               /* broker id: 0 master, 1.. slave */
     int64_t last_sync_ms;     /* a slave: last offsets sync from its master (monotonic) */
     int offsets_dirty, topics_dirty;
+    struct db_index *index; /* keys of the stored messages (devbroker_index.c); NULL = none yet */
 } db_broker_t;
 
 /* A broker registered by another process (REGISTER_BROKER). */
@@ -370,6 +371,10 @@ int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t err
 void rmq__db_file_append(db_broker_t *b, const db_msg_t *m);
 void rmq__db_file_flush(db_broker_t *b); /* save dirty topic and offset tables */
 void rmq__db_file_close(db_broker_t *b);
+/* The port the broker listened on in its last run (DIR/<broker>/port), 0 when unknown; and
+ * saving the one it listens on now. */
+int rmq__db_file_port(const db_broker_t *b);
+void rmq__db_file_save_port(db_broker_t *b);
 
 /* devbroker_slave.c: --slaves */
 /* Start `per_master` slaves for every broker (after the brokers and their topics exist). */
@@ -393,6 +398,21 @@ void rmq__db_acl_free(db_acl_t *acl);
 /* 0: allowed. Else the request was refused and answered (not for oneway) and must not be
  * served. Broker thread. */
 int rmq__db_acl_check(const db_acl_t *acl, rmq_conn_t *conn, const rmq_cmd_t *req);
+
+/* devbroker_index.c: the message index (UNIQ_KEY and KEYS) and QUERY_MESSAGE /
+ * VIEW_MESSAGE_BY_ID. Broker thread. */
+typedef struct db_index db_index_t;
+void rmq__db_index_install(db_broker_t *b);                   /* from rmq__db_broker_install */
+void rmq__db_index_add(db_broker_t *b, const db_msg_t *m);    /* m joined the store */
+void rmq__db_index_forget(db_broker_t *b, const db_msg_t *m); /* m (the oldest) left it */
+/* Forget every key of topic (its messages no longer answer QUERY_MESSAGE). */
+void rmq__db_index_drop_topic(db_broker_t *b, const char *topic);
+size_t rmq__db_index_entries(const db_broker_t *b); /* live index entries */
+/* The commit-log offsets (into out, room for max) of the newest max messages stored under
+ * topic#key with a store timestamp in [begin, end], in commit-log order; returns the count. */
+int rmq__db_index_query(const db_broker_t *b, const char *topic, const char *key, int max,
+                        int64_t begin, int64_t end, int64_t *out);
+void rmq__db_index_free(db_broker_t *b);
 
 /* devbroker_ns.c */
 void rmq__db_ns_install(struct rmq_devbroker *db);

@@ -5,7 +5,8 @@
  *
  * Ownership: a broker's store owns one reference on every retained message; a PULL response
  * being written holds one more per message (rmq__db_msg_release drops it). Dropping the oldest
- * message moves its queue's min offset; a message in flight stays alive until written.
+ * message moves its queue's min offset; a message in flight stays alive until written. Every
+ * message attached joins the message index (devbroker_index.c) and leaves it when dropped.
  * Threads: the broker thread only.
  */
 #include "devbroker_int.h"
@@ -341,6 +342,7 @@ static void evict(db_broker_t *b)
             q->min_off = q->n ? qat(q, 0)->qoff : q->max_off;
         }
         b->bytes -= m->size;
+        rmq__db_index_forget(b, m);
         rmq__db_msg_release(m);
     }
 }
@@ -418,6 +420,7 @@ void rmq__db_attach(db_broker_t *b, db_msg_t *m)
     ring_push(&q->ring, &q->cap, &q->head, &q->n, m);
     ring_push(&b->log, &b->log_cap, &b->log_head, &b->log_n, m);
     q->topic->sent++;
+    rmq__db_index_add(b, m);
     evict(b);
 }
 
@@ -525,6 +528,7 @@ void rmq__db_broker_store_free(db_broker_t *b)
     free(b->log);
     b->log = NULL;
     b->log_n = 0;
+    rmq__db_index_free(b);
     rmq__dbmap_free(&b->topics, free_topic);
     for (db_delayed_t *d = b->delayed, *n; d; d = n) {
         n = d->next;
