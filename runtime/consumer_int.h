@@ -83,9 +83,11 @@ typedef struct rmq_csub {
 typedef struct rmq_qent {
     rmq_consumer_t *c;
     struct rmq_qent *next; /* queue table (singly linked) */
+    struct rmq_qent *live_prev, *live_next; /* c->live: every entry alive, in the table or not */
     rmq_mq_t mq;           /* owned strings */
     rmq_csub_t *sub;       /* the subscription of mq.topic (re-pointed when a reload replaces
-                            * subs; NULL once its topic is no longer subscribed) */
+                            * subs, for every live entry, dropped ones too; NULL once its topic
+                            * is no longer subscribed) */
     char *name;            /* "topic@broker#qid" for logs (owned; sized to fit) */
     rmq_pq_t pq;
     int refs;
@@ -182,6 +184,9 @@ struct rmq_consumer {
 
     rmq_qent_t *queues;
     int n_queues;
+    /* Every queue entry not freed yet: those in the table and those dropped but still held by a
+     * batch, a send-back or a request (a reload re-points their subscription). */
+    rmq_qent_t *live;
     uint64_t next_gen;
     int thr_queue;          /* effective pull_threshold_for_queue */
     int thr_size_queue;     /* effective pull_threshold_size_for_queue (MiB) */

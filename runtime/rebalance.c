@@ -62,6 +62,11 @@ static void qent_closed(uv_handle_t *h)
 void rmq__qent_release(rmq_qent_t *q)
 {
     if (--q->refs > 0) return;
+    rmq_consumer_t *c = q->c;
+    if (q->live_prev) q->live_prev->live_next = q->live_next;
+    else c->live = q->live_next;
+    if (q->live_next) q->live_next->live_prev = q->live_prev;
+    q->live_prev = q->live_next = NULL;
     /* Nobody else holds any of the messages still indexed: they are ours to release. */
     rmq__pq_clear(&q->pq, release_msg, NULL);
     rmq__pq_free(&q->pq);
@@ -96,6 +101,9 @@ static rmq_qent_t *qent_new(rmq_consumer_t *c, const rmq_mq_t *mq)
     q->next = c->queues;
     c->queues = q;
     c->n_queues++;
+    q->live_next = c->live;
+    if (c->live) c->live->live_prev = q;
+    c->live = q;
     return q;
 }
 

@@ -365,7 +365,11 @@ static void apply_subs(rmq_consumer_t *c)
             rmq_log_info("reload", "subscribed to %s (\"%s\")", ns[i].sd->topic,
                          ns[i].sd->sub_string);
     }
-    for (rmq_qent_t *q = c->queues; q; q = q->next) {
+    /* Every live entry, not only those in the table: a queue revoked (or dropped for
+     * OFFSET_ILLEGAL / pull expiry) while its batch runs, or with a send-back in flight, lives
+     * on outside the table and still counts its results into its topic's statistics; its
+     * pointer into the array freed below would be a use after free when they come back. */
+    for (rmq_qent_t *q = c->live; q; q = q->live_next) {
         q->sub = NULL;
         for (int i = 0; i < nn && !q->sub; i++)
             if (!strcmp(ns[i].sd->topic, q->mq.topic)) q->sub = &ns[i];

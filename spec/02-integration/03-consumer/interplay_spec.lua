@@ -1,0 +1,133 @@
+-- Where the engine's features meet: a hot reload, a rebalance, the consume timeout, the process
+-- queue and the pool hand-over acting on the same queue at the same time. Each case is a path the
+-- single-feature specs do not walk; `rmqlua run` runs against the development broker, and the
+-- sanitizer build (the suite's ASan run) sees any use of freed memory.
+local helpers = require "helpers"
+local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
+local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
+local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
+local lib = cons.lib
+
+local HEARTBEAT, UNREGISTER = 34, 35
+
+-- `rmqlua run script` in the background: pid, log file, and the exit code once it exited.
+local function run(script, log)
+  local rc = log .. ".rc"
+  local pid = helpers.spawn(string.format("%s run %s", helpers.bin, helpers.shq(script)),
+    { log = log, rc = rc })
+  local h = { pid = pid, log = log }
+  function h.out() return cons.read(log) end
+  -- Wait for pattern in the log; an exit meanwhile fails at once, with the log.
+  function h.wait_for(pattern, what, timeout)
+    helpers.wait_until(function()
+      if h.out():find(pattern) then return true end
+      local f = io.open(rc)
+      if f then
+        f:close()
+        error("rmqlua run exited while waiting for " .. (what or pattern) .. ":\n" .. h.out(), 0)
+      end
+    end, timeout or 30, (what or pattern) .. " (log " .. log .. ")")
+  end
+  -- Wait for fn() (a condition on the script's own output) while the process runs.
+  function h.wait_until(fn, what, timeout)
+    helpers.wait_until(function()
+      if fn() then return true end
+      local f = io.open(rc)
+      if f then
+        f:close()
+        error("rmqlua run exited while waiting for " .. what .. ":\n" .. h.out(), 0)
+      end
+    end, timeout or 30, what .. " (log " .. log .. ")")
+  end
+  function h.signal(sig) os.execute(string.format("kill -%s %d 2>/dev/null", sig, pid)) end
+  function h.exit_code()
+    return helpers.wait_until(function()
+      local f = io.open(rc)
+      local v = f and f:read("*n")
+      if f then f:close() end
+      return v
+    end, 60, "exit of rmqlua run (log " .. log .. ")")
+  end
+  function h.stop()
+    h.signal("INT")
+    return h.exit_code()
+  end
+  return h
+end
+
+-- A raw client joins the group with one heartbeat (it sorts after every rmqlua client id, so
+-- the allocation gives it the last queues); returns a function that makes it leave.
+local function join_group(db, group, topic)
+  local c = assert(wire.connect(wire.broker_addr(db, 0)))
+  local cid = "zzz-member@spec"
+  assert.equal(0, assert(c:request(HEARTBEAT, nil,
+    wire.heartbeat_body(cid, group, { { topic = topic } }))).code)
+  local left = false
+  local function leave()
+    if left then return end
+    left = true
+    c:request(UNREGISTER, { clientID = cid, consumerGroup = group })
+    c:close()
+  end
+  helpers.defer(leave)
+  return leave
+end
+
+local function no_sanitizer_report(out)
+  assert.is_nil(out:find("AddressSanitizer", 1, true), "the sanitizer reported:\n" .. out)
+  assert.is_nil(out:find("runtime error:", 1, true), "UBSan reported:\n" .. out)
+end
+
+describe("consumer engine interplay", function()
+  local db, ns
+  lazy_setup(function()
+    db, ns = cons.start_broker("--delay-scale 0.01")
+  end)
+  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+
+  -- A queue revoked while its batch runs lives on (outside the queue table) until that batch
+  -- comes back. A reload that changes the subscriptions meanwhile replaces the array its
+  -- statistics pointed into: the batch's return must not touch the freed array.
+  it("a reload that changes subscriptions while a revoked queue's batch still runs", function()
+    local dir = helpers.tmpdir("interplay-subs")
+    local TOPIC, GROUP = "IpSubsA", "g_ip_subs"
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_create_topic(db, cons.ALL, "IpSubsB", 1)
+    -- Queue 1 is the one the second member will take: its only message is a slow one.
+    local b = "slow"
+    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, b, #b) >= 0)
+    local out, revoked = dir .. "/out.txt", dir .. "/revoked.txt"
+    local function version(extra_sub)
+      return timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+        options = "consume_thread_min = 1, consume_thread_max = 1," .. extra_sub,
+        hooks = string.format([[
+  on_revoke = function(mqs)
+    local f = assert(io.open(%q, "a"))
+    for _, mq in ipairs(mqs) do f:write(mq.topic, " ", mq.queue_id, "\n") end
+    f:close()
+  end,]], revoked),
+        handler = [[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then sleep_ms(3000) end
+    rec("end " .. msgs[1].body)
+    ]] })
+    end
+    local script = version("")
+    local h = run(script, dir .. "/run.log")
+    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch started")
+    join_group(db, GROUP, TOPIC)
+    h.wait_until(function() return cons.read(revoked):find(TOPIC .. " 1") end, "queue 1 revoked")
+    assert.is_nil(cons.read(out):find("end slow"), "the slow batch ended before the reload")
+    -- The same file, one more subscription (the rest of the script unchanged).
+    version([[ subscribe = { IpSubsA = "*", IpSubsB = "*" },]])
+    h.signal("HUP")
+    h.wait_for("reloaded .*reload 1", "the reload")
+    assert.is_nil(cons.read(out):find("end slow"), "the slow batch ended before the reload")
+    h.wait_until(function() return cons.read(out):find("end slow") end, "the slow batch ended")
+    h.wait_for("consume thread%(s%) run .* now", "the new version running")
+    helpers.sleep(0.5)
+    local rc = h.stop()
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+  end)
+end)
