@@ -738,9 +738,15 @@ int rmq__pool_retire(rmq_pool_t *p, rmq_pool_done_cb requeue, void (*close_cb)(v
         requeue(p->o.ud, b);
     }
     free(q.a);
-    /* Only running batches are left: they finish (the watchdog's job is done by the stop's
-     * deadline: consume_timeout from now, then the interrupt). */
+    /* Only running batches are left: they finish, and each keeps its consume_timeout counted
+     * from its own start: the watchdog goes on (a stop ends it), so a handler past it is
+     * interrupted as it would have been without the reload, and its batch comes back as a
+     * handler error (sent back) rather than NOT_RUN to run again in the new pool. Until this
+     * pool is done the new one runs nothing, so every queue waits for it. The stop's deadline
+     * (consume_timeout from now, then the "stop" interrupt) is left for what the watchdog
+     * cannot interrupt. */
     rmq__pool_stop(p, p->o.consume_timeout_ms, close_cb, ud);
+    uv_timer_again(&p->watchdog);
     return handed;
 }
 

@@ -110,10 +110,11 @@ void rmq__pool_go(rmq_pool_t *p);
 /*
  * Retire the pool (a reload replaced it): every queued batch goes to requeue() at once (none of
  * them ran), and so does every batch that comes back not run later (submitted after this, or
- * interrupted); the running batches finish (a handler still running consume_timeout + 5 s from
- * now is interrupted) and come back through done() as usual; then the shutdown hooks run, the
- * threads are joined and close_cb(ud) runs on the loop. requeue runs on the loop thread with the
- * pool's ud. Returns how many queued batches were handed over at once.
+ * interrupted by the stop); the running batches finish, a handler past consume_timeout (from its
+ * own start) interrupted by the watchdog as before, and come back through done() as usual (one
+ * the watchdog cannot interrupt is stopped consume_timeout + 5 s from now); then the shutdown
+ * hooks run, the threads are joined and close_cb(ud) runs on the loop. requeue runs on the loop
+ * thread with the pool's ud. Returns how many queued batches were handed over at once.
  */
 int rmq__pool_retire(rmq_pool_t *p, rmq_pool_done_cb requeue, void (*close_cb)(void *ud),
                      void *ud);
