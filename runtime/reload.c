@@ -275,7 +275,11 @@ static void on_retired(void *ud)
         }
     free(rt);
     c->n_retiring--;
-    if (c->n_retiring == 0 && r->pool_waiting && c->pool && c->state == RMQ_CLIENT_RUNNING) {
+    /* Stopping too: the batches handed over are consumed within the stop's wait
+     * (await_termination_millis_when_shutdown), as a stop without a reload consumes those
+     * queued; a pool that never starts would only hold them until the deadline. */
+    if (c->n_retiring == 0 && r->pool_waiting && c->pool &&
+        (c->state == RMQ_CLIENT_RUNNING || c->state == RMQ_CLIENT_DRAINING)) {
         r->pool_waiting = 0;
         rmq__pool_go(c->pool); /* the old shutdown hooks ran: the new states run init */
         rmq_log_info("reload", "the previous version finished: %d consume thread(s) run %s now",

@@ -130,4 +130,43 @@ describe("consumer engine interplay", function()
     no_sanitizer_report(h.out())
     assert.are.equal(0, rc, h.out())
   end)
+
+  -- A stop that comes while a reload waits for the previous version's running batch: the
+  -- batches the previous version handed over (queued behind that batch) are consumed within
+  -- await_termination_millis_when_shutdown, as they are by a stop without a reload, instead of
+  -- waiting in threads that never start until the deadline returns them unconsumed.
+  it("a stop while a reload waits for the previous version: the handed-over batches run", function()
+    local dir = helpers.tmpdir("interplay-stop")
+    local TOPIC, GROUP = "IpStop", "g_ip_stop"
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    for _, body in ipairs({ "slow", "f1", "f2", "f3" }) do
+      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+    end
+    local out = dir .. "/out.txt"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      options = "consume_thread_min = 1, consume_thread_max = 1, " ..
+        "consume_message_batch_max_size = 1, await_termination_millis_when_shutdown = 20000,",
+      handler = [[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then sleep_ms(4000) end
+    rec("end " .. msgs[1].body)
+    ]] })
+    local h = run(script, dir .. "/run.log")
+    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch started")
+    h.signal("HUP")
+    h.wait_for("reloaded .*reload 1", "the reload")
+    local before = cons.read(out)
+    assert.is_nil(before:find("end slow"), "the slow batch ended before the reload:\n" .. before)
+    assert.is_nil(before:find("start f"), "a queued batch ran before the reload:\n" .. before)
+    h.signal("INT")
+    local rc = h.exit_code()
+    local got = cons.read(out)
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+    assert.truthy(got:find("end slow"), got)
+    for _, body in ipairs({ "f1", "f2", "f3" }) do
+      assert.truthy(got:find("end " .. body, 1, true),
+        body .. " was not consumed before the stop ended:\n" .. got .. "\n" .. h.out())
+    end
+  end)
 end)
