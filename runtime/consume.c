@@ -571,6 +571,46 @@ static void start_sends(rmq_consumer_t *c, rmq_cbatch_t *cb)
     hsend_one_done(c, cb);
 }
 
+/*
+ * The pool gave up on the thread running b (consume_pool.h, opts.abandoned): that thread may come
+ * back any time later and write into b, and its views read b's messages. b and those messages
+ * are left to it for good (the batch is never freed, each message's set keeps one reference
+ * more); a copy over the same messages takes b's place (its queue reference, its place among
+ * the batches in flight) and comes back NOT_RUN: a retired pool's requeue runs it in the new
+ * one, a stop leaves its messages in the process queue.
+ */
+rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b)
+{
+    rmq_consumer_t *c = ud;
+    rmq_cbatch_t *cb = b->internal;
+    int n = b->n; /* b->n, b->msgs, b->orderly: the consume thread never writes them */
+    rmq_cbatch_t *nb = rmq__xcalloc(1, sizeof(*nb) + sizeof(rmq_msg_t *) * (size_t)n);
+    memcpy(nb->msgs, cb->msgs, sizeof(rmq_msg_t *) * (size_t)n);
+    for (int i = 0; i < n; i++) rmq__msgset_keep((rmq_msgset_t *)cb->msgs[i]->owner);
+    nb->b.msgs = nb->msgs;
+    nb->b.n = n;
+    nb->b.internal = nb;
+    nb->b.orderly = b->orderly;
+    nb->b.suspend_millis = -1;
+    nb->q = cb->q; /* the reference moves */
+    cb->q = NULL;
+    nb->direct = cb->direct;
+    cb->direct = NULL;
+    nb->submit_ms = cb->submit_ms;
+    nb->start_ms = __atomic_load_n(&cb->start_ms, __ATOMIC_RELAXED);
+    nb->expired = cb->expired;
+    nb->iprev = cb->iprev;
+    nb->inext = cb->inext;
+    if (cb->iprev) cb->iprev->inext = nb;
+    else if (c->inflight == cb) c->inflight = nb;
+    if (cb->inext) cb->inext->iprev = nb;
+    cb->iprev = cb->inext = NULL;
+    rmq_log_warn("consume", "%s: %d message(s) of a handler given up on go back to be consumed"
+                 " again; its thread keeps its own copy of the batch", nb->q ? nb->q->name
+                 : "CONSUME_MESSAGE_DIRECTLY", n);
+    return &nb->b;
+}
+
 void rmq__consume_done(void *ud, rmq_batch_t *b)
 {
     rmq_consumer_t *c = ud;

@@ -285,6 +285,9 @@ void rmq__consume_done(void *ud, rmq_batch_t *b);
 /* The pool's begin callback (consume_pool.h), on a consume thread: skips a batch of a dropped
  * queue, else publishes the handler's start time. */
 int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms);
+/* The pool's abandoned callback (consume_pool.h): a copy of b in its place, b left to its
+ * thread for good. */
+rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b);
 void rmq__consume_retry_timer(uv_timer_t *t);
 /* cleanExpiredMsg: every consume timeout (timer data = consumer). */
 void rmq__consume_expire_timer(uv_timer_t *t);

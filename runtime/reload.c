@@ -217,6 +217,7 @@ static void work(uv_work_t *w)
     pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(conf);
     pl.begin = rmq__consume_begin;
     pl.ran = rmq__stats_ran;
+    pl.abandoned = rmq__consume_abandoned;
     pl.shdicts = c->shdicts;
     pl.flow = c->flow;
     pl.defer_init = 1;

@@ -169,4 +169,47 @@ describe("consumer engine interplay", function()
         body .. " was not consumed before the stop ended:\n" .. got .. "\n" .. h.out())
     end
   end)
+
+  -- A handler stuck in a C call past consume_timeout when its version is replaced: the retired
+  -- version gives up on its thread (consume_timeout + 10 s after the reload) and its batch runs
+  -- in the new version. The thread may still come back later, and then ends the batch it was
+  -- given: that batch, and the messages its views point to, must still be there (the sanitizer
+  -- build reports a use of freed memory otherwise), while the new version's result stands.
+  it("a handler that comes back after its retired thread was given up on", function()
+    local dir = helpers.tmpdir("interplay-abandon")
+    local TOPIC, GROUP = "IpAbandon", "g_ip_abandon"
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    local body = "stuck"
+    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+    local out = dir .. "/out.txt"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      options = "consume_thread_min = 1, consume_thread_max = 1, consume_timeout_millis = 1000,"
+        .. " shared = { d = '64k' },",
+      handler = [[
+    local run = rmq.shared.d:incr("runs", 1, 0)
+    rec("start " .. msgs[1].body .. " " .. run)
+    if run == 1 then
+      sleep_ms(20000) -- a C call: no interrupt reaches it
+      rec("late " .. msgs[1].body)
+      error("came back late")
+    end
+    rec("end " .. msgs[1].body .. " " .. run)
+    ]] })
+    local h = run(script, dir .. "/run.log")
+    h.wait_until(function() return cons.read(out):find("start stuck 1") end, "the stuck batch")
+    h.signal("HUP")
+    h.wait_for("reloaded .*reload 1", "the reload")
+    h.wait_for("abandoning the thread", "the retired version giving up on its thread", 40)
+    h.wait_until(function() return cons.read(out):find("end stuck 2") end,
+      "the batch run by the new version", 40)
+    h.wait_until(function() return cons.read(out):find("late stuck") end,
+      "the stuck handler coming back", 40)
+    h.wait_for("came back late", "the late failure logged", 20)
+    helpers.sleep(0.5)
+    local rc = h.stop()
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+    helpers.wait_until(function() return cons.all_committed(db, GROUP, TOPIC, 1) end, 10,
+      "the offset committed past the batch")
+  end)
 end)
