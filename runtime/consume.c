@@ -281,6 +281,14 @@ int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms)
      * that was revoked (or dropped for OFFSET_ILLEGAL / pull expiry) while it waited for a
      * thread does not reach the handler; its new owner consumes those messages. */
     if (cb->q && __atomic_load_n(&cb->q->pq.state, __ATOMIC_ACQUIRE) == RMQ_PQ_DROPPED) return 1;
+    /* ConsumeMessageOrderlyService.ConsumeRequest.run: an orderly batch runs only while its
+     * queue is locked and the lock has not expired; it may have waited for a thread long after
+     * its dispatch checked that (behind long handlers, or a reload's previous version). */
+    if (cb->need_lock && cb->q &&
+        (!__atomic_load_n(&cb->q->locked, __ATOMIC_ACQUIRE) ||
+         start_ms - __atomic_load_n(&cb->q->last_lock_ms, __ATOMIC_RELAXED) >
+             RMQ_LOCK_MAX_LIVE_MS))
+        return 1;
     /* Java stamps CONSUME_START_TIME on the messages here: the consume timeout counts from it. */
     __atomic_store_n(&cb->start_ms, start_ms > 0 ? start_ms : 1, __ATOMIC_RELAXED);
     return 0;
@@ -599,6 +607,7 @@ rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b)
     nb->submit_ms = cb->submit_ms;
     nb->start_ms = __atomic_load_n(&cb->start_ms, __ATOMIC_RELAXED);
     nb->expired = cb->expired;
+    nb->need_lock = cb->need_lock;
     nb->iprev = cb->iprev;
     nb->inext = cb->inext;
     if (cb->iprev) cb->iprev->inext = nb;
@@ -635,10 +644,11 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         return;
     }
     if (b->status == RMQ_CONSUME_SKIPPED) {
-        /* Its queue was dropped before the handler ran (rmq__consume_begin): released without
-         * a result -- no offset moves, nothing is sent back. */
-        rmq_dbg(RMQ_DBG_CONSUME, "consume", "%s: %d message(s) of a dropped queue not consumed",
-                cb->q->name, b->n);
+        /* Its queue was dropped before the handler ran, or an orderly queue's lock was lost
+         * (rmq__consume_begin): released without a result -- no offset moves, nothing is sent
+         * back. */
+        rmq_dbg(RMQ_DBG_CONSUME, "consume", "%s: %d message(s) not consumed (queue dropped or "
+                "not locked)", cb->q->name, b->n);
         rmq__pool_batch_release(b);
         if (b->orderly) {
             rmq__orderly_result(c, cb); /* a dropped queue: no commit, the deferred unlock */

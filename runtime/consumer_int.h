@@ -101,8 +101,9 @@ typedef struct rmq_qent {
     int timer_armed;
     uv_timer_t timer;      /* pull later */
     /* orderly consumption (consume_orderly.c) */
-    int locked;            /* the broker lock is held (LOCK_BATCH_MQ said so) */
-    int64_t last_lock_ms;  /* monotonic time of the last successful lock */
+    int locked;            /* the broker lock is held (LOCK_BATCH_MQ said so); written atomically
+                            * (rmq__consume_begin reads it on a consume thread) */
+    int64_t last_lock_ms;  /* monotonic time of the last successful lock (the same) */
     int consuming;         /* a batch of this queue is in the pool */
     int unlock_pending;    /* dropped while consuming: unlock when the batch returns */
     int after_revoke;      /* orderly, new entry: first check that no batch of an earlier entry
@@ -131,6 +132,8 @@ typedef struct rmq_cbatch {
                              * both atomically */
     struct rmq_cbatch *iprev, *inext; /* batches in the pool (consume timeout scan) */
     int expired;            /* some of its messages were sent back by the consume timeout */
+    int need_lock;          /* orderly, CLUSTERING: runs only while its queue's broker lock is
+                             * held (rmq__consume_begin), else comes back SKIPPED */
     struct rmq_direct *direct; /* CONSUME_MESSAGE_DIRECTLY: no queue; answered when done */
     int n_pending;          /* send-backs still in flight for this batch */
     int n_retry;            /* messages collected for the local retry */
@@ -283,7 +286,8 @@ void rmq__undecodable_abandon(rmq_consumer_t *c);
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n);
 void rmq__consume_done(void *ud, rmq_batch_t *b);
 /* The pool's begin callback (consume_pool.h), on a consume thread: skips a batch of a dropped
- * queue, else publishes the handler's start time. */
+ * queue, or an orderly one whose queue's broker lock is no longer held, else publishes the
+ * handler's start time. */
 int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms);
 /* The pool's abandoned callback (consume_pool.h): a copy of b in its place, b left to its
  * thread for good. */

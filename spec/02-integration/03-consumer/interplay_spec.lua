@@ -212,4 +212,55 @@ describe("consumer engine interplay", function()
     helpers.wait_until(function() return cons.all_committed(db, GROUP, TOPIC, 1) end, 10,
       "the offset committed past the batch")
   end)
+
+  -- consume_orderly: a queue's batch handed to the pool while its broker lock was held waits for
+  -- a thread (here behind a long batch of another queue). When the lock is lost meanwhile, the
+  -- batch must not run when a thread takes it (ConsumeMessageOrderlyService.ConsumeRequest.run
+  -- checks processQueue.isLocked() and not isLockExpired() when it runs, else
+  -- tryLockLaterAndReconsume): it runs once the lock is held again.
+  it("an orderly batch whose queue lost its lock while it waited for a thread", function()
+    local dir = helpers.tmpdir("interplay-ordlock")
+    local TOPIC, GROUP, LOCK = "IpOrdLock", "g_ip_ordlock", 41
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    local slow = "slow"
+    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, slow, #slow) >= 0)
+    local out, go = dir .. "/out.txt", dir .. "/go"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
+      handler = string.format([[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then
+      while true do
+        local f = io.open(%q)
+        if f then f:close() break end
+        sleep_ms(50)
+      end
+    end
+    rec("end " .. msgs[1].body)
+    ]], go) })
+    local h = run(script, dir .. "/run.log")
+    helpers.defer(function() lib.rmq_devbroker_clear_errors(db) end)
+    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
+    -- Queue 1's message comes while the only thread is busy: its batch waits in the pool.
+    local x = "x"
+    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, x, #x) >= 0)
+    helpers.sleep(2 * helpers.scale)
+    -- Every lock request fails from now on: the next round of locks (every 20 s) loses them.
+    assert.equal(0, lib.rmq_devbroker_push_error(db, cons.ALL, LOCK, 1, 100000))
+    h.wait_for("IpOrdLock@[^ ]*#1: lock lost", "queue 1's lock lost", 40)
+    assert.is_nil(cons.read(out):find("start x"), cons.read(out))
+    io.open(go, "w"):close()
+    h.wait_until(function() return cons.read(out):find("end slow") end, "the slow batch ended")
+    h.wait_for("IpOrdLock@[^ ]*#1: not locked when a consume thread took its batch",
+      "queue 1's batch given back unrun")
+    helpers.sleep(1.5 * helpers.scale)
+    assert.is_nil(cons.read(out):find("start x"),
+      "queue 1's batch ran while its lock was lost:\n" .. cons.read(out) .. "\n" .. h.out())
+    lib.rmq_devbroker_clear_errors(db)
+    h.wait_until(function() return cons.read(out):find("end x") end,
+      "queue 1's batch once locked again", 30)
+    local rc = h.stop()
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+  end)
 end)
