@@ -227,6 +227,14 @@ static void dropped_batch_over(rmq_consumer_t *c, rmq_qent_t *q)
     if (live) rmq__orderly_dispatch(live);
 }
 
+void rmq__orderly_lock_orphaned(rmq_qent_t *q)
+{
+    rmq_consumer_t *c = q->c;
+    if (c->conf->message_model != RMQ_MODEL_CLUSTERING || !c->rt || live_entry(c, &q->mq)) return;
+    rmq_dbg(RMQ_DBG_REBALANCE, "orderly", "%s: locked after it left; unlocking", q->name);
+    rmq__orderly_unlock(c, &q->mq);
+}
+
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
 static void on_dtimer(uv_timer_t *t);

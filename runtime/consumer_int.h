@@ -314,6 +314,9 @@ void rmq__orderly_lock(rmq_qent_t *q, rmq_lock_cb cb);
 void rmq__orderly_lock_all_timer(uv_timer_t *t);
 /* UNLOCK_BATCH_MQ oneway for one queue. */
 void rmq__orderly_unlock(rmq_consumer_t *c, const rmq_mq_t *mq);
+/* q's lock was granted after q left (revoked while its LOCK_BATCH_MQ was on its way, or the
+ * consumer stopping): unlock it, unless a live entry of the same queue relies on it. */
+void rmq__orderly_lock_orphaned(rmq_qent_t *q);
 /* Hand the next batch of q to its consume thread if none is running. */
 void rmq__orderly_dispatch(rmq_qent_t *q);
 /* The result of an orderly batch (after any rmq.send went out), or its return unrun

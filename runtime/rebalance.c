@@ -221,7 +221,12 @@ static void query_start_offset(rmq_consumer_t *c, rmq_qent_t *q)
 static void on_arrival_lock(rmq_qent_t *q, int ok)
 {
     rmq_consumer_t *c = q->c;
-    if (q->pq.state != RMQ_PQ_STARTING || c->state != RMQ_CLIENT_RUNNING) return;
+    if (q->pq.state != RMQ_PQ_STARTING || c->state != RMQ_CLIENT_RUNNING) {
+        /* Dropped while the request was on its way: a queue that leaves gives its lock back
+         * (RebalancePushImpl.removeUnnecessaryMessageQueue), this one too once granted. */
+        if (ok) rmq__orderly_lock_orphaned(q);
+        return;
+    }
     if (!ok) {
         rmq_log_info("rebalance", "%s: lock not granted, retrying next round", q->name);
         rmq__rb_drop_queue(c, q, 0);

@@ -2,6 +2,7 @@
 -- queue and the pool hand-over acting on the same queue at the same time. Each case is a path the
 -- single-feature specs do not walk; `rmqlua run` runs against the development broker, and the
 -- sanitizer build (the suite's ASan run) sees any use of freed memory.
+local ffi = require "ffi"
 local helpers = require "helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
@@ -259,6 +260,46 @@ describe("consumer engine interplay", function()
     lib.rmq_devbroker_clear_errors(db)
     h.wait_until(function() return cons.read(out):find("end x") end,
       "queue 1's batch once locked again", 30)
+    local rc = h.stop()
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+  end)
+
+  -- consume_orderly: a queue is added once its broker lock is granted; a rebalance that revokes
+  -- it while that LOCK_BATCH_MQ is still on its way drops the entry, and the lock granted
+  -- afterwards must be given back (as RebalancePushImpl.removeUnnecessaryMessageQueue unlocks a
+  -- queue that leaves), not kept at the broker until it expires, barring the new owner from it.
+  it("an orderly queue revoked while its lock request is on its way", function()
+    local dir = helpers.tmpdir("interplay-lockrevoke")
+    local TOPIC, GROUP, LOCK = "IpLockRevoke", "g_ip_lockrevoke", 41
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_reset_counts(db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
+    helpers.defer(function() lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0) end)
+    local out = dir .. "/out.txt"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
+      handler = [[ rec("msg " .. msgs[1].body) ]] })
+    local h = run(script, dir .. "/run.log")
+    -- The queues' first lock requests reach the broker (answered 500 ms later): a second member
+    -- joins now, and takes queue 1.
+    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 2, math.floor(20000 * helpers.scale)) >= 2,
+      "the first lock requests")
+    join_group(db, GROUP, TOPIC)
+    h.wait_for("IpLockRevoke@[^ ]*#1: revoked", "queue 1 revoked")
+    local buf = ffi.new("char[256]")
+    local function owner(qid)
+      local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, qid or 1, buf, 256)
+      return n >= 0 and ffi.string(buf, n) or nil
+    end
+    -- The delayed requests are answered: queue 0's lock is granted, and queue 1's with it.
+    helpers.wait_until(function() return owner(0) ~= nil end, 20, "queue 0 locked")
+    h.wait_for("IpLockRevoke@[^ ]*#0: assigned", "queue 0 assigned")
+    assert.truthy(lib.rmq_devbroker_count(db, cons.ALL, LOCK) >= 3)
+    pcall(helpers.wait_until, function() return owner() == nil end, 10, "the lock given back")
+    local held = owner()
+    assert.is_nil(held, "queue 1's broker lock is still held by " .. tostring(held) ..
+      " after its revocation:\n" .. h.out())
     local rc = h.stop()
     no_sanitizer_report(h.out())
     assert.are.equal(0, rc, h.out())
