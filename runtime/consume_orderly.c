@@ -252,6 +252,7 @@ static void on_relock(rmq_qent_t *q, int ok)
 {
     /* tryLockLaterAndReconsume: on success consume again in 10 ms, else in 3 s. */
     if (q->pq.state == RMQ_PQ_ACTIVE) dispatch_later(q, ok ? 10 : 3000, !ok);
+    else if (ok) rmq__orderly_lock_orphaned(q); /* dropped while the request was on its way */
 }
 
 static void on_dtimer(uv_timer_t *t)

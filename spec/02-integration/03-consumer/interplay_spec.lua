@@ -304,4 +304,64 @@ describe("consumer engine interplay", function()
     no_sanitizer_report(h.out())
     assert.are.equal(0, rc, h.out())
   end)
+
+  -- The same when the lock is asked for again (tryLockLaterAndReconsume: the queue's lock was
+  -- lost and its next batch waits for it) and the queue is revoked meanwhile.
+  it("an orderly queue revoked while its lock is asked for again", function()
+    local dir = helpers.tmpdir("interplay-relockrevoke")
+    local TOPIC, GROUP, LOCK = "IpRelockRevoke", "g_ip_relockrevoke", 41
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    local slow = "slow"
+    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, slow, #slow) >= 0)
+    local out, go = dir .. "/out.txt", dir .. "/go"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
+      handler = string.format([[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then
+      while true do
+        local f = io.open(%q)
+        if f then f:close() break end
+        sleep_ms(50)
+      end
+    end
+    rec("end " .. msgs[1].body)
+    ]], go) })
+    local h = run(script, dir .. "/run.log")
+    helpers.defer(function()
+      lib.rmq_devbroker_clear_errors(db)
+      lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0)
+    end)
+    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
+    -- A second message of queue 1 waits in its process queue behind the running batch.
+    local m2 = "m2"
+    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, m2, #m2) >= 0)
+    helpers.sleep(2 * helpers.scale)
+    -- The next round of locks (every 20 s) fails: the locks are lost.
+    assert.equal(0, lib.rmq_devbroker_push_error(db, cons.ALL, LOCK, 1, 1))
+    h.wait_for("IpRelockRevoke@[^ ]*#1: lock lost", "queue 1's lock lost", 40)
+    -- Lock requests from now on are answered 500 ms late; the slow batch ends, queue 1's next
+    -- batch asks for the lock again, and a second member joins while that request is on its way.
+    lib.rmq_devbroker_reset_counts(db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
+    io.open(go, "w"):close()
+    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 1, math.floor(20000 * helpers.scale)) >= 1,
+      "queue 1's lock asked for again")
+    join_group(db, GROUP, TOPIC)
+    h.wait_for("IpRelockRevoke@[^ ]*#1: revoked", "queue 1 revoked")
+    local buf = ffi.new("char[256]")
+    local function owner()
+      local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, 1, buf, 256)
+      return n >= 0 and ffi.string(buf, n) or nil
+    end
+    -- The delayed request is answered (the lock granted), then given back.
+    helpers.sleep(1.5 * helpers.scale)
+    pcall(helpers.wait_until, function() return owner() == nil end, 10, "the lock given back")
+    local held = owner()
+    assert.is_nil(held, "queue 1's broker lock is still held by " .. tostring(held) ..
+      " after its revocation:\n" .. h.out())
+    local rc = h.stop()
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+  end)
 end)
