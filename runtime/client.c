@@ -1159,6 +1159,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     pl.shdicts = c->shdicts;
     pl.flow = c->flow;
     pl.ran = rmq__stats_ran;
+    pl.abandoned = rmq__consume_abandoned;
     if (rmq__stats_start(c, err, sizeof(err))) {
         rmq_log_error("client", "cannot start: %s", err);
         c->exit_code = RMQ_CONSUMER_EXIT_FAILURE;

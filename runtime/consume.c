@@ -281,6 +281,14 @@ int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms)
      * that was revoked (or dropped for OFFSET_ILLEGAL / pull expiry) while it waited for a
      * thread does not reach the handler; its new owner consumes those messages. */
     if (cb->q && __atomic_load_n(&cb->q->pq.state, __ATOMIC_ACQUIRE) == RMQ_PQ_DROPPED) return 1;
+    /* ConsumeMessageOrderlyService.ConsumeRequest.run: an orderly batch runs only while its
+     * queue is locked and the lock has not expired; it may have waited for a thread long after
+     * its dispatch checked that (behind long handlers, or a reload's previous version). */
+    if (cb->need_lock && cb->q &&
+        (!__atomic_load_n(&cb->q->locked, __ATOMIC_ACQUIRE) ||
+         start_ms - __atomic_load_n(&cb->q->last_lock_ms, __ATOMIC_RELAXED) >
+             RMQ_LOCK_MAX_LIVE_MS))
+        return 1;
     /* Java stamps CONSUME_START_TIME on the messages here: the consume timeout counts from it. */
     __atomic_store_n(&cb->start_ms, start_ms > 0 ? start_ms : 1, __ATOMIC_RELAXED);
     return 0;
@@ -571,6 +579,47 @@ static void start_sends(rmq_consumer_t *c, rmq_cbatch_t *cb)
     hsend_one_done(c, cb);
 }
 
+/*
+ * The pool gave up on the thread running b (consume_pool.h, opts.abandoned): that thread may come
+ * back any time later and write into b, and its views read b's messages. b and those messages
+ * are left to it for good (the batch is never freed, each message's set keeps one reference
+ * more); a copy over the same messages takes b's place (its queue reference, its place among
+ * the batches in flight) and comes back NOT_RUN: a retired pool's requeue runs it in the new
+ * one, a stop leaves its messages in the process queue.
+ */
+rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b)
+{
+    rmq_consumer_t *c = ud;
+    rmq_cbatch_t *cb = b->internal;
+    int n = b->n; /* b->n, b->msgs, b->orderly: the consume thread never writes them */
+    rmq_cbatch_t *nb = rmq__xcalloc(1, sizeof(*nb) + sizeof(rmq_msg_t *) * (size_t)n);
+    memcpy(nb->msgs, cb->msgs, sizeof(rmq_msg_t *) * (size_t)n);
+    for (int i = 0; i < n; i++) rmq__msgset_keep((rmq_msgset_t *)cb->msgs[i]->owner);
+    nb->b.msgs = nb->msgs;
+    nb->b.n = n;
+    nb->b.internal = nb;
+    nb->b.orderly = b->orderly;
+    nb->b.suspend_millis = -1;
+    nb->q = cb->q; /* the reference moves */
+    cb->q = NULL;
+    nb->direct = cb->direct;
+    cb->direct = NULL;
+    nb->submit_ms = cb->submit_ms;
+    nb->start_ms = __atomic_load_n(&cb->start_ms, __ATOMIC_RELAXED);
+    nb->expired = cb->expired;
+    nb->need_lock = cb->need_lock;
+    nb->iprev = cb->iprev;
+    nb->inext = cb->inext;
+    if (cb->iprev) cb->iprev->inext = nb;
+    else if (c->inflight == cb) c->inflight = nb;
+    if (cb->inext) cb->inext->iprev = nb;
+    cb->iprev = cb->inext = NULL;
+    rmq_log_warn("consume", "%s: %d message(s) of a handler given up on go back to be consumed"
+                 " again; its thread keeps its own copy of the batch", nb->q ? nb->q->name
+                 : "CONSUME_MESSAGE_DIRECTLY", n);
+    return &nb->b;
+}
+
 void rmq__consume_done(void *ud, rmq_batch_t *b)
 {
     rmq_consumer_t *c = ud;
@@ -595,10 +644,11 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         return;
     }
     if (b->status == RMQ_CONSUME_SKIPPED) {
-        /* Its queue was dropped before the handler ran (rmq__consume_begin): released without
-         * a result -- no offset moves, nothing is sent back. */
-        rmq_dbg(RMQ_DBG_CONSUME, "consume", "%s: %d message(s) of a dropped queue not consumed",
-                cb->q->name, b->n);
+        /* Its queue was dropped before the handler ran, or an orderly queue's lock was lost
+         * (rmq__consume_begin): released without a result -- no offset moves, nothing is sent
+         * back. */
+        rmq_dbg(RMQ_DBG_CONSUME, "consume", "%s: %d message(s) not consumed (queue dropped or "
+                "not locked)", cb->q->name, b->n);
         rmq__pool_batch_release(b);
         if (b->orderly) {
             rmq__orderly_result(c, cb); /* a dropped queue: no commit, the deferred unlock */

@@ -90,11 +90,12 @@ static void on_lock(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         int ok = set && in_lock_ok(set, &q->mq);
         if (ok) {
             if (!q->locked) rmq_dbg(RMQ_DBG_REBALANCE, "orderly", "%s: locked", q->name);
-            q->locked = 1;
-            q->last_lock_ms = now;
+            /* Atomic: a consume thread reads them before it runs a batch (rmq__consume_begin). */
+            __atomic_store_n(&q->last_lock_ms, now, __ATOMIC_RELAXED);
+            __atomic_store_n(&q->locked, 1, __ATOMIC_RELEASE);
         } else if (!err) {
             if (q->locked) rmq_log_warn("orderly", "%s: lock lost", q->name);
-            q->locked = 0;
+            __atomic_store_n(&q->locked, 0, __ATOMIC_RELEASE);
         }
         if (r->cb) r->cb(q, ok);
         rmq__qent_release(q);
@@ -226,6 +227,14 @@ static void dropped_batch_over(rmq_consumer_t *c, rmq_qent_t *q)
     if (live) rmq__orderly_dispatch(live);
 }
 
+void rmq__orderly_lock_orphaned(rmq_qent_t *q)
+{
+    rmq_consumer_t *c = q->c;
+    if (c->conf->message_model != RMQ_MODEL_CLUSTERING || !c->rt || live_entry(c, &q->mq)) return;
+    rmq_dbg(RMQ_DBG_REBALANCE, "orderly", "%s: locked after it left; unlocking", q->name);
+    rmq__orderly_unlock(c, &q->mq);
+}
+
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
 static void on_dtimer(uv_timer_t *t);
@@ -243,6 +252,7 @@ static void on_relock(rmq_qent_t *q, int ok)
 {
     /* tryLockLaterAndReconsume: on success consume again in 10 ms, else in 3 s. */
     if (q->pq.state == RMQ_PQ_ACTIVE) dispatch_later(q, ok ? 10 : 3000, !ok);
+    else if (ok) rmq__orderly_lock_orphaned(q); /* dropped while the request was on its way */
 }
 
 static void on_dtimer(uv_timer_t *t)
@@ -288,6 +298,7 @@ void rmq__orderly_dispatch(rmq_qent_t *q)
     rmq_cbatch_t *cb = rmq__cbatch_new(q, take, n);
     if (take != stack) free(take);
     cb->b.orderly = 1;
+    cb->need_lock = c->conf->message_model == RMQ_MODEL_CLUSTERING;
     q->consuming = 1;
     /* Any idle consume thread takes it, as Java submits each queue's ConsumeRequest to the one
      * shared pool; q->consuming keeps it to one batch per queue (Java's per-queue lock), and the
@@ -385,6 +396,17 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         q->consuming = 0;
         if (q->pq.state == RMQ_PQ_DROPPED) dropped_batch_over(c, q);
         rmq__cbatch_free(cb);
+        return;
+    }
+    if (b->status == RMQ_CONSUME_SKIPPED) {
+        /* Not run: the queue's lock was lost (or expired) while the batch waited for a thread
+         * (ConsumeRequest.run: "the message queue not locked, so consume later"). Java's
+         * tryLockLaterAndReconsume(mq, pq, 100): lock again in 100 ms, then consume. */
+        rmq_log_warn("orderly", "%s: not locked when a consume thread took its batch; locking "
+                     "again", q->name);
+        q->consuming = 0;
+        rmq__cbatch_free(cb);
+        dispatch_later(q, 100, 1);
         return;
     }
     int n = b->n;

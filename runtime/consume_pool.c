@@ -84,6 +84,7 @@ typedef struct cthread {
                          * thread's count hook (atomic) */
     const char *interrupt_why;
     int abandoned;      /* stop gave up on it: it must not post its batch */
+    rmq_batch_t *lost;  /* the batch it ran when abandoned, until on_async replaced it */
     int woken;          /* signalled for a shared batch and not yet awake (under p->mu;
                          * counted in p->waking) */
     int64_t lua_bytes;  /* its Lua heap (relaxed atomic: any thread reads) */
@@ -104,6 +105,7 @@ struct rmq_pool {
     int holding;     /* loop thread */
     int waking;      /* threads signalled for a shared batch, not yet awake (under mu) */
     int pending;    /* submitted, not yet returned through done() (loop thread) */
+    int n_lost;     /* batches of abandoned threads not yet replaced (under mu) */
     int running;    /* under mu */
     int64_t errors; /* under mu */
     int stopping, quit;
@@ -567,6 +569,29 @@ static void on_handle_closed(uv_handle_t *h)
     if (cb) cb(ud);
 }
 
+/* Loop thread: b, or the copy the owner made of it when b is the batch of an abandoned thread
+ * (that thread may still write into b: the owner leaves b to it). */
+static rmq_batch_t *replace_lost(rmq_pool_t *p, rmq_batch_t *b)
+{
+    for (int i = 0; i < p->n; i++) {
+        cthread_t *t = &p->t[i];
+        if (t->lost != b) continue;
+        uv_mutex_lock(&p->mu);
+        t->lost = NULL;
+        p->n_lost--;
+        uv_mutex_unlock(&p->mu);
+        if (!p->o.abandoned) return b;
+        rmq_batch_t *nb = p->o.abandoned(p->o.ud, b);
+        nb->status = RMQ_CONSUME_NOT_RUN;
+        nb->ack_count = 0;
+        nb->handler_error = 0;
+        nb->nsends = 0;
+        nb->sends = NULL;
+        return nb;
+    }
+    return b;
+}
+
 static void on_async(uv_async_t *a)
 {
     rmq_pool_t *p = a->data;
@@ -577,6 +602,7 @@ static void on_async(uv_async_t *a)
         bq_t got = p->done;
         p->done = p->done_spare;
         int reaped = p->reaped;
+        int lost = p->n_lost;
         uv_mutex_unlock(&p->mu);
         if (got.n == 0) {
             p->done_spare = got;
@@ -591,6 +617,7 @@ static void on_async(uv_async_t *a)
         rmq_batch_t *b;
         while ((b = bq_pop(&got))) {
             p->pending--;
+            if (lost) b = replace_lost(p, b);
             if (p->requeue && b->status == RMQ_CONSUME_NOT_RUN)
                 p->requeue(p->o.ud, b); /* retired: it goes to the pool that replaced this one */
             else
@@ -738,9 +765,15 @@ int rmq__pool_retire(rmq_pool_t *p, rmq_pool_done_cb requeue, void (*close_cb)(v
         requeue(p->o.ud, b);
     }
     free(q.a);
-    /* Only running batches are left: they finish (the watchdog's job is done by the stop's
-     * deadline: consume_timeout from now, then the interrupt). */
+    /* Only running batches are left: they finish, and each keeps its consume_timeout counted
+     * from its own start: the watchdog goes on (a stop ends it), so a handler past it is
+     * interrupted as it would have been without the reload, and its batch comes back as a
+     * handler error (sent back) rather than NOT_RUN to run again in the new pool. Until this
+     * pool is done the new one runs nothing, so every queue waits for it. The stop's deadline
+     * (consume_timeout from now, then the "stop" interrupt) is left for what the watchdog
+     * cannot interrupt. */
     rmq__pool_stop(p, p->o.consume_timeout_ms, close_cb, ud);
+    uv_timer_again(&p->watchdog);
     return handed;
 }
 
@@ -871,6 +904,8 @@ static void reaper_main(void *arg)
                     rmq_batch_t *b = t->cur;
                     t->cur = NULL;
                     p->running--;
+                    t->lost = b;
+                    p->n_lost++;
                     not_run(p, b);
                 }
             }

@@ -75,6 +75,12 @@ typedef struct rmq_pool_opts {
     const char *loader_module;
     const char *dispatch_module;
     rmq_pool_ran_cb ran; /* optional (statistics) */
+    /* Optional, loop thread: a stop gave up on the thread running batch (its handler did not
+     * come back). That thread may still come back later and then write into batch and read the
+     * messages it points to, so the owner must leave both alone for good: it returns a copy of
+     * batch (the same messages), which comes back through done() / requeue() NOT_RUN in its
+     * place. Without it, batch itself comes back. */
+    rmq_batch_t *(*abandoned)(void *ud, rmq_batch_t *batch);
 } rmq_pool_opts_t;
 
 /*
@@ -110,10 +116,11 @@ void rmq__pool_go(rmq_pool_t *p);
 /*
  * Retire the pool (a reload replaced it): every queued batch goes to requeue() at once (none of
  * them ran), and so does every batch that comes back not run later (submitted after this, or
- * interrupted); the running batches finish (a handler still running consume_timeout + 5 s from
- * now is interrupted) and come back through done() as usual; then the shutdown hooks run, the
- * threads are joined and close_cb(ud) runs on the loop. requeue runs on the loop thread with the
- * pool's ud. Returns how many queued batches were handed over at once.
+ * interrupted by the stop); the running batches finish, a handler past consume_timeout (from its
+ * own start) interrupted by the watchdog as before, and come back through done() as usual (one
+ * the watchdog cannot interrupt is stopped consume_timeout + 5 s from now); then the shutdown
+ * hooks run, the threads are joined and close_cb(ud) runs on the loop. requeue runs on the loop
+ * thread with the pool's ud. Returns how many queued batches were handed over at once.
  */
 int rmq__pool_retire(rmq_pool_t *p, rmq_pool_done_cb requeue, void (*close_cb)(void *ud),
                      void *ud);
@@ -150,8 +157,9 @@ void rmq__pool_batch_release(rmq_batch_t *b);
 /*
  * Stop: queued batches keep running for up to await_ms (0 = none of them runs); running ones
  * are allowed to finish (a handler still running 5 s after await_ms is interrupted, and after
- * another 5 s its thread is abandoned). Then each state's shutdown hook runs, the threads are
- * joined and the handles closed, without blocking the loop (a helper thread waits). Batches
+ * another 5 s its thread is abandoned: its batch comes back NOT_RUN, or opts.abandoned's copy of
+ * it). Then each state's shutdown hook runs, the threads are joined and the handles closed,
+ * without blocking the loop (a helper thread waits). Batches
  * that were never run (or were interrupted by the stop) are returned through done() with status
  * RMQ_CONSUME_NOT_RUN, so the engine neither acknowledges nor sends them back (their offsets
  * stay uncommitted). Submitting after stop (from a done() callback, say) returns the batch

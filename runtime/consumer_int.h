@@ -83,9 +83,11 @@ typedef struct rmq_csub {
 typedef struct rmq_qent {
     rmq_consumer_t *c;
     struct rmq_qent *next; /* queue table (singly linked) */
+    struct rmq_qent *live_prev, *live_next; /* c->live: every entry alive, in the table or not */
     rmq_mq_t mq;           /* owned strings */
     rmq_csub_t *sub;       /* the subscription of mq.topic (re-pointed when a reload replaces
-                            * subs; NULL once its topic is no longer subscribed) */
+                            * subs, for every live entry, dropped ones too; NULL once its topic
+                            * is no longer subscribed) */
     char *name;            /* "topic@broker#qid" for logs (owned; sized to fit) */
     rmq_pq_t pq;
     int refs;
@@ -99,8 +101,9 @@ typedef struct rmq_qent {
     int timer_armed;
     uv_timer_t timer;      /* pull later */
     /* orderly consumption (consume_orderly.c) */
-    int locked;            /* the broker lock is held (LOCK_BATCH_MQ said so) */
-    int64_t last_lock_ms;  /* monotonic time of the last successful lock */
+    int locked;            /* the broker lock is held (LOCK_BATCH_MQ said so); written atomically
+                            * (rmq__consume_begin reads it on a consume thread) */
+    int64_t last_lock_ms;  /* monotonic time of the last successful lock (the same) */
     int consuming;         /* a batch of this queue is in the pool */
     int unlock_pending;    /* dropped while consuming: unlock when the batch returns */
     int after_revoke;      /* orderly, new entry: first check that no batch of an earlier entry
@@ -129,6 +132,8 @@ typedef struct rmq_cbatch {
                              * both atomically */
     struct rmq_cbatch *iprev, *inext; /* batches in the pool (consume timeout scan) */
     int expired;            /* some of its messages were sent back by the consume timeout */
+    int need_lock;          /* orderly, CLUSTERING: runs only while its queue's broker lock is
+                             * held (rmq__consume_begin), else comes back SKIPPED */
     struct rmq_direct *direct; /* CONSUME_MESSAGE_DIRECTLY: no queue; answered when done */
     int n_pending;          /* send-backs still in flight for this batch */
     int n_retry;            /* messages collected for the local retry */
@@ -182,6 +187,9 @@ struct rmq_consumer {
 
     rmq_qent_t *queues;
     int n_queues;
+    /* Every queue entry not freed yet: those in the table and those dropped but still held by a
+     * batch, a send-back or a request (a reload re-points their subscription). */
+    rmq_qent_t *live;
     uint64_t next_gen;
     int thr_queue;          /* effective pull_threshold_for_queue */
     int thr_size_queue;     /* effective pull_threshold_size_for_queue (MiB) */
@@ -278,8 +286,12 @@ void rmq__undecodable_abandon(rmq_consumer_t *c);
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n);
 void rmq__consume_done(void *ud, rmq_batch_t *b);
 /* The pool's begin callback (consume_pool.h), on a consume thread: skips a batch of a dropped
- * queue, else publishes the handler's start time. */
+ * queue, or an orderly one whose queue's broker lock is no longer held, else publishes the
+ * handler's start time. */
 int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms);
+/* The pool's abandoned callback (consume_pool.h): a copy of b in its place, b left to its
+ * thread for good. */
+rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b);
 void rmq__consume_retry_timer(uv_timer_t *t);
 /* cleanExpiredMsg: every consume timeout (timer data = consumer). */
 void rmq__consume_expire_timer(uv_timer_t *t);
@@ -302,6 +314,9 @@ void rmq__orderly_lock(rmq_qent_t *q, rmq_lock_cb cb);
 void rmq__orderly_lock_all_timer(uv_timer_t *t);
 /* UNLOCK_BATCH_MQ oneway for one queue. */
 void rmq__orderly_unlock(rmq_consumer_t *c, const rmq_mq_t *mq);
+/* q's lock was granted after q left (revoked while its LOCK_BATCH_MQ was on its way, or the
+ * consumer stopping): unlock it, unless a live entry of the same queue relies on it. */
+void rmq__orderly_lock_orphaned(rmq_qent_t *q);
 /* Hand the next batch of q to its consume thread if none is running. */
 void rmq__orderly_dispatch(rmq_qent_t *q);
 /* The result of an orderly batch (after any rmq.send went out), or its return unrun

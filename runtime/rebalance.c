@@ -62,6 +62,11 @@ static void qent_closed(uv_handle_t *h)
 void rmq__qent_release(rmq_qent_t *q)
 {
     if (--q->refs > 0) return;
+    rmq_consumer_t *c = q->c;
+    if (q->live_prev) q->live_prev->live_next = q->live_next;
+    else c->live = q->live_next;
+    if (q->live_next) q->live_next->live_prev = q->live_prev;
+    q->live_prev = q->live_next = NULL;
     /* Nobody else holds any of the messages still indexed: they are ours to release. */
     rmq__pq_clear(&q->pq, release_msg, NULL);
     rmq__pq_free(&q->pq);
@@ -96,6 +101,9 @@ static rmq_qent_t *qent_new(rmq_consumer_t *c, const rmq_mq_t *mq)
     q->next = c->queues;
     c->queues = q;
     c->n_queues++;
+    q->live_next = c->live;
+    if (c->live) c->live->live_prev = q;
+    c->live = q;
     return q;
 }
 
@@ -213,7 +221,12 @@ static void query_start_offset(rmq_consumer_t *c, rmq_qent_t *q)
 static void on_arrival_lock(rmq_qent_t *q, int ok)
 {
     rmq_consumer_t *c = q->c;
-    if (q->pq.state != RMQ_PQ_STARTING || c->state != RMQ_CLIENT_RUNNING) return;
+    if (q->pq.state != RMQ_PQ_STARTING || c->state != RMQ_CLIENT_RUNNING) {
+        /* Dropped while the request was on its way: a queue that leaves gives its lock back
+         * (RebalancePushImpl.removeUnnecessaryMessageQueue), this one too once granted. */
+        if (ok) rmq__orderly_lock_orphaned(q);
+        return;
+    }
     if (!ok) {
         rmq_log_info("rebalance", "%s: lock not granted, retrying next round", q->name);
         rmq__rb_drop_queue(c, q, 0);

@@ -217,6 +217,7 @@ static void work(uv_work_t *w)
     pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(conf);
     pl.begin = rmq__consume_begin;
     pl.ran = rmq__stats_ran;
+    pl.abandoned = rmq__consume_abandoned;
     pl.shdicts = c->shdicts;
     pl.flow = c->flow;
     pl.defer_init = 1;
@@ -275,7 +276,11 @@ static void on_retired(void *ud)
         }
     free(rt);
     c->n_retiring--;
-    if (c->n_retiring == 0 && r->pool_waiting && c->pool && c->state == RMQ_CLIENT_RUNNING) {
+    /* Stopping too: the batches handed over are consumed within the stop's wait
+     * (await_termination_millis_when_shutdown), as a stop without a reload consumes those
+     * queued; a pool that never starts would only hold them until the deadline. */
+    if (c->n_retiring == 0 && r->pool_waiting && c->pool &&
+        (c->state == RMQ_CLIENT_RUNNING || c->state == RMQ_CLIENT_DRAINING)) {
         r->pool_waiting = 0;
         rmq__pool_go(c->pool); /* the old shutdown hooks ran: the new states run init */
         rmq_log_info("reload", "the previous version finished: %d consume thread(s) run %s now",
@@ -365,7 +370,11 @@ static void apply_subs(rmq_consumer_t *c)
             rmq_log_info("reload", "subscribed to %s (\"%s\")", ns[i].sd->topic,
                          ns[i].sd->sub_string);
     }
-    for (rmq_qent_t *q = c->queues; q; q = q->next) {
+    /* Every live entry, not only those in the table: a queue revoked (or dropped for
+     * OFFSET_ILLEGAL / pull expiry) while its batch runs, or with a send-back in flight, lives
+     * on outside the table and still counts its results into its topic's statistics; its
+     * pointer into the array freed below would be a use after free when they come back. */
+    for (rmq_qent_t *q = c->live; q; q = q->live_next) {
         q->sub = NULL;
         for (int i = 0; i < nn && !q->sub; i++)
             if (!strcmp(ns[i].sd->topic, q->mq.topic)) q->sub = &ns[i];

@@ -3,7 +3,9 @@
  * script files and a libuv loop: a prepared pool with deferred init runs no hook and no batch
  * until rmq__pool_go(); rmq__pool_retire() hands every queued batch over at once while the
  * running one finishes in the old pool, whose shutdown hooks then run; every batch runs exactly
- * once; a discarded pool runs no hook. The hooks count into a shared dictionary the test reads.
+ * once; a discarded pool runs no hook; a handler still running when its pool is retired keeps its
+ * consume_timeout (counted from its start, as without a reload). The hooks count into a shared
+ * dictionary the test reads.
  */
 #include "../../runtime/consume_pool.h"
 #include "../../runtime/shdict.h"
@@ -27,6 +29,11 @@ static const char *script_text =
     "  consume = function(msgs, ctx)\n"
     "    local b = msgs[1].body\n"
     "    if b == 'slow' then ffi.C.poll(nil, 0, 300) end\n"
+    "    if b == 'stuck' then\n"
+    "      rmq.shared.d:incr('ran:stuck', 1, 0)\n"
+    "      jit.off(true, true)\n"
+    "      while true do local x = {} end\n"
+    "    end\n"
     "    rmq.shared.d:incr('ran:' .. b, 1, 0)\n"
     "    rmq.shared.d:incr('ran_by_' .. ctx.thread_count, 1, 0)\n"
     "  end,\n"
@@ -75,14 +82,15 @@ static int wait_num(rmq_shdicts_t *s, const char *key, double v, double secs)
     return 1;
 }
 
-static rmq_pool_t *prepare(const char *path, rmq_shdicts_t *s, int n, int defer)
+static rmq_pool_t *prepare_t(const char *path, rmq_shdicts_t *s, int n, int defer,
+                             int64_t consume_timeout_ms)
 {
     rmq_pool_opts_t o = {.script_path = path,
                          .nthreads = n,
                          .loop = &loop,
                          .done = on_done,
                          .consumer_group = "g",
-                         .consume_timeout_ms = 60000,
+                         .consume_timeout_ms = consume_timeout_ms,
                          .shdicts = s,
                          .defer_init = defer};
     rmq_pool_t *p = NULL;
@@ -90,6 +98,11 @@ static rmq_pool_t *prepare(const char *path, rmq_shdicts_t *s, int n, int defer)
     int rc = rmq__pool_prepare(&o, &p, err, sizeof(err));
     CHECKF(rc == 0, "%s", err);
     return p;
+}
+
+static rmq_pool_t *prepare(const char *path, rmq_shdicts_t *s, int n, int defer)
+{
+    return prepare_t(path, s, n, defer, 60000);
 }
 
 static void test_deferred_init(const char *path)
@@ -165,6 +178,46 @@ static void test_retire(const char *path)
     rmq_shdicts_free(s);
 }
 
+/*
+ * A handler that runs past consume_timeout while its pool is retired: it is interrupted by the
+ * consume timeout counted from its start, as it would have been without the reload (its batch
+ * comes back through done() as a handler error, to be sent back), not allowed another whole
+ * consume_timeout from the retirement and then stopped and handed to the new pool to run again.
+ * Until the old pool has finished, the new one runs nothing: every queue waits for it.
+ */
+static void test_retire_timeout(const char *path)
+{
+    rmq_shdicts_t *s = rmq_shdicts_new();
+    ndone = 0;
+    closed = 0;
+    nrequeued = 0;
+    int64_t timeout = (int64_t)(600 * scale);
+    rmq_pool_t *old = prepare_t(path, s, 1, 0, timeout);
+    rmq__pool_attach(old);
+    test_batch1_t stuck;
+    test_batch1(&stuck, "stuck");
+    rmq__pool_submit(old, &stuck.b);
+    CHECK(wait_num(s, "ran:stuck", 1, 20)); /* its handler runs */
+    rmq_pool_t *next = prepare_t(path, s, 1, 1, timeout);
+    rmq__pool_attach(next);
+    requeue_to = next;
+    int64_t t0 = rmq__mono_ms();
+    CHECK(rmq__pool_retire(old, requeue, on_closed, NULL) == 0);
+    /* Interrupted within its consume timeout (plus the watchdog's period), handed nowhere. */
+    CHECK(run_until(1, 20));
+    int64_t took = rmq__mono_ms() - t0;
+    CHECKF(nrequeued == 0, "the stuck batch was handed to the new pool (%d) after %lld ms",
+           nrequeued, (long long)took);
+    CHECKF(stuck.b.status == RMQ_CONSUME_RECONSUME_LATER && stuck.b.handler_error == 1,
+           "status %d, handler_error %d after %lld ms", stuck.b.status, stuck.b.handler_error,
+           (long long)took);
+    CHECKF(took < timeout + 2000 * scale, "the stuck handler ended %lld ms after the retirement",
+           (long long)took);
+    CHECK(run_until(-1, 20));
+    CHECK(pool_stop(next, 0, 20)); /* its states never ran init */
+    rmq_shdicts_free(s);
+}
+
 static void test_discard(const char *path)
 {
     rmq_shdicts_t *s = rmq_shdicts_new();
@@ -186,6 +239,7 @@ int main(void)
     char *path = test_write_script("test_pool_reload", "s", script_text);
     test_deferred_init(path);
     test_retire(path);
+    test_retire_timeout(path);
     test_discard(path);
     unlink(path);
     free(path);
