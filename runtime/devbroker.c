@@ -71,6 +71,14 @@ static const char usage_text[] =
     "                            (queryMsgById) stay valid; the key index is rebuilt at start.\n"
     "  --help                    this text\n"
     "\n"
+    "The Java mqadmin 4.9.4 (and the RocketMQ Dashboard) work against it: updateTopic,\n"
+    "topicRoute, topicClusterList, clusterList, brokerStatus, topicList [-c], topicStatus,\n"
+    "getBrokerConfig, updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection,\n"
+    "consumerStatus, producerConnection, brokerConsumeStats, statsAll, queryMsgByKey,\n"
+    "queryMsgByUniqueKey, queryMsgById, queryMsgByOffset, printMsg, resetOffsetByTime,\n"
+    "deleteTopic. Other request codes are answered REQUEST_CODE_NOT_SUPPORTED (logged once\n"
+    "per code).\n"
+    "\n"
     "Prints \"rmqlua broker: name server at HOST:PORT\" when ready; stops on SIGTERM/SIGINT.\n";
 
 const char *rmq__devbroker_usage(void)

@@ -393,6 +393,22 @@ describe("devbroker admin: counters and state", function()
   end)
 end)
 
+describe("devbroker admin: documentation", function()
+  it("--help and the README list the mqadmin commands served", function()
+    local rc, out = helpers.run(helpers.bin .. " broker --help")
+    assert.equal(0, rc)
+    local readme = helpers.read_file(helpers.root .. "/README.md")
+    for _, cmd in ipairs({"clusterList", "brokerStatus", "topicList", "topicStatus",
+                          "getBrokerConfig", "updateSubGroup", "deleteSubGroup",
+                          "consumerProgress", "producerConnection", "brokerConsumeStats",
+                          "statsAll", "queryMsgByKey", "queryMsgByUniqueKey", "queryMsgById",
+                          "deleteTopic"}) do
+      assert.truthy(out:find(cmd, 1, true), cmd .. " in --help")
+      assert.truthy(readme:find("`" .. cmd .. "`", 1, true), cmd .. " in the README")
+    end
+  end)
+end)
+
 describe("devbroker admin: unsupported request codes", function()
   it("answers them REQUEST_CODE_NOT_SUPPORTED and logs each code once, with its name",
      function()
