@@ -3,7 +3,8 @@
  * send, served by the development broker like AdminBrokerProcessor (broker side) and
  * DefaultRequestProcessor (name server side) do:
  *
- *   broker: GET_BROKER_CONFIG (getBrokerConfig), GET_BROKER_RUNTIME_INFO (clusterList,
+ *   broker: GET_BROKER_CONFIG (getBrokerConfig), GET_ALL_TOPIC_CONFIG (the Dashboard's topic
+ *   configs), GET_BROKER_RUNTIME_INFO (clusterList,
  *   brokerStatus), GET_TOPIC_STATS_INFO (topicStatus), GET_PRODUCER_CONNECTION_LIST
  *   (producerConnection; producers are learnt from the producerDataSet of HEART_BEAT, as
  *   ProducerManager does), DELETE_TOPIC_IN_BROKER (deleteTopic), QUERY_TOPIC_CONSUME_BY_WHO
@@ -623,6 +624,39 @@ static void h_broker_config(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__buf_free(&o);
 }
 
+/* ---- GET_ALL_TOPIC_CONFIG -------------------------------------------------------------------- */
+
+static void topic_config_json(const char *key, void *val, void *ud)
+{
+    rmq_buf_t *o = ud;
+    const db_topic_t *t = val;
+    if (o->data[o->len - 1] != '{') rmq__buf_append(o, ",", 1);
+    rmq__fj_write_str(o, t->name, strlen(t->name), 0);
+    rmq__buf_appendf(o,
+                     ":{\"order\":%s,\"perm\":%d,\"readQueueNums\":%d,"
+                     "\"topicFilterType\":\"SINGLE_TAG\",\"topicName\":",
+                     t->order ? "true" : "false", t->perm, t->read_q);
+    rmq__fj_write_str(o, t->name, strlen(t->name), 0);
+    rmq__buf_appendf(o, ",\"topicSysFlag\":%d,\"writeQueueNums\":%d}", t->sys_flag, t->write_q);
+}
+
+/* GET_ALL_TOPIC_CONFIG (the Dashboard's and mqadmin's examineTopicConfig): the topic table as
+ * TopicConfigManager.encode() writes it. */
+static void h_all_topic_config(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
+{
+    db_broker_t *b = (db_broker_t *)node;
+    rmq_buf_t o;
+    rmq__buf_init(&o);
+    rmq__buf_appendf(&o,
+                     "{\"dataVersion\":{\"counter\":%lld,\"timestamp\":%lld},"
+                     "\"topicConfigTable\":{",
+                     (long long)b->data_version, (long long)b->boot_ms);
+    rmq__dbmap_each(&b->topics, topic_config_json, &o);
+    rmq__buf_append(&o, "}}", 2);
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
+    rmq__buf_free(&o);
+}
+
 /* ---- GET_TOPIC_STATS_INFO -------------------------------------------------------------------- */
 
 static void mq_key(rmq_buf_t *o, const char *broker, int qid, const char *topic)
@@ -937,6 +971,7 @@ void rmq__db_admin_install(db_broker_t *b)
     db_node_t *n = &b->node;
     b->boot_ms = rmq__now_ms();
     rmq__db_set_handler(n, RMQ_REQ_GET_BROKER_CONFIG, h_broker_config);
+    rmq__db_set_handler(n, RMQ_REQ_GET_ALL_TOPIC_CONFIG, h_all_topic_config);
     rmq__db_set_handler(n, RMQ_REQ_GET_BROKER_RUNTIME_INFO, h_runtime_info);
     rmq__db_set_handler(n, RMQ_REQ_GET_TOPIC_STATS_INFO, h_topic_stats);
     rmq__db_set_handler(n, RMQ_REQ_GET_PRODUCER_CONNECTION_LIST, h_producer_conns);

@@ -376,6 +376,20 @@ describe("devbroker admin: counters and state", function()
     end, 10, "the producer to leave")
   end)
 
+  it("lists the topic configs (GET_ALL_TOPIC_CONFIG, the Dashboard's topic config)", function()
+    local _, _, c = start("--topic CfgT:3")
+    create_topic(c, "CfgT2", 5)
+    local r = req(c, 21, {})
+    assert.equal(0, r.code)
+    local body = json(r)
+    assert.truthy(body.dataVersion.counter)
+    local t = body.topicConfigTable.CfgT2
+    assert.same({order = false, perm = 6, readQueueNums = 5, topicFilterType = "SINGLE_TAG",
+                 topicName = "CfgT2", topicSysFlag = 0, writeQueueNums = 5}, t)
+    assert.equal(3, body.topicConfigTable.CfgT.readQueueNums)
+    assert.equal(7, body.topicConfigTable.TBW102.perm)
+  end)
+
   it("answers getBrokerConfig with this broker's own settings", function()
     local db, lib, c, _, ns = start("--default-queues 6 --enable-property-filter")
     local r = req(c, 26, {})
