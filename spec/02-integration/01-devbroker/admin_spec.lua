@@ -376,6 +376,34 @@ describe("devbroker admin: counters and state", function()
     end, 10, "the producer to leave")
   end)
 
+  it("lists a running `rmqlua send` in producerConnection (its heartbeats)", function()
+    local _, _, c, _, ns = start("--topic SendT:2")
+    local rcfile = helpers.tmpdir("sendhb") .. "/rc"
+    local pid = helpers.spawn(helpers.bin .. " send --namesrv " .. ns ..
+                              " --topic SendT --group g_sender --count 8 --rate 2",
+                              {rc = rcfile})
+    helpers.defer(function() helpers.kill(pid) end)
+    local cs
+    helpers.wait_until(function()
+      local r = req(c, 204, {producerGroup = "g_sender"})
+      cs = r.code == 0 and json(r).connectionSet
+      return cs and #cs == 1
+    end, 10, "the producer's heartbeat")
+    assert.truthy(cs[1].clientId:match("^[%d.]+@%d+$"), cs[1].clientId)
+    assert.equal(401, cs[1].version)
+    -- the inner producer group is announced too, as a Java client does
+    assert.equal(0, req(c, 204, {producerGroup = "CLIENT_INNER_PRODUCER"}).code)
+    helpers.wait_until(function()
+      local f = io.open(rcfile)
+      if f then f:close() end
+      return f and helpers.read_file(rcfile):match("%d+")
+    end, 20, "rmqlua send to end")
+    assert.equal("0", helpers.read_file(rcfile):match("%d+"))
+    helpers.wait_until(function()
+      return #json(req(c, 204, {producerGroup = "g_sender"})).connectionSet == 0
+    end, 10, "the producer to leave")
+  end)
+
   it("lists the topic configs (GET_ALL_TOPIC_CONFIG, the Dashboard's topic config)", function()
     local _, _, c = start("--topic CfgT:3")
     create_topic(c, "CfgT2", 5)
