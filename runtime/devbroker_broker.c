@@ -1854,7 +1854,6 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
         return;
     }
-    rmq__db_stats_on_send_back(b, stored_topic, group);
     int64_t max = sg->retry_max_times;
     if (req->version >= VERSION_V3_4_9 && has_max) max = max_re;
     int dlq = v.reconsume >= max || level < 0;
@@ -1868,6 +1867,10 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     props_copy(&pb, v.props, v.props_len, drop);
     uint32_t vl = 0;
     const char *rt = rmq__props_find(v.props, v.props_len, "RETRY_TOPIC", 11, &vl);
+    /* The original topic, copied now: storing may drop the old message (--max-bytes). */
+    char back_topic[300];
+    snprintf(back_topic, sizeof(back_topic), "%.*s", rt ? (int)vl : (int)strlen(stored_topic),
+             rt ? rt : stored_topic);
     rmq__props_append_n(&pb, "RETRY_TOPIC", 11, rt ? rt : stored_topic,
                         rt ? vl : strlen(stored_topic));
     const char *oid = rmq__props_find(v.props, v.props_len, "ORIGIN_MESSAGE_ID", 17, &vl);
@@ -1916,6 +1919,7 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     }
     if (db->remote_ns) rmq__db_register_all(db);
     rmq__buf_free(&pb);
+    rmq__db_stats_on_send_back(b, back_topic, group); /* incSendBackNums */
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
 }
 

@@ -449,12 +449,14 @@ typedef struct db_stats_totals {
 } db_stats_totals_t;
 int rmq__db_stats_name(const char *name); /* DB_STAT_* or -1 */
 void rmq__db_stats_add(db_broker_t *b, int name, const char *key, int64_t value, int64_t times);
-/* Hooks: msgs stored in topic (bytes: their stored size, as getWroteBytes); a pull of group answered with msgs messages
- * (0: nothing found); a CONSUMER_SEND_MSG_BACK of a message of topic. */
+/* Hooks: msgs sent to topic (bytes: their stored size, as getWroteBytes); a pull of group
+ * answered with msgs messages (0: nothing found); a CONSUMER_SEND_MSG_BACK of a message of
+ * topic (its RETRY_TOPIC when it has one). */
 void rmq__db_stats_on_put(db_broker_t *b, const char *topic, int64_t msgs, int64_t bytes);
 void rmq__db_stats_on_get(db_broker_t *b, const char *topic, const char *group, int64_t msgs,
                           int64_t bytes);
 void rmq__db_stats_on_send_back(db_broker_t *b, const char *topic, const char *group);
+void rmq__db_stats_on_store(db_broker_t *b, int64_t bytes); /* any message stored */
 /* BrokerStatsData JSON of one item into o; -1 when the item does not exist. */
 int rmq__db_stats_view(db_broker_t *b, int name, const char *key, rmq_buf_t *o);
 double rmq__db_stats_group_tps(db_broker_t *b, const char *topic, const char *group);

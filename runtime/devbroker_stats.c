@@ -152,13 +152,18 @@ static void stat_key(char *out, size_t size, const char *topic, const char *grou
 
 void rmq__db_stats_on_put(db_broker_t *b, const char *topic, int64_t msgs, int64_t bytes)
 {
-    /* SendMessageProcessor: incTopicPutNums(topic, msgs, 1), incTopicPutSize, incBrokerPutNums;
-     * the store counts each message (putMessageTimesTotal) and its size. */
+    /* SendMessageProcessor: incTopicPutNums(topic, msgs, 1), incTopicPutSize, incBrokerPutNums. */
     rmq__db_stats_add(b, DB_STAT_TOPIC_PUT_NUMS, topic, msgs, 1);
     rmq__db_stats_add(b, DB_STAT_TOPIC_PUT_SIZE, topic, bytes, 1);
     rmq__db_stats_add(b, DB_STAT_BROKER_PUT_NUMS, b->node.db->cluster, msgs, 0);
+}
+
+void rmq__db_stats_on_store(db_broker_t *b, int64_t bytes)
+{
+    /* StoreStatsService: every message the store takes (sent, sent back, delivered after its
+     * delay level) counts in putMessageTimesTotal and putMessageSizeTotal. */
     db_stats_t *s = stats_of(b);
-    rate_add(&s->rates[R_PUT], msgs);
+    rate_add(&s->rates[R_PUT], 1);
     s->put_size_total += bytes;
 }
 

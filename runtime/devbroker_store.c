@@ -404,6 +404,7 @@ db_msg_t *rmq__db_store(db_broker_t *b, db_topic_t *t, const db_msg_in_t *in, ch
     }
     if (b->log_fd >= 0) rmq__db_file_append(b, m);
     rmq__db_attach(b, m);
+    rmq__db_stats_on_store(b, (int64_t)m->size);
     rmq__db_wake_parked(b, q, m);
     if (!b->master) rmq__db_slaves_store(b, t, in);
     return m;

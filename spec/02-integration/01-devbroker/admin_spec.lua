@@ -166,6 +166,13 @@ describe("devbroker admin: subscription groups", function()
     helpers.wait_until(function() return dlq_count(db, lib, "g_once") == 1 end, 10, "the DLQ")
     local _, dl = pull(c, "g_once", "%DLQ%g_once", 0, 0)
     assert.equal("body-1", dl[1].body)
+    -- both send-backs count for the original topic (the retry's RETRY_TOPIC): statsAll's
+    -- SNDBCK_PUT_NUMS
+    local sb = req(c, 315, {statsName = "SNDBCK_PUT_NUMS", statsKey = "RetryT@g_once"})
+    assert.equal(0, sb.code)
+    assert.equal(2, json(sb).statsMinute.sum)
+    -- the store took the message, its retry and its dead letter
+    assert.equal("3", json(req(c, 28, {})).table.putMessageTimesTotal)
     -- nothing went back to the retry topic
     helpers.sleep(0.2)
     assert.equal(1, tonumber(lib.rmq_devbroker_max_offset(db, 0, "%RETRY%g_once", 0)))
