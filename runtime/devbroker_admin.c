@@ -28,6 +28,7 @@
 #include "devbroker_int.h"
 #include "fjson.h"
 #include "message.h"
+#include "sql92.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -263,22 +264,24 @@ static void h_runtime_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     snprintf(rt, sizeof(rt), "[ %lld days, %lld hours, %lld minutes, %lld seconds ]",
              (long long)(up / 86400), (long long)(up / 3600 % 24), (long long)(up / 60 % 60),
              (long long)(up % 60));
-    double ratio = 0.0;
+    /* UtilAll.getDiskPartitionSpaceUsedPercent: -1 without a store directory, else the used
+     * share of its file system rounded to 2 decimals. */
+    double ratio = -1.0;
     cap[0] = 0;
     if (b->dir) {
         struct statvfs vs;
         if (statvfs(b->dir, &vs) == 0 && vs.f_blocks > 0) {
             double total = (double)vs.f_blocks * (double)vs.f_frsize;
             double fr = (double)vs.f_bavail * (double)vs.f_frsize;
-            ratio = (total - fr) / total;
+            ratio = (double)(int64_t)((total - fr) / total * 100 + 0.5) / 100.0;
             char t1[32], t2[32];
             human_bytes(t1, sizeof(t1), total);
             human_bytes(t2, sizeof(t2), fr);
             snprintf(cap, sizeof(cap), "Total : %s, Free : %s.", t1, t2);
         }
     }
-    char ratio_s[32];
-    snprintf(ratio_s, sizeof(ratio_s), "%.2f", ratio); /* MessageStore disk ratio, 2 decimals */
+    char ratio_s[48];
+    rmq__java_double_str(ratio, ratio_s, sizeof(ratio_s));
     human_bytes(flush, sizeof(flush), 0); /* every put is written before it is answered */
     const db_msg_t *first = oldest(b);
     int64_t msg_get_total = st.get_transferred;

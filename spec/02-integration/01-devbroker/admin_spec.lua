@@ -120,6 +120,12 @@ describe("devbroker admin: deleteTopic", function()
     local _, again = pull(c2, "g_del2", "DelT", 0, 0)
     assert.equal(1, #again)
     assert.equal("body-1", again[1].body)
+    -- with a store directory, brokerStatus shows its disk use
+    local t = json(req(c2, 28, {})).table
+    local ratio = tonumber(t.commitLogDiskRatio)
+    assert.is_true(ratio >= 0 and ratio <= 1)
+    assert.equal(t.commitLogDiskRatio, t["commitLogDiskRatio_" .. dir .. "/broker-a/commitlog"])
+    assert.truthy(t.commitLogDirCapacity:match("^Total : [%d.]+ %a+, Free : [%d.]+ %a+%.$"))
   end)
 
   it("deletes an unknown topic without complaint, as the Java broker does", function()
@@ -329,6 +335,7 @@ describe("devbroker admin: counters and state", function()
     assert.equal(tostring(math.max(last[0].phys + last[0].size, last[1].phys + last[1].size)),
                  t.commitLogMaxOffset)
     assert.equal("V4_9_4", t.brokerVersionDesc)
+    assert.equal("-1.0", t.commitLogDiskRatio) -- no store directory (getDiskPartitionSpaceUsedPercent)
     assert.is_true(tonumber(t.putTps:match("^(%S+)")) > 0)
     assert.is_true(math.abs(tonumber(t.bootTimestamp) / 1000 - os.time()) < 60)
 
