@@ -360,6 +360,33 @@ describe("devbroker admin: counters and state", function()
     assert.same({g_stat = true, g_online = true}, who)
   end)
 
+  it("gives consumerProgress without -g every group: %RETRY% topics listed, stats per group",
+     function()
+    local _, _, c, n = start("--topic ProgT:2")
+    admin.send(c, "ProgT", 4, {queues = 2})
+    for i, g in ipairs({"g_prog1", "g_prog2"}) do
+      local hb = wire.heartbeat_body("127.0.0.1@prog" .. i, g,
+                                     {{topic = "ProgT"}, {topic = "%RETRY%" .. g}})
+      assert.equal(0, req(c, 34, {}, hb).code)
+      req(c, 15, {consumerGroup = g, topic = "ProgT", queueId = "0", commitOffset = tostring(i)})
+    end
+    -- ConsumerProgressSubCommand: the groups are the %RETRY% topics of the topic list
+    local tl = topic_list(n)
+    for i, g in ipairs({"g_prog1", "g_prog2"}) do
+      assert.is_true(tl["%RETRY%" .. g])
+      local body = admin.parse(req(c, 208, {consumerGroup = g}).body)
+      local q0
+      for _, m in ipairs(admin.get(body, "offsetTable").members) do
+        if admin.get(m[1], "topic").v == "ProgT" and admin.get(m[1], "queueId").v == "0" then
+          q0 = m[2]
+        end
+      end
+      assert.equal(tostring(i), admin.get(q0, "consumerOffset").v)
+      assert.equal("2", admin.get(q0, "brokerOffset").v)
+      assert.equal(0, req(c, 203, {consumerGroup = g}).code)
+    end
+  end)
+
   it("knows producers from their heartbeats (producerConnection)", function()
     local db, lib, c = start("")
     local p = assert(wire.connect(wire.broker_addr(db, 0)))
