@@ -11,7 +11,8 @@
  *   (topicList -c, consumerProgress), VIEW_BROKER_STATS_DATA (statsAll),
  *   GET_BROKER_CONSUME_STATS (brokerConsumeStats);
  *   name server: GET_ALL_TOPIC_LIST_FROM_NAMESERVER (topicList, consumerProgress, statsAll),
- *   GET_TOPICS_BY_CLUSTER, DELETE_TOPIC_IN_NAMESRV (deleteTopic).
+ *   GET_TOPICS_BY_CLUSTER, GET_SYSTEM_TOPIC_LIST_FROM_NS (the Dashboard's system topics),
+ *   DELETE_TOPIC_IN_NAMESRV (deleteTopic).
  *
  * Bodies are written in the captured 4.9.4 form: fastjson's sorted field names, MessageQueue
  * objects as map keys in java.util.HashMap order, Double.toString numbers, the properties text
@@ -1043,6 +1044,41 @@ static void h_topics_by_cluster(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *re
     rmq__buf_free(&o);
 }
 
+/* GET_SYSTEM_TOPIC_LIST_FROM_NS (RouteInfoManager.getSystemTopicList, the Dashboard's system
+ * topics): the cluster names and broker names, and the address of a broker. */
+static void h_system_topics(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
+{
+    rmq_devbroker_t *db = node->db;
+    rmq_buf_t o;
+    rmq__buf_init(&o);
+    tl_t tl = {.o = &o};
+    const char *addr = NULL;
+    rmq__buf_appendf(&o, "{");
+    for (int i = 0; i < db->n_brokers && !addr; i++)
+        if (!db->brokers[i]->down && !db->brokers[i]->master) addr = db->brokers[i]->node.addr;
+    if (!addr && db->remotes) addr = db->remotes->addr;
+    if (addr) {
+        rmq__buf_appendf(&o, "\"brokerAddr\":");
+        rmq__fj_write_str(&o, addr, strlen(addr), 0);
+        rmq__buf_append(&o, ",", 1);
+    }
+    rmq__buf_appendf(&o, "\"topicList\":[");
+    int any = 0;
+    for (int i = 0; i < db->n_brokers; i++) {
+        if (db->brokers[i]->down || db->brokers[i]->master) continue;
+        if (!any++) tl_add(&tl, db->cluster);
+        tl_add(&tl, db->brokers[i]->name);
+    }
+    for (db_remote_t *r = db->remotes; r; r = r->next) {
+        tl_add(&tl, r->cluster);
+        tl_add(&tl, r->name);
+    }
+    rmq__dbmap_free(&tl.seen, NULL);
+    rmq__buf_append(&o, "]}", 2);
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
+    rmq__buf_free(&o);
+}
+
 static void free_remote_topic(void *v)
 {
     db_topic_t *t = v;
@@ -1071,5 +1107,6 @@ void rmq__db_admin_ns_install(rmq_devbroker_t *db)
 {
     rmq__db_set_handler(&db->ns, RMQ_REQ_GET_ALL_TOPIC_LIST_FROM_NAMESERVER, h_all_topics);
     rmq__db_set_handler(&db->ns, RMQ_REQ_GET_TOPICS_BY_CLUSTER, h_topics_by_cluster);
+    rmq__db_set_handler(&db->ns, RMQ_REQ_GET_SYSTEM_TOPIC_LIST_FROM_NS, h_system_topics);
     rmq__db_set_handler(&db->ns, RMQ_REQ_DELETE_TOPIC_IN_NAMESRV, h_delete_topic_ns);
 }

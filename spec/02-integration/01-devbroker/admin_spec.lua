@@ -128,6 +128,15 @@ describe("devbroker admin: deleteTopic", function()
     assert.truthy(t.commitLogDirCapacity:match("^Total : [%d.]+ %a+, Free : [%d.]+ %a+%.$"))
   end)
 
+  it("lists the system topics: cluster and broker names (GET_SYSTEM_TOPIC_LIST_FROM_NS)",
+     function()
+    local db, _, _, n = start("--brokers 2")
+    local body = json(req(n, 304, {}))
+    table.sort(body.topicList)
+    assert.same({"DefaultCluster", "broker-a", "broker-b"}, body.topicList)
+    assert.equal(wire.broker_addr(db, 0), body.brokerAddr)
+  end)
+
   it("deletes an unknown topic without complaint, as the Java broker does", function()
     local _, _, c, n = start("")
     assert.equal(0, req(c, 215, {topic = "NeverThereT"}).code)
