@@ -4,8 +4,8 @@
  * DefaultRequestProcessor (name server side) do:
  *
  *   broker: GET_BROKER_CONFIG (getBrokerConfig), GET_ALL_TOPIC_CONFIG (the Dashboard's topic
- *   configs), GET_BROKER_RUNTIME_INFO (clusterList,
- *   brokerStatus), GET_TOPIC_STATS_INFO (topicStatus), GET_PRODUCER_CONNECTION_LIST
+ *   configs), GET_BROKER_RUNTIME_INFO (clusterList, brokerStatus), GET_TOPIC_STATS_INFO
+ *   (topicStatus), GET_PRODUCER_CONNECTION_LIST
  *   (producerConnection; producers are learnt from the producerDataSet of HEART_BEAT, as
  *   ProducerManager does), DELETE_TOPIC_IN_BROKER (deleteTopic), QUERY_TOPIC_CONSUME_BY_WHO
  *   (topicList -c, consumerProgress), VIEW_BROKER_STATS_DATA (statsAll),
@@ -702,7 +702,8 @@ static void h_topic_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         }
         if (k) rmq__buf_append(&o, ",", 1);
         mq_key(&o, b->name, i, t->name);
-        rmq__buf_appendf(&o, ":{\"lastUpdateTimestamp\":%lld,\"maxOffset\":%lld,\"minOffset\":%lld}",
+        rmq__buf_appendf(&o,
+                         ":{\"lastUpdateTimestamp\":%lld,\"maxOffset\":%lld,\"minOffset\":%lld}",
                          (long long)ts, (long long)max, (long long)min);
     }
     rmq__buf_append(&o, "}}", 2);

@@ -28,7 +28,7 @@
 #include <string.h>
 
 struct db_subgroups {
-    db_map_t map; /* name -> db_subgroup_t */
+    db_map_t map;               /* name -> db_subgroup_t */
     int64_t counter, timestamp; /* dataVersion */
     int dirty;
 };
@@ -70,10 +70,9 @@ static struct db_subgroups *sgs_of(db_broker_t *b)
         s->timestamp = rmq__now_ms();
         b->subgroups = s;
         /* SubscriptionGroupManager.init */
-        static const char *const sys[] = {"TOOLS_CONSUMER", "FILTERSRV_CONSUMER",
-                                          "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
-                                          "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
-                                          "CID_ONSAPI_OWNER"};
+        static const char *const sys[] = {
+            "TOOLS_CONSUMER",  "FILTERSRV_CONSUMER",    "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
+            "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER"};
         for (size_t i = 0; i < RMQ_ARRAY_SIZE(sys); i++)
             rmq__dbmap_put(&s->map, sys[i], sg_new(sys[i]));
     }
@@ -175,8 +174,8 @@ static void h_update(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         return;
     }
     rmq_fj_t *root = rmq__fj_root(doc);
-    const char *name = root && root->type == RMQ_FJ_OBJECT ? rmq__fj_get_str(root, "groupName")
-                                                           : NULL;
+    const char *name =
+        root && root->type == RMQ_FJ_OBJECT ? rmq__fj_get_str(root, "groupName") : NULL;
     if (!name || !*name) {
         rmq__fj_free(doc);
         rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR,
@@ -297,9 +296,8 @@ static void line_of(db_subgroup_t *g, void *ud)
      * whichBrokerWhenConsumeSlowly (group names have no blanks: ^[%|a-zA-Z0-9_-]+$) */
     rmq__buf_appendf(ud, "%s %d %d %d %d %d %d %lld %lld\n", g->name, g->consume_enable,
                      g->consume_from_min_enable, g->consume_broadcast_enable,
-                     g->notify_consumer_ids_changed_enable, g->retry_queue_nums,
-                     g->retry_max_times, (long long)g->broker_id,
-                     (long long)g->which_broker_when_consume_slowly);
+                     g->notify_consumer_ids_changed_enable, g->retry_queue_nums, g->retry_max_times,
+                     (long long)g->broker_id, (long long)g->which_broker_when_consume_slowly);
 }
 
 void rmq__db_subgroups_flush(db_broker_t *b)

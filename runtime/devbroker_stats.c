@@ -45,7 +45,7 @@ typedef struct rate {
 } rate_t;
 
 static const char *const stat_names[DB_STAT_N] = {
-    "TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE", "GROUP_GET_NUMS", "GROUP_GET_SIZE",
+    "TOPIC_PUT_NUMS",  "TOPIC_PUT_SIZE",  "GROUP_GET_NUMS", "GROUP_GET_SIZE",
     "SNDBCK_PUT_NUMS", "BROKER_PUT_NUMS", "BROKER_GET_NUMS"};
 
 enum { R_PUT, R_GET_FOUND, R_GET_MISS, R_GET_TOTAL, R_GET_TRANSFERRED, R_N };

@@ -13,7 +13,7 @@
 
 #include <uv.h>
 
-#define RMQ_PRODUCER_HEARTBEAT_MS 30000 /* ClientConfig.heartbeatBrokerInterval */
+#define RMQ_PRODUCER_HEARTBEAT_MS 30000      /* ClientConfig.heartbeatBrokerInterval */
 #define RMQ_PRODUCER_HEARTBEAT_DELAY_MS 1000 /* MQClientInstance.startScheduledTask's first */
 
 typedef struct rmq_producer_hb rmq_producer_hb_t;
