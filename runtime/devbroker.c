@@ -455,15 +455,9 @@ static void unsupported(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     record(node, req);
     char remark[64];
     snprintf(remark, sizeof(remark), " request type %d not supported", req->code);
-    unsigned code = (unsigned)req->code & 0xffffu;
-    int first = 0;
-    uv_mutex_lock(&db->mu);
+    unsigned code = (unsigned)req->code & 0xffffu; /* the broker thread's own table */
     if (!(db->unsupported_logged[code / 8] & (1u << (code % 8)))) {
         db->unsupported_logged[code / 8] |= (uint8_t)(1u << (code % 8));
-        first = 1;
-    }
-    uv_mutex_unlock(&db->mu);
-    if (first) {
         const char *name = rmq_request_code_name(req->code);
         rmq_log_warn(DB_LOG,
                      "%s: request code %d (%s) from %s is not supported; answered "

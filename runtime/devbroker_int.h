@@ -251,7 +251,7 @@ struct rmq_devbroker {
     int n_recs;
     int recording;
     int counts[RMQ_DEVBROKER_MAX_BROKERS + 1][DB_CODES]; /* [0] name server, [i + 1] broker i */
-    uint8_t unsupported_logged[65536 / 8];               /* codes already logged as unsupported */
+    uint8_t unsupported_logged[65536 / 8]; /* codes logged as unsupported (broker thread) */
     int stopping;
 
     rmq_devbroker_opts_t o; /* strings below are owned copies */
