@@ -29,6 +29,7 @@ struct rmq_producer_hb {
     char *body;
     size_t body_len;
     int64_t interval_ms;
+    int sent; /* a heartbeat went out */
 };
 
 static void hb_done(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
@@ -58,7 +59,11 @@ static void tick(uv_timer_t *timer)
         c.body_len = 0;
         rmq__cmd_free(&c);
     }
-    uv_timer_start(&h->timer, tick, (uint64_t)h->interval_ms, 0);
+    /* Until a route names a broker, look again after the first delay rather than a whole
+     * interval: the Java producer's first heartbeat goes out at start(), ours needs a route. */
+    if (n > 0) h->sent = 1;
+    uv_timer_start(&h->timer, tick,
+                   (uint64_t)(h->sent ? h->interval_ms : RMQ_PRODUCER_HEARTBEAT_DELAY_MS), 0);
 }
 
 rmq_producer_hb_t *rmq__producer_hb_start(uv_loop_t *loop, rmq_remoting_t *t, rmq_producer_t *p,
