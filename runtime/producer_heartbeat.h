@@ -20,7 +20,8 @@ typedef struct rmq_producer_hb rmq_producer_hb_t;
 
 /* Send {"clientID":client_id,"consumerDataSet":[],"producerDataSet":[{group},
  * {CLIENT_INNER_PRODUCER}]} to every master of p's routes, RMQ_PRODUCER_HEARTBEAT_DELAY_MS after
- * the start and then every interval_ms, as MQClientInstance.sendHeartbeatToAllBrokerWithLock.
+ * the start (and again every RMQ_PRODUCER_HEARTBEAT_DELAY_MS while no route names a broker), then
+ * every interval_ms, as MQClientInstance.sendHeartbeatToAllBrokerWithLock.
  * The timer does not keep the loop alive. Strings are copied. */
 rmq_producer_hb_t *rmq__producer_hb_start(uv_loop_t *loop, rmq_remoting_t *t, rmq_producer_t *p,
                                           const char *group, const char *client_id,
