@@ -101,6 +101,13 @@ describe("devbroker admin: deleteTopic", function()
     assert.equal(17, r.code)
     assert.equal("topic[DelT] not exist", r.remark)
     assert.equal(17, (pull(c, "g_del", "DelT", 0, 0)).code)
+    -- queryMsgByKey no longer finds its messages (K1..K6 were its keys)
+    local q = req(c, 12, {topic = "DelT", key = "K1", maxNum = "64", beginTimestamp = "0",
+                          endTimestamp = "9223372036854775807", _UNIQUE_KEY_QUERY = "false"})
+    assert.equal(22, q.code) -- QUERY_NOT_FOUND
+    assert.equal(0, req(c, 12, {topic = "KeepT", key = "K1", maxNum = "64", beginTimestamp = "0",
+                                endTimestamp = "9223372036854775807",
+                                _UNIQUE_KEY_QUERY = "false"}).code)
     -- the other topic keeps its messages
     local _, ms = pull(c, "g_keep", "KeepT", 0, 0)
     assert.equal(3, #ms)
