@@ -664,7 +664,6 @@ static void db_free(rmq_devbroker_t *db)
         free(b->dir);
         rmq__db_broker_free_groups(b);
         rmq__db_filter_free_all(b);
-        rmq__db_stats_free(b);
         rmq__db_subgroups_free(b);
         rmq__db_admin_free(b);
         rmq__db_broker_store_free(b);

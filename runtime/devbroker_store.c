@@ -554,6 +554,7 @@ void rmq__db_topic_delete(db_broker_t *b, db_topic_t *t)
 
 void rmq__db_broker_store_free(db_broker_t *b)
 {
+    rmq__db_stats_free(b); /* the counters the store keeps (rmq__db_stats_on_store) and the rest */
     for (size_t i = 0; i < b->log_n; i++)
         rmq__db_msg_release(b->log[(b->log_head + i) % b->log_cap]);
     free(b->log);
