@@ -11,6 +11,7 @@
 #include "cli_conn.h"
 #include "common.h"
 #include "producer.h"
+#include "producer_heartbeat.h"
 #include "remoting.h"
 
 #include <errno.h>
@@ -29,6 +30,7 @@ typedef struct send_run {
     uv_loop_t loop;
     rmq_remoting_t *t;
     rmq_producer_t *p;
+    rmq_producer_hb_t *hb; /* its heartbeat: brokers list it for producerConnection */
 
     /* options */
     const char *topic;
@@ -431,6 +433,8 @@ static void finish(send_run_t *r)
         uv_close((uv_handle_t *)&r->pace, NULL);
         r->pacing = 0;
     }
+    rmq__producer_hb_stop(r->hb);
+    r->hb = NULL;
     rmq__producer_destroy(r->p);
     r->p = NULL;
     rmq__remoting_destroy(r->t, NULL, NULL);
@@ -663,6 +667,11 @@ int rmq__cli_send(int argc, char **argv)
             rc = 2;
         }
         if (rc == 0) {
+            char cid[128];
+            rmq__producer_client_id(cid, sizeof(cid));
+            r->hb = rmq__producer_hb_start(&r->loop, r->t, r->p,
+                                           po.group ? po.group : RMQ_PRODUCER_GROUP_DEFAULT, cid,
+                                           RMQ_PRODUCER_HEARTBEAT_MS);
             r->started_ms = rmq__mono_ms();
             feed(r);
             uv_run(&r->loop, UV_RUN_DEFAULT);

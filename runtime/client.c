@@ -900,7 +900,9 @@ static void h_consume_directly(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 
 /* ---- clientId --------------------------------------------------------------------------------- */
 
-static void local_ip(char *out, size_t n)
+/* RemotingUtil.getLocalAddress: the first non-loopback, non-192.168 IPv4 address, else the last
+ * private one, else 127.0.0.1 (also the address of producer_heartbeat.c's client id). */
+void rmq__client_local_ip(char *out, size_t n)
 {
     uv_interface_address_t *ifs = NULL;
     int cnt = 0;
@@ -929,7 +931,7 @@ static void make_client_id(rmq_consumer_t *c)
     if (cf->client_ip && *cf->client_ip)
         snprintf(ip, sizeof(ip), "%s", cf->client_ip);
     else
-        local_ip(ip, sizeof(ip));
+        rmq__client_local_ip(ip, sizeof(ip));
     char inst[128];
     const char *iname = cf->instance_name ? cf->instance_name : "DEFAULT";
     if (cf->message_model == RMQ_MODEL_CLUSTERING && !strcmp(iname, "DEFAULT"))

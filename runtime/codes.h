@@ -20,6 +20,7 @@
     X(UPDATE_AND_CREATE_TOPIC, 17)                                                                 \
     X(GET_ALL_TOPIC_CONFIG, 21)                                                                    \
     X(GET_BROKER_CONFIG, 26)                                                                       \
+    X(GET_BROKER_RUNTIME_INFO, 28)                                                                 \
     X(SEARCH_OFFSET_BY_TIMESTAMP, 29)                                                              \
     X(GET_MAX_OFFSET, 30)                                                                          \
     X(GET_MIN_OFFSET, 31)                                                                          \

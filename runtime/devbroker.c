@@ -71,6 +71,14 @@ static const char usage_text[] =
     "                            (queryMsgById) stay valid; the key index is rebuilt at start.\n"
     "  --help                    this text\n"
     "\n"
+    "The Java mqadmin 4.9.4 (and the RocketMQ Dashboard) work against it: updateTopic,\n"
+    "topicRoute, topicClusterList, clusterList, brokerStatus, topicList [-c], topicStatus,\n"
+    "getBrokerConfig, updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection,\n"
+    "consumerStatus, producerConnection, brokerConsumeStats, statsAll, queryMsgByKey,\n"
+    "queryMsgByUniqueKey, queryMsgById, queryMsgByOffset, printMsg, resetOffsetByTime,\n"
+    "deleteTopic. Other request codes are answered REQUEST_CODE_NOT_SUPPORTED (logged once\n"
+    "per code).\n"
+    "\n"
     "Prints \"rmqlua broker: name server at HOST:PORT\" when ready; stops on SIGTERM/SIGINT.\n";
 
 const char *rmq__devbroker_usage(void)
@@ -436,6 +444,30 @@ static void gate(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     fn(node, conn, req);
 }
 
+/* A request code without a handler: answered REQUEST_CODE_NOT_SUPPORTED with the Java remark
+ * (NettyRemotingAbstract.processRequestCommand), recorded like any request, and logged once per
+ * code and process (with the code's name) rather than once per request: a tool that polls an
+ * unsupported code would otherwise fill the log. */
+static void unsupported(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
+{
+    db_node_t *node = ud;
+    rmq_devbroker_t *db = node->db;
+    record(node, req);
+    char remark[64];
+    snprintf(remark, sizeof(remark), " request type %d not supported", req->code);
+    unsigned code = (unsigned)req->code & 0xffffu; /* the broker thread's own table */
+    if (!(db->unsupported_logged[code / 8] & (1u << (code % 8)))) {
+        db->unsupported_logged[code / 8] |= (uint8_t)(1u << (code % 8));
+        const char *name = rmq_request_code_name(req->code);
+        rmq_log_warn(DB_LOG,
+                     "%s: request code %d (%s) from %s is not supported; answered "
+                     "REQUEST_CODE_NOT_SUPPORTED (logged once per code)",
+                     node->is_ns ? "name server" : ((db_broker_t *)node)->name, req->code,
+                     name ? name : "unknown code", rmq__conn_peer(conn));
+    }
+    rmq__db_reply_code(conn, req, RMQ_RESP_REQUEST_CODE_NOT_SUPPORTED, remark);
+}
+
 void rmq__db_set_handler(db_node_t *node, int code, db_handler_fn fn)
 {
     int i;
@@ -476,6 +508,7 @@ static int node_up(db_node_t *node, char *errstr, size_t errstr_size)
     if (rc) return rc;
     for (int i = 0; i < node->nh; i++)
         rmq__remoting_set_handler(node->t, node->h[i].code, gate, node);
+    rmq__remoting_set_default_handler(node->t, unsupported, node);
     rc = rmq__remoting_listen(node->t, node->host, node->port, errstr, errstr_size);
     if (rc) {
         rmq__remoting_destroy(node->t, NULL, NULL);
@@ -631,6 +664,8 @@ static void db_free(rmq_devbroker_t *db)
         free(b->dir);
         rmq__db_broker_free_groups(b);
         rmq__db_filter_free_all(b);
+        rmq__db_subgroups_free(b);
+        rmq__db_admin_free(b);
         rmq__db_broker_store_free(b);
         for (db_fault_t *f = b->node.faults, *n; f; f = n) {
             n = f->next;

@@ -33,7 +33,6 @@
 #define MAX_TRANSFER_BYTES (256 * 1024) /* maxTransferBytesOnMessageInMemory */
 #define MAX_TRANSFER_COUNT 32           /* maxTransferCountOnMessageInMemory */
 #define CQ_FILE_ENTRIES 300000          /* entries per consume queue file (6000000 / 20) */
-#define RETRY_MAX_TIMES 16              /* SubscriptionGroupConfig.retryMaxTimes */
 #define VERSION_V3_4_9 121              /* MQVersion.Version.V3_4_9.ordinal() */
 #define CALL_CLIENT_TIMEOUT_MS 10000
 #define HOLD_CHECK_MS 5000 /* PullRequestHoldService period with long polling */
@@ -228,6 +227,7 @@ static void send_batch(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, db_topi
         if (ids.len) rmq__buf_append(&ids, ",", 1);
         rmq__buf_append(&ids, id, strlen(id));
         if (first < 0) first = m->qoff;
+        rmq__db_stats_on_put(b, t->name, 1, (int64_t)m->size);
         n++;
         p += size;
     }
@@ -321,7 +321,9 @@ static void h_send(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     const char *dest = topic;
     char dlq[300];
     if (strncmp(topic, "%RETRY%", 7) == 0) {
-        int64_t max = RETRY_MAX_TIMES;
+        /* SendMessageProcessor.handleRetryAndDLQ: the group's retryMaxTimes, unless the
+         * client (V3_4_9 or later) sends its own maxReconsumeTimes. */
+        int64_t max = rmq__db_subgroup_find(b, topic + 7)->retry_max_times;
         if (req->version >= VERSION_V3_4_9 && has_max) max = max_re;
         if (reconsume >= max) {
             snprintf(dlq, sizeof(dlq), "%%DLQ%%%s", topic + 7);
@@ -394,6 +396,7 @@ static void h_send(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
             rmq__db_reply_code(conn, req, RMQ_RESP_MESSAGE_ILLEGAL, msg);
             return;
         }
+        rmq__db_stats_on_put(b, t->name, 1, (int64_t)m->size);
         offset_msg_id(b, m->phys, id);
         rmq__cmd_set_ext(&resp, "msgId", id);
         rmq__cmd_set_ext_i64(&resp, "queueId", qid);
@@ -485,6 +488,12 @@ void rmq__db_wake_parked(db_broker_t *b, db_queue_t *q, db_msg_t *m)
     }
 }
 
+void rmq__db_wake_all_parked(db_broker_t *b, db_queue_t *q)
+{
+    while (q->parked)
+        park_wake(b, q->parked);
+}
+
 void rmq__db_drop_parked(db_broker_t *b)
 {
     while (b->parks)
@@ -531,6 +540,14 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
     const char *sub_str = rmq__cmd_ext(req, "subscription");
     char msg[512];
 
+    /* PullMessageProcessor: the group's config (created when missing), then consumeEnable. */
+    const db_subgroup_t *sg = rmq__db_subgroup_find(b, group);
+    if (!sg->consume_enable) {
+        snprintf(msg, sizeof(msg), "subscription group no permission, %s", group);
+        rmq__db_reply_code(conn, req, RMQ_RESP_NO_PERMISSION, msg);
+        return;
+    }
+
     db_topic_t *t = rmq__db_topic_get(b, topic);
     if (!t) {
         snprintf(msg, sizeof(msg),
@@ -569,6 +586,13 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
             rmq__db_reply_code(conn, req, RMQ_RESP_SUBSCRIPTION_NOT_EXIST,
                                "the consumer's group info not exist\nSee "
                                "http://rocketmq.apache.org/docs/faq/ for further details.");
+            return;
+        }
+        if (!sg->consume_broadcast_enable && g->message_model &&
+            strcmp(g->message_model, "BROADCASTING") == 0) {
+            snprintf(msg, sizeof(msg),
+                     "the consumer group[%s] can not consume by broadcast way", group);
+            rmq__db_reply_code(conn, req, RMQ_RESP_NO_PERMISSION, msg);
             return;
         }
         sub = rmq__dbmap_get(&g->subs, topic);
@@ -676,6 +700,12 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
 
     if (allow_suspend && (sys_flag & SYSFLAG_COMMIT))
         rmq__db_offset_set(b, group, topic, (int)qid, commit_offset);
+    {
+        int64_t got = 0;
+        for (int i = 0; i < n; i++)
+            got += found[i]->size;
+        rmq__db_stats_on_get(b, topic, group, n, got);
+    }
 
     if (code == RMQ_RESP_PULL_NOT_FOUND && allow_suspend && (sys_flag & SYSFLAG_SUSPEND) &&
         req->frame) {
@@ -930,6 +960,7 @@ void rmq__db_broker_conn_closed(db_broker_t *b, rmq_conn_t *conn)
     if (!c) return;
     rmq__conn_set_ud(conn, NULL);
     client_drop(b, c);
+    rmq__db_producers_drop(b, c);
     rmq__conn_release(c->conn);
     free(c->client_id);
     free(c);
@@ -1037,6 +1068,7 @@ static void h_heartbeat(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     for (rmq_fj_t *cd = cds && cds->type == RMQ_FJ_ARRAY ? cds->child : NULL; cd; cd = cd->next) {
         const char *gname = rmq__fj_get_str(cd, "groupName");
         if (!gname || !*gname) continue;
+        rmq__db_subgroup_find(b, gname); /* ClientManageProcessor.heartBeat */
         db_group_t *g = rmq__dbmap_get(&b->groups, gname);
         int changed = 0;
         if (!g) {
@@ -1120,6 +1152,15 @@ static void h_heartbeat(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
             notify_group(b, g);
         }
     }
+    const char *pgroups[64];
+    int npg = 0;
+    rmq_fj_t *pds = rmq__fj_get(root, "producerDataSet");
+    for (rmq_fj_t *pd = pds && pds->type == RMQ_FJ_ARRAY ? pds->child : NULL; pd && npg < 64;
+         pd = pd->next) {
+        const char *gname = rmq__fj_get_str(pd, "groupName");
+        if (gname && *gname) pgroups[npg++] = gname;
+    }
+    rmq__db_producers_heartbeat(b, c, pgroups, npg);
     rmq__fj_free(doc);
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
 }
@@ -1136,6 +1177,8 @@ static void h_unregister(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         db_group_t *g = rmq__dbmap_get(&b->groups, group);
         if (g) group_remove(b, g, c, 1);
     }
+    const char *pgroup = rmq__cmd_ext(req, "producerGroup");
+    if (pgroup && *pgroup && c) rmq__db_producers_unregister(b, c, pgroup);
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
 }
 
@@ -1276,7 +1319,17 @@ static void h_consume_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     db_group_t *g = rmq__dbmap_get(&b->groups, group);
     rmq_buf_t o;
     rmq__buf_init(&o);
-    rmq__buf_appendf(&o, "{\"consumeTps\":0.0,\"offsetTable\":{");
+    /* consumeTps: BrokerStatsManager.tpsGroupGetNums over the topics listed. */
+    double tps = 0.0;
+    for (int k = 0; k < to.n; k++) {
+        db_topic_t *t = rmq__db_topic_get(b, to.topics[k]);
+        if (!t) continue;
+        if (g && g->subs.n > 0 && !rmq__dbmap_get(&g->subs, t->name)) continue;
+        tps += rmq__db_stats_group_tps(b, t->name, group);
+    }
+    rmq__buf_appendf(&o, "{\"consumeTps\":");
+    rmq__db_java_double(&o, tps);
+    rmq__buf_appendf(&o, ",\"offsetTable\":{");
     int first = 1;
     for (int k = 0; k < to.n; k++) {
         db_topic_t *t = rmq__db_topic_get(b, to.topics[k]);
@@ -1440,7 +1493,7 @@ static void write_mq_key(rmq_buf_t *o, const char *broker, int qid, const char *
  * topic in queue order: MessageQueue.hashCode, spread h ^ (h >>> 16), default capacity 16
  * doubled while n > 3/4 of it, bins in index order, each bin in insertion order (bins of 8 that
  * would be treeified do not occur for these hashes). */
-static void mq_hash_order(const char *broker, const char *topic, int n, int *order)
+void rmq__db_mq_hash_order(const char *broker, const char *topic, int n, int *order)
 {
     uint32_t cap = 16;
     while ((uint64_t)n * 4 > (uint64_t)cap * 3)
@@ -1468,7 +1521,7 @@ static void reset_body(rmq_buf_t *o, const char *broker, const char *topic, cons
                        int n, int for_c)
 {
     int *order = rmq__xmalloc(sizeof(*order) * ((size_t)n + 1));
-    mq_hash_order(broker, topic, n, order);
+    rmq__db_mq_hash_order(broker, topic, n, order);
     rmq__buf_append(o, for_c ? "{\"offsetTable\":[" : "{\"offsetTable\":{", 16);
     for (int k = 0; k < n; k++) {
         int i = order[k];
@@ -1793,7 +1846,15 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     }
     char stored_topic[300];
     snprintf(stored_topic, sizeof(stored_topic), "%.*s", (int)v.topic_len, v.topic);
-    int64_t max = RETRY_MAX_TIMES;
+    /* SendMessageProcessor.asyncConsumerSendMsgBack: the group's config (created when
+     * missing); no retry queue: nothing to do; the group's retryMaxTimes unless the client
+     * (V3_4_9 or later) sends maxReconsumeTimes. */
+    const db_subgroup_t *sg = rmq__db_subgroup_find(b, group);
+    if (sg->retry_queue_nums <= 0) {
+        rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
+        return;
+    }
+    int64_t max = sg->retry_max_times;
     if (req->version >= VERSION_V3_4_9 && has_max) max = max_re;
     int dlq = v.reconsume >= max || level < 0;
     if (!dlq && level == 0) level = 3 + v.reconsume;
@@ -1806,6 +1867,10 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     props_copy(&pb, v.props, v.props_len, drop);
     uint32_t vl = 0;
     const char *rt = rmq__props_find(v.props, v.props_len, "RETRY_TOPIC", 11, &vl);
+    /* The original topic, copied now: storing may drop the old message (--max-bytes). */
+    char back_topic[300];
+    snprintf(back_topic, sizeof(back_topic), "%.*s", rt ? (int)vl : (int)strlen(stored_topic),
+             rt ? rt : stored_topic);
     rmq__props_append_n(&pb, "RETRY_TOPIC", 11, rt ? rt : stored_topic,
                         rt ? vl : strlen(stored_topic));
     const char *oid = rmq__props_find(v.props, v.props_len, "ORIGIN_MESSAGE_ID", 17, &vl);
@@ -1854,6 +1919,7 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     }
     if (db->remote_ns) rmq__db_register_all(db);
     rmq__buf_free(&pb);
+    rmq__db_stats_on_send_back(b, back_topic, group); /* incSendBackNums */
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
 }
 
@@ -2048,4 +2114,6 @@ void rmq__db_broker_install(db_broker_t *b)
     rmq__db_set_handler(n, RMQ_REQ_INVOKE_BROKER_TO_GET_CONSUMER_STATUS, h_invoke_status);
     rmq__db_set_handler(n, RMQ_REQ_CONSUME_MESSAGE_DIRECTLY, h_consume_directly);
     rmq__db_index_install(b); /* QUERY_MESSAGE, VIEW_MESSAGE_BY_ID */
+    rmq__db_group_install(b);
+    rmq__db_admin_install(b);
 }

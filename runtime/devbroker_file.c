@@ -49,7 +49,7 @@ static void path_of(const db_broker_t *b, const char *name, char *out, size_t si
 }
 
 /* Write a whole file atomically. */
-static int save_file(const db_broker_t *b, const char *name, const rmq_buf_t *data)
+int rmq__db_file_save(const db_broker_t *b, const char *name, const rmq_buf_t *data)
 {
     char path[4200], tmp[4300];
     path_of(b, name, path, sizeof(path));
@@ -83,7 +83,7 @@ void rmq__db_file_flush(db_broker_t *b)
     if (b->topics_dirty) {
         rmq__buf_init(&o);
         rmq__dbmap_each(&b->topics, topic_line, &o);
-        if (save_file(b, "topics", &o) == 0)
+        if (rmq__db_file_save(b, "topics", &o) == 0)
             b->topics_dirty = 0;
         else
             rmq_log_error(DB_LOG, "%s: cannot save topics in %s: %s", b->name, b->dir,
@@ -93,13 +93,14 @@ void rmq__db_file_flush(db_broker_t *b)
     if (b->offsets_dirty) {
         rmq__buf_init(&o);
         rmq__dbmap_each(&b->offsets, offset_line, &o);
-        if (save_file(b, "offsets", &o) == 0)
+        if (rmq__db_file_save(b, "offsets", &o) == 0)
             b->offsets_dirty = 0;
         else
             rmq_log_error(DB_LOG, "%s: cannot save offsets in %s: %s", b->name, b->dir,
                           strerror(errno));
         rmq__buf_free(&o);
     }
+    rmq__db_subgroups_flush(b);
 }
 
 void rmq__db_file_append(db_broker_t *b, const db_msg_t *m)
@@ -145,10 +146,19 @@ void rmq__db_file_save_port(db_broker_t *b)
     rmq_buf_t o;
     rmq__buf_init(&o);
     rmq__buf_appendf(&o, "%d\n", b->node.port);
-    if (save_file(b, "port", &o))
+    if (rmq__db_file_save(b, "port", &o))
         rmq_log_warn(DB_LOG, "%s: cannot save its port in %s: %s", b->name, b->dir,
                      strerror(errno));
     rmq__buf_free(&o);
+}
+
+static char *read_all(const char *path, size_t *len);
+
+char *rmq__db_file_read(const db_broker_t *b, const char *name, size_t *len)
+{
+    char path[4200];
+    path_of(b, name, path, sizeof(path));
+    return read_all(path, len);
 }
 
 static char *read_all(const char *path, size_t *len)
@@ -205,6 +215,7 @@ static db_msg_t *recover_one(db_broker_t *b, const uint8_t *p, size_t avail, int
     uint32_t pl = rmq__rd16(p + q);
     q += 2;
     if (q + pl != size) return NULL;
+    if (rmq__db_deleted_skip(b, topic, pos)) return (db_msg_t *)-1; /* its topic was deleted */
     db_topic_t *t = rmq__db_topic_get(b, topic);
     if (!t) t = rmq__db_topic_create(b, topic, qid + 1, qid + 1, 6);
     db_queue_t *dq = rmq__db_queue(t, qid);
@@ -258,6 +269,8 @@ int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t err
             rmq__db_topic_create(b, name, rq > 0 ? rq : 1, wq > 0 ? wq : 1, perm);
     }
     free(txt);
+    rmq__db_subgroups_load(b);
+    rmq__db_deleted_load(b);
 
     path_of(b, "commitlog", path, sizeof(path));
     b->log_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);

@@ -203,6 +203,10 @@ typedef struct db_broker {
     int64_t last_sync_ms;     /* a slave: last offsets sync from its master (monotonic) */
     int offsets_dirty, topics_dirty;
     struct db_index *index; /* keys of the stored messages (devbroker_index.c); NULL = none yet */
+    struct db_stats *stats;         /* put/get counters (devbroker_stats.c), NULL until used */
+    struct db_subgroups *subgroups; /* subscription group configs (devbroker_group.c) */
+    struct db_admin *admin;         /* producers, deleted topics (devbroker_admin.c) */
+    int64_t boot_ms;                /* wall clock at start (bootTimestamp) */
 } db_broker_t;
 
 /* A broker registered by another process (REGISTER_BROKER). */
@@ -247,6 +251,7 @@ struct rmq_devbroker {
     int n_recs;
     int recording;
     int counts[RMQ_DEVBROKER_MAX_BROKERS + 1][DB_CODES]; /* [0] name server, [i + 1] broker i */
+    uint8_t unsupported_logged[65536 / 8]; /* codes logged as unsupported (broker thread) */
     int stopping;
 
     rmq_devbroker_opts_t o; /* strings below are owned copies */
@@ -284,6 +289,9 @@ db_msg_t *rmq__db_qget(const db_queue_t *q, int64_t off); /* NULL when not retai
 /* The retained message with the smallest queue offset >= off, or NULL. */
 db_msg_t *rmq__db_qnext(const db_queue_t *q, int64_t off);
 db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys);
+/* Remove topic t and its messages (DELETE_TOPIC_IN_BROKER); parked pulls on it are answered
+ * first. */
+void rmq__db_topic_delete(db_broker_t *b, db_topic_t *t);
 void rmq__db_msg_release(db_msg_t *m);
 /* A new message record with size bytes of data in q's current chunk (refs 1). */
 db_msg_t *rmq__db_msg_alloc(db_queue_t *q, size_t size);
@@ -320,6 +328,10 @@ void rmq__db_broker_conn_closed(db_broker_t *b, rmq_conn_t *conn);
 void rmq__db_broker_scan(db_broker_t *b, int64_t now_mono);
 /* A message was stored in q: wake the parked pulls it matches. */
 void rmq__db_wake_parked(db_broker_t *b, db_queue_t *q, db_msg_t *m);
+/* Answer every pull parked on q now (its topic is being deleted). */
+void rmq__db_wake_all_parked(db_broker_t *b, db_queue_t *q);
+/* The iteration order of a java.util.HashMap<MessageQueue, V> of queues 0..n-1 of a topic. */
+void rmq__db_mq_hash_order(const char *broker, const char *topic, int n, int *order);
 /* Drop every parked pull (broker going down or stopping). */
 void rmq__db_drop_parked(db_broker_t *b);
 void rmq__db_broker_free_groups(db_broker_t *b);
@@ -375,6 +387,10 @@ void rmq__db_file_close(db_broker_t *b);
  * saving the one it listens on now. */
 int rmq__db_file_port(const db_broker_t *b);
 void rmq__db_file_save_port(db_broker_t *b);
+/* Replace DIR/<broker>/name with data (a temporary file renamed); 0 or -1 (errno). */
+int rmq__db_file_save(const db_broker_t *b, const char *name, const rmq_buf_t *data);
+/* The whole of DIR/<broker>/name, NUL-terminated (the caller frees it), or NULL. */
+char *rmq__db_file_read(const db_broker_t *b, const char *name, size_t *len);
 
 /* devbroker_slave.c: --slaves */
 /* Start `per_master` slaves for every broker (after the brokers and their topics exist). */
@@ -413,6 +429,74 @@ size_t rmq__db_index_entries(const db_broker_t *b); /* live index entries */
 int rmq__db_index_query(const db_broker_t *b, const char *topic, const char *key, int max,
                         int64_t begin, int64_t end, int64_t *out);
 void rmq__db_index_free(db_broker_t *b);
+/* devbroker_stats.c: BrokerStatsManager's counters. */
+enum {
+    DB_STAT_TOPIC_PUT_NUMS,
+    DB_STAT_TOPIC_PUT_SIZE,
+    DB_STAT_GROUP_GET_NUMS,
+    DB_STAT_GROUP_GET_SIZE,
+    DB_STAT_SNDBCK_PUT_NUMS,
+    DB_STAT_BROKER_PUT_NUMS,
+    DB_STAT_BROKER_GET_NUMS,
+    DB_STAT_N
+};
+typedef struct db_stats db_stats_t;
+typedef struct db_stat_item db_stat_item_t;
+typedef struct db_stats_totals {
+    int64_t put_times, put_size, get_transferred;
+    double put_tps[3], get_found_tps[3], get_miss_tps[3], get_total_tps[3],
+        get_transferred_tps[3]; /* over 10 s, 60 s, 600 s */
+} db_stats_totals_t;
+int rmq__db_stats_name(const char *name); /* DB_STAT_* or -1 */
+void rmq__db_stats_add(db_broker_t *b, int name, const char *key, int64_t value, int64_t times);
+/* Hooks: msgs sent to topic (bytes: their stored size, as getWroteBytes); a pull of group
+ * answered with msgs messages (0: nothing found); a CONSUMER_SEND_MSG_BACK of a message of
+ * topic (its RETRY_TOPIC when it has one). */
+void rmq__db_stats_on_put(db_broker_t *b, const char *topic, int64_t msgs, int64_t bytes);
+void rmq__db_stats_on_get(db_broker_t *b, const char *topic, const char *group, int64_t msgs,
+                          int64_t bytes);
+void rmq__db_stats_on_send_back(db_broker_t *b, const char *topic, const char *group);
+void rmq__db_stats_on_store(db_broker_t *b, int64_t bytes); /* any message stored */
+/* BrokerStatsData JSON of one item into o; -1 when the item does not exist. */
+int rmq__db_stats_view(db_broker_t *b, int name, const char *key, rmq_buf_t *o);
+double rmq__db_stats_group_tps(db_broker_t *b, const char *topic, const char *group);
+void rmq__db_stats_totals(db_broker_t *b, db_stats_totals_t *out);
+void rmq__db_stats_free(db_broker_t *b);
+void rmq__db_java_double(rmq_buf_t *o, double d); /* Double.toString */
+
+/* devbroker_group.c: subscription group configs (SubscriptionGroupManager). */
+typedef struct db_subgroup {
+    char *name;
+    int consume_enable, consume_from_min_enable, consume_broadcast_enable;
+    int notify_consumer_ids_changed_enable;
+    int32_t retry_queue_nums, retry_max_times;
+    int64_t broker_id, which_broker_when_consume_slowly;
+} db_subgroup_t;
+/* findSubscriptionGroupConfig: the group's config, created with the defaults when missing
+ * (autoCreateSubscriptionGroup). */
+db_subgroup_t *rmq__db_subgroup_find(db_broker_t *b, const char *group);
+/* The group's config only when it exists. */
+db_subgroup_t *rmq__db_subgroup_get(db_broker_t *b, const char *group);
+void rmq__db_subgroup_each(db_broker_t *b, void (*fn)(db_subgroup_t *g, void *ud), void *ud);
+void rmq__db_group_install(db_broker_t *b);
+void rmq__db_subgroups_free(db_broker_t *b);
+/* --store: DIR/<broker>/subscriptionGroups, read at start and written when changed. */
+void rmq__db_subgroups_load(db_broker_t *b);
+void rmq__db_subgroups_flush(db_broker_t *b);
+
+/* devbroker_admin.c: the admin requests of mqadmin and the Dashboard. */
+void rmq__db_admin_install(db_broker_t *b);
+void rmq__db_admin_ns_install(struct rmq_devbroker *db);
+/* HEART_BEAT: the producerDataSet of client c (ProducerManager.registerProducer). */
+struct db_client;
+void rmq__db_producers_heartbeat(db_broker_t *b, struct db_client *c, const char *const *groups,
+                                 int n);
+void rmq__db_producers_unregister(db_broker_t *b, struct db_client *c, const char *group);
+void rmq__db_producers_drop(db_broker_t *b, struct db_client *c); /* its connection closed */
+void rmq__db_admin_free(db_broker_t *b);
+/* --store: a message of a deleted topic older than its deletion is not recovered. */
+void rmq__db_deleted_load(db_broker_t *b);
+int rmq__db_deleted_skip(db_broker_t *b, const char *topic, int64_t phys);
 
 /* devbroker_ns.c */
 void rmq__db_ns_install(struct rmq_devbroker *db);

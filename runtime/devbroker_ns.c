@@ -365,4 +365,5 @@ void rmq__db_ns_install(rmq_devbroker_t *db)
     rmq__db_set_handler(&db->ns, RMQ_REQ_GET_BROKER_CLUSTER_INFO, h_cluster_info);
     rmq__db_set_handler(&db->ns, RMQ_REQ_REGISTER_BROKER, h_register);
     rmq__db_set_handler(&db->ns, RMQ_REQ_UNREGISTER_BROKER, h_unregister_broker);
+    rmq__db_admin_ns_install(db);
 }

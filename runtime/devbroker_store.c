@@ -404,6 +404,7 @@ db_msg_t *rmq__db_store(db_broker_t *b, db_topic_t *t, const db_msg_in_t *in, ch
     }
     if (b->log_fd >= 0) rmq__db_file_append(b, m);
     rmq__db_attach(b, m);
+    rmq__db_stats_on_store(b, (int64_t)m->size);
     rmq__db_wake_parked(b, q, m);
     if (!b->master) rmq__db_slaves_store(b, t, in);
     return m;
@@ -521,8 +522,39 @@ static void free_topic(void *v)
     free(t);
 }
 
+void rmq__db_topic_delete(db_broker_t *b, db_topic_t *t)
+{
+    /* Pulls parked on it are answered first (TOPIC_NOT_EXIST once it is out of the table);
+     * its keys are never answered again by QUERY_MESSAGE. */
+    rmq__dbmap_del(&b->topics, t->name);
+    rmq__db_index_drop_topic(b, t->name);
+    for (int i = 0; i < t->nq; i++)
+        rmq__db_wake_all_parked(b, t->queues[i]);
+    /* Its messages leave the commit log order; the store's reference on each goes with it. */
+    size_t kept = 0;
+    db_msg_t **log = rmq__xmalloc(sizeof(*log) * (b->log_n ? b->log_n : 1));
+    for (size_t i = 0; i < b->log_n; i++) {
+        db_msg_t *m = b->log[(b->log_head + i) % b->log_cap];
+        if (m->q->topic == t) {
+            b->bytes -= m->size;
+            rmq__db_msg_release(m);
+        } else {
+            log[kept++] = m;
+        }
+    }
+    free(b->log);
+    b->log = log;
+    b->log_cap = b->log_n ? b->log_n : 1;
+    b->log_head = 0;
+    b->log_n = kept;
+    free_topic(t);
+    b->data_version++;
+    b->topics_dirty = 1;
+}
+
 void rmq__db_broker_store_free(db_broker_t *b)
 {
+    rmq__db_stats_free(b); /* the counters the store keeps (rmq__db_stats_on_store) and the rest */
     for (size_t i = 0; i < b->log_n; i++)
         rmq__db_msg_release(b->log[(b->log_head + i) % b->log_cap]);
     free(b->log);

@@ -1055,6 +1055,22 @@ int rmq__producer_new(uv_loop_t *loop, rmq_remoting_t *t, const rmq_producer_opt
     return 0;
 }
 
+int rmq__producer_broker_addrs(const rmq_producer_t *p, const char **addrs, int max)
+{
+    int n = 0;
+    for (const topic_t *tp = p->topics; tp; tp = tp->next) {
+        if (!tp->have_route) continue;
+        for (int i = 0; i < tp->n_queues; i++) {
+            const char *a = tp->queues[i].addr;
+            int seen = 0;
+            for (int k = 0; k < n && !seen; k++)
+                seen = !strcmp(addrs[k], a);
+            if (!seen && n < max) addrs[n++] = a;
+        }
+    }
+    return n;
+}
+
 static void handle_closed(uv_handle_t *h)
 {
     rmq_producer_t *p = h->data;

@@ -154,5 +154,8 @@ int rmq__producer_send_retry(rmq_producer_t *p, const char *group, const char *t
 
 /* Sends accepted and not yet completed (waiting for a route, queued, or on the wire). */
 size_t rmq__producer_outstanding(const rmq_producer_t *p);
+/* The distinct master addresses of the routes p holds, at most max (borrowed: valid until the
+ * routes change); returns the count. For producer_heartbeat.c. */
+int rmq__producer_broker_addrs(const rmq_producer_t *p, const char **addrs, int max);
 
 #endif

@@ -129,7 +129,7 @@ static char *arena_strndup(struct rmq_sql92 *e, const char *s, size_t n)
 
 /* Double.toString (shortest digits that read back; Java's layout: 0.001 <= |d| < 1e7 plain,
  * otherwise d.dddE[-]n). */
-static void java_double_str(double d, char *out, size_t size)
+void rmq__java_double_str(double d, char *out, size_t size)
 {
     if (isnan(d)) {
         snprintf(out, size, "NaN");
@@ -325,7 +325,7 @@ static void val_str(const val_t *v, int quote, rmq_buf_t *b)
         rmq__buf_appendf(b, "%lld", (long long)v->u.l);
         break;
     case V_DOUBLE:
-        java_double_str(v->u.d, num, sizeof(num));
+        rmq__java_double_str(v->u.d, num, sizeof(num));
         rmq__buf_appendf(b, "%s", num);
         break;
     case V_STR:

@@ -67,6 +67,10 @@ static inline int rmq__sql92_match(const rmq_sql92_t *e, const char *props, size
 /* The expression back as text in Java's toString() form (for logs and tests). */
 size_t rmq__sql92_to_string(const rmq_sql92_t *e, char *out, size_t out_size);
 
+/* Double.toString's text of d ("0.0", "66.66666666666667", "1.0E7"); also used for the
+ * development broker's stats bodies. */
+void rmq__java_double_str(double d, char *out, size_t size);
+
 /* The exported FFI forms (rmq_sql92_compile, _eval, _free, _ignored, _to_string) are declared in
  * rmqlua_ffi.h: Lua uses them for `rmqlua test` and rmq.sql92(). */
 

@@ -63,6 +63,19 @@ typedef struct sent {
 static sent_t sent[256];
 static int nsent;
 
+/* The frame numbered seq (index.json may hold only some frames of a session). */
+static json_t *frame_by_seq(json_t *frames, json_int_t seq)
+{
+    size_t i;
+    json_t *f = json_array_get(frames, (size_t)(seq - 1));
+    if (f && json_integer_value(json_object_get(f, "seq")) == seq) return f;
+    json_array_foreach(frames, i, f)
+    {
+        if (json_integer_value(json_object_get(f, "seq")) == seq) return f;
+    }
+    return NULL;
+}
+
 static void collect_sends(const char *session, json_t *frames)
 {
     size_t i;
@@ -79,8 +92,7 @@ static void collect_sends(const char *session, json_t *frames)
         props = json_string_value(json_object_get(ext, code == 310 ? "i" : "properties"));
         if (!props) continue;
         uk = rmq__props_find(props, strlen(props), "UNIQ_KEY", 8, &ulen);
-        resp = json_array_get(frames,
-                              (size_t)json_integer_value(json_object_get(f, "response_seq")) - 1);
+        resp = frame_by_seq(frames, json_integer_value(json_object_get(f, "response_seq")));
         if (!uk || !resp || nsent >= 256) continue;
         sent_t *s = &sent[nsent++];
         snprintf(s->uniq, sizeof(s->uniq), "%.*s", (int)ulen, uk);

@@ -167,6 +167,8 @@ static void test_captures(void)
             rmq_fjdoc_t *doc;
             rmq_buf_t out;
             if (!json_object_get(f, "body_text")) continue;
+            /* GET_BROKER_CONFIG's body is properties text (MixAll.properties2String). */
+            if (code == 26) continue;
             body = frame_body(session, file, &len);
             snprintf(where, sizeof(where), "%.255s/%.255s", session, file);
             CHECK(strlen(json_string_value(json_object_get(f, "body_text"))) == len);
@@ -180,9 +182,11 @@ static void test_captures(void)
                 CHECKF(out.len == len && memcmp(out.data, body, len) == 0, "%s: rewrote %.*s",
                        where, (int)out.len, out.data);
                 rmq__buf_free(&out);
-                if (code == 307 && strcmp(kind, "response") == 0)
+                /* The running info and consume stats of consumer cap_status_g. */
+                int status_session = strcmp(session, "04_consumer_status") == 0;
+                if (status_session && code == 307 && strcmp(kind, "response") == 0)
                     check_running_info(rmq__fj_root(doc));
-                if (code == 208 && strcmp(kind, "response") == 0)
+                if (status_session && code == 208 && strcmp(kind, "response") == 0)
                     check_consume_stats(rmq__fj_root(doc));
                 rmq__fj_free(doc);
             }
