@@ -364,4 +364,44 @@ describe("consumer engine interplay", function()
     no_sanitizer_report(h.out())
     assert.are.equal(0, rc, h.out())
   end)
+
+  -- The same for the periodic lock round (RebalanceImpl.lockAll, every 20 s): a queue revoked
+  -- while that LOCK_BATCH_MQ is on its way gave its lock back at once (an unlock the broker
+  -- handled before the delayed lock), and the grant that came afterwards must be given back
+  -- too, not kept at the broker until it expires, barring the new owner from the queue.
+  it("an orderly queue revoked while the periodic lock round is on its way", function()
+    local dir = helpers.tmpdir("interplay-lockall")
+    local TOPIC, GROUP, LOCK = "IpLockAll", "g_ip_lockall", 41
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    local out = dir .. "/out.txt"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
+      handler = [[ rec("msg " .. msgs[1].body) ]] })
+    local h = run(script, dir .. "/run.log")
+    helpers.defer(function() lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0) end)
+    h.wait_for("IpLockAll@[^ ]*#0: assigned", "queue 0 assigned")
+    h.wait_for("IpLockAll@[^ ]*#1: assigned", "queue 1 assigned")
+    -- From now on lock requests are answered 500 ms late: the next lock round (within 20 s) is
+    -- on its way when a second member joins and takes queue 1.
+    lib.rmq_devbroker_reset_counts(db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
+    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 1, math.floor(30000 * helpers.scale)) >= 1,
+      "the periodic lock round")
+    join_group(db, GROUP, TOPIC)
+    h.wait_for("IpLockAll@[^ ]*#1: revoked", "queue 1 revoked")
+    local buf = ffi.new("char[256]")
+    local function owner()
+      local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, 1, buf, 256)
+      return n >= 0 and ffi.string(buf, n) or nil
+    end
+    -- The delayed round is answered (queue 1's lock granted again), then given back.
+    helpers.sleep(1.5 * helpers.scale)
+    pcall(helpers.wait_until, function() return owner() == nil end, 10, "the lock given back")
+    local held = owner()
+    assert.is_nil(held, "queue 1's broker lock is still held by " .. tostring(held) ..
+      " after its revocation:\n" .. h.out())
+    local rc = h.stop()
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+  end)
 end)
