@@ -404,4 +404,52 @@ describe("consumer engine interplay", function()
     no_sanitizer_report(h.out())
     assert.are.equal(0, rc, h.out())
   end)
+
+  -- Two reloads in quick succession while the first version's handler runs: the second retires
+  -- a version that never started (its threads wait for the first one), which hands what it
+  -- was handed on to the third; then the first version finishes and the third runs. Every
+  -- message is consumed exactly once and committed, and the stop that follows is clean.
+  it("two reloads while a long handler runs: every batch once, the offset committed", function()
+    local dir = helpers.tmpdir("interplay-twohup")
+    local TOPIC, GROUP = "IpTwoHup", "g_ip_twohup"
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    local bodies = { "slow", "f1", "f2", "f3", "f4" }
+    for _, body in ipairs(bodies) do
+      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+    end
+    local out = dir .. "/out.txt"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      options = "consume_thread_min = 1, consume_thread_max = 1, " ..
+        "consume_message_batch_max_size = 1,",
+      handler = [[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then sleep_ms(3000) end
+    rec("end " .. msgs[1].body)
+    ]] })
+    local h = run(script, dir .. "/run.log")
+    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch started")
+    h.signal("HUP")
+    h.wait_for("reloaded .*reload 1", "the first reload")
+    h.signal("HUP")
+    h.wait_for("reloaded .*reload 2", "the second reload")
+    local before = cons.read(out)
+    assert.is_nil(before:find("end slow"), "the slow batch ended before the reloads:\n" .. before)
+    h.wait_until(function()
+      local got = cons.read(out)
+      for _, body in ipairs(bodies) do
+        if not got:find("end " .. body .. "\n", 1, true) then return false end
+      end
+      return true
+    end, "every batch consumed")
+    helpers.wait_until(function() return cons.all_committed(db, GROUP, TOPIC, 1) end, 20,
+      "the offset committed past every message")
+    local rc = h.stop()
+    local got = cons.read(out)
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+    for _, body in ipairs(bodies) do
+      local n = select(2, got:gsub("start " .. body .. "\n", ""))
+      assert.are.equal(1, n, body .. " ran " .. n .. " time(s):\n" .. got)
+    end
+  end)
 end)
