@@ -452,4 +452,41 @@ describe("consumer engine interplay", function()
       assert.are.equal(1, n, body .. " ran " .. n .. " time(s):\n" .. got)
     end
   end)
+
+  -- A stop right behind a reload (SIGHUP then SIGTERM at once: the stop usually comes while the
+  -- new version is still being checked, and the reload is dropped; 'a stop while a reload
+  -- waits' covers a stop after the switch): whichever version runs the queued batches, each
+  -- runs once within await_termination_millis_when_shutdown, the offset is committed past
+  -- them, and the process exits cleanly.
+  it("a stop right behind a reload: every batch once, the offset committed", function()
+    local dir = helpers.tmpdir("interplay-hupterm")
+    local TOPIC, GROUP = "IpHupTerm", "g_ip_hupterm"
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    local bodies = { "slow", "f1", "f2", "f3" }
+    for _, body in ipairs(bodies) do
+      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+    end
+    local out = dir .. "/out.txt"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      options = "consume_thread_min = 1, consume_thread_max = 1, " ..
+        "consume_message_batch_max_size = 1, await_termination_millis_when_shutdown = 20000,",
+      handler = [[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then sleep_ms(2000) end
+    rec("end " .. msgs[1].body)
+    ]] })
+    local h = run(script, dir .. "/run.log")
+    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch started")
+    h.signal("HUP")
+    h.signal("TERM")
+    local rc = h.exit_code()
+    local got = cons.read(out)
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+    for _, body in ipairs(bodies) do
+      local n = select(2, got:gsub("end " .. body .. "\n", ""))
+      assert.are.equal(1, n, body .. " consumed " .. n .. " time(s):\n" .. got .. "\n" .. h.out())
+    end
+    assert.truthy(cons.all_committed(db, GROUP, TOPIC, 1), "the offset committed:\n" .. h.out())
+  end)
 end)
