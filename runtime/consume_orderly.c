@@ -88,6 +88,18 @@ static void on_lock(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     for (int i = 0; i < r->n; i++) {
         rmq_qent_t *q = r->qs[i];
         int ok = set && in_lock_ok(set, &q->mq);
+        if (!r->cb && q->pq.state == RMQ_PQ_DROPPED) {
+            /* The periodic round (RebalanceImpl.lockAll) asked for a queue that left while the
+             * request was on its way: Java updates only the ProcessQueue still in the table.
+             * Its lock was given back when it left (or not at all, when it had been lost), so
+             * a grant now is a new one that nobody relies on: give it back, as
+             * RebalancePushImpl.removeUnnecessaryMessageQueue does, once the entry's batch is
+             * over (dropped_batch_over) and unless a live entry of the queue holds it. */
+            if (ok && q->consuming) q->unlock_pending = 1;
+            else if (ok) rmq__orderly_lock_orphaned(q);
+            rmq__qent_release(q);
+            continue;
+        }
         if (ok) {
             if (!q->locked) rmq_dbg(RMQ_DBG_REBALANCE, "orderly", "%s: locked", q->name);
             /* Atomic: a consume thread reads them before it runs a batch (rmq__consume_begin). */

@@ -800,9 +800,30 @@ void rmq__pool_flush(rmq_pool_t *p)
     if (t) uv_cond_signal(&t->cond);
 }
 
+/* Loop thread: a batch given to a pool whose handles are closing (it stopped and its threads
+ * are gone) comes back at once, NOT_RUN, through the path on_async would have taken: its
+ * wake-up will never fire again, and a batch queued there would never come back (its queue
+ * waiting for it for good). The owner may hand it over to a pool that closes in the same loop
+ * pass (a retired pool's requeue, when a stop closed the pool that replaced it). */
+static int closed_return(rmq_pool_t *p, rmq_batch_t *b)
+{
+    if (!p->closing) return 0;
+    b->status = RMQ_CONSUME_NOT_RUN;
+    b->ack_count = 0;
+    b->handler_error = 0;
+    b->nsends = 0;
+    b->sends = NULL;
+    if (p->requeue)
+        p->requeue(p->o.ud, b);
+    else
+        p->o.done(p->o.ud, b);
+    return 1;
+}
+
 void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b)
 {
     cthread_t *t = NULL;
+    if (closed_return(p, b)) return;
     p->pending++;
     if (p->holding) {
         bq_push(&p->held, b);
@@ -824,6 +845,7 @@ void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b)
 
 void rmq__pool_submit_to(rmq_pool_t *p, int thread_index, rmq_batch_t *b)
 {
+    if (closed_return(p, b)) return;
     p->pending++;
     uv_mutex_lock(&p->mu);
     if (p->stopping || thread_index < 0 || thread_index >= p->n) {

@@ -127,7 +127,10 @@ int rmq__pool_retire(rmq_pool_t *p, rmq_pool_done_cb requeue, void (*close_cb)(v
 /* A stopping (or retired) pool: its running handlers get at most await_ms from now before the
  * interrupt (the consumer shuts down while a reload's old pool finishes). */
 void rmq__pool_hurry(rmq_pool_t *p, int64_t await_ms);
-/* Queue a batch for any idle thread (concurrent consumption). */
+/* Queue a batch for any idle thread (concurrent consumption). A pool that is stopping returns
+ * it NOT_RUN through done(); one whose handles are already closing (stopped, threads gone, its
+ * close callback not yet run) returns it NOT_RUN through done() (or a retired pool's requeue)
+ * before this call returns. */
 void rmq__pool_submit(rmq_pool_t *p, rmq_batch_t *b);
 /*
  * Between rmq__pool_hold() and rmq__pool_flush(), rmq__pool_submit() only collects batches;

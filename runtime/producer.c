@@ -1071,6 +1071,18 @@ int rmq__producer_broker_addrs(const rmq_producer_t *p, const char **addrs, int 
     return n;
 }
 
+void rmq__producer_reconf(rmq_producer_t *p, int64_t route_poll_ms, int64_t route_timeout_ms,
+                          int unit_mode)
+{
+    int64_t poll = route_poll_ms > 0 ? route_poll_ms : RMQ_PRODUCER_ROUTE_POLL_MS;
+    p->route_timeout_ms = route_timeout_ms > 0 ? route_timeout_ms : RMQ_PRODUCER_ROUTE_TIMEOUT_MS;
+    p->unit_mode = unit_mode != 0;
+    if (poll != p->route_poll_ms && !p->destroyed) {
+        p->route_poll_ms = poll;
+        uv_timer_start(&p->route_timer, route_timer_cb, (uint64_t)poll, (uint64_t)poll);
+    }
+}
+
 static void handle_closed(uv_handle_t *h)
 {
     rmq_producer_t *p = h->data;

@@ -120,6 +120,16 @@ int rmq__producer_new(uv_loop_t *loop, rmq_remoting_t *t, const rmq_producer_opt
                       rmq_producer_t **out, char *errstr, size_t errstr_size);
 
 /*
+ * Take new values of the options a consumer's inner producer shares with its client instance
+ * (route_poll_ms, route_timeout_ms, unit_mode; 0 for a period or a timeout = the default), as
+ * rmq_producer_opts_t gives them: a reload of the consumer's script. Requests on the wire keep
+ * the timeout they were sent with; the route timer's next tick is a whole new period away.
+ * Loop thread.
+ */
+void rmq__producer_reconf(rmq_producer_t *p, int64_t route_poll_ms, int64_t route_timeout_ms,
+                          int unit_mode);
+
+/*
  * Fail every send not yet completed with RMQ_ERR_DESTROYED (callbacks run inside this call),
  * stop the route timer and free the producer once the timer handle has closed (later, from the
  * loop). Responses that arrive afterwards are ignored. The transport may be destroyed after

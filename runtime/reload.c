@@ -441,6 +441,12 @@ static void commit(rmq_reload_t *r)
     retimer(&c->t_persist, old->persist_consumer_offset_interval,
             cf->persist_consumer_offset_interval);
     retimer(&c->t_expire, rmq__conf_consume_timeout_ms(old), rmq__conf_consume_timeout_ms(cf));
+    /* The inner producer (rmq.send, send-backs when the broker refuses them, orderly DLQ
+     * sends) shares the client instance's route refresh period, request timeout and unitMode
+     * (MQClientInstance: one ClientConfig for the consumer and its inner producer). */
+    if (c->producer)
+        rmq__producer_reconf(c->producer, cf->poll_name_server_interval,
+                             cf->mq_client_api_timeout, cf->unit_mode);
     /* The consume threads: the new pool takes every batch from now on; the old one hands over
      * what it has not started, finishes what runs, then runs its shutdown hooks; then the new
      * states run init. */

@@ -218,6 +218,84 @@ static void test_retire_timeout(const char *path)
     rmq_shdicts_free(s);
 }
 
+/*
+ * A retired pool's batch handed to the pool that replaced it, when that pool has already been
+ * stopped and closed its handles in the same loop pass (a reload, then at once a stop; the
+ * consumer forgets its pool only in the close callback, at the end of the pass): the batch must
+ * still come back through done(), NOT_RUN, instead of being queued in a pool whose wake-up will
+ * never fire again, its queue waiting for it for good. The new pool is attached from a work
+ * request's completion, as the reload attaches it: libuv then looks at its wake-up before the
+ * old pool's in every later pass.
+ */
+static rmq_pool_t *attach_next, *attached;
+
+static void noop_work(uv_work_t *w) { (void)w; }
+
+static void after_attach(uv_work_t *w, int status)
+{
+    (void)w;
+    (void)status;
+    rmq__pool_attach(attach_next);
+    attached = attach_next;
+    attach_next = NULL;
+}
+
+static int next_closed;
+
+static void on_next_closed(void *ud)
+{
+    (void)ud;
+    next_closed = 1;
+    requeue_to = NULL; /* the consumer's on_pool_closed: c->pool = NULL */
+}
+
+/* reload.c's requeue: to the consumer's pool, or with none left through the usual path. */
+static void requeue_or_done(void *ud, rmq_batch_t *b)
+{
+    nrequeued++;
+    if (requeue_to)
+        rmq__pool_submit(requeue_to, b);
+    else
+        on_done(ud, b);
+}
+
+static void test_requeue_into_closed(const char *path)
+{
+    rmq_shdicts_t *s = rmq_shdicts_new();
+    ndone = 0;
+    closed = 0;
+    nrequeued = 0;
+    next_closed = 0;
+    rmq_pool_t *old = prepare(path, s, 1, 0);
+    rmq__pool_attach(old);
+    test_batch1_t stuck;
+    test_batch1(&stuck, "stuck");
+    rmq__pool_submit(old, &stuck.b);
+    CHECK(wait_num(s, "ran:stuck", 1, 20));
+    attach_next = prepare(path, s, 1, 1);
+    uv_work_t w;
+    CHECK(uv_queue_work(&loop, &w, noop_work, after_attach) == 0);
+    while (attach_next) uv_run(&loop, UV_RUN_ONCE);
+    rmq_pool_t *next = attached;
+    requeue_to = next;
+    CHECK(rmq__pool_retire(old, requeue_or_done, on_closed, NULL) == 0);
+    /* The stop: the new pool has nothing to do; the old one's handler is interrupted by the
+     * stop 5 s after its (hurried) deadline and its batch comes back NOT_RUN. Both are done
+     * before the loop looks again. */
+    rmq__pool_stop(next, 0, on_next_closed, NULL);
+    rmq__pool_hurry(old, 0);
+    int64_t deadline = rmq__mono_ms() + (int64_t)(20000 * scale);
+    while (rmq__pool_running(old) > 0 && rmq__mono_ms() < deadline) usleep(10000);
+    CHECK(rmq__pool_running(old) == 0);
+    usleep(300000); /* the new pool's reaper is long done too */
+    CHECK(run_until(-1, 20)); /* the old pool closed */
+    CHECK(next_closed);
+    CHECKF(ndone == 1 && stuck.b.status == RMQ_CONSUME_NOT_RUN,
+           "the stopped batch came back %d time(s) (status %d, handed over %d time(s))", ndone,
+           stuck.b.status, nrequeued);
+    rmq_shdicts_free(s);
+}
+
 static void test_discard(const char *path)
 {
     rmq_shdicts_t *s = rmq_shdicts_new();
@@ -240,6 +318,7 @@ int main(void)
     test_deferred_init(path);
     test_retire(path);
     test_retire_timeout(path);
+    test_requeue_into_closed(path);
     test_discard(path);
     unlink(path);
     free(path);

@@ -364,4 +364,129 @@ describe("consumer engine interplay", function()
     no_sanitizer_report(h.out())
     assert.are.equal(0, rc, h.out())
   end)
+
+  -- The same for the periodic lock round (RebalanceImpl.lockAll, every 20 s): a queue revoked
+  -- while that LOCK_BATCH_MQ is on its way gave its lock back at once (an unlock the broker
+  -- handled before the delayed lock), and the grant that came afterwards must be given back
+  -- too, not kept at the broker until it expires, barring the new owner from the queue.
+  it("an orderly queue revoked while the periodic lock round is on its way", function()
+    local dir = helpers.tmpdir("interplay-lockall")
+    local TOPIC, GROUP, LOCK = "IpLockAll", "g_ip_lockall", 41
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    local out = dir .. "/out.txt"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
+      handler = [[ rec("msg " .. msgs[1].body) ]] })
+    local h = run(script, dir .. "/run.log")
+    helpers.defer(function() lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0) end)
+    h.wait_for("IpLockAll@[^ ]*#0: assigned", "queue 0 assigned")
+    h.wait_for("IpLockAll@[^ ]*#1: assigned", "queue 1 assigned")
+    -- From now on lock requests are answered 500 ms late: the next lock round (within 20 s) is
+    -- on its way when a second member joins and takes queue 1.
+    lib.rmq_devbroker_reset_counts(db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
+    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 1, math.floor(30000 * helpers.scale)) >= 1,
+      "the periodic lock round")
+    join_group(db, GROUP, TOPIC)
+    h.wait_for("IpLockAll@[^ ]*#1: revoked", "queue 1 revoked")
+    local buf = ffi.new("char[256]")
+    local function owner()
+      local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, 1, buf, 256)
+      return n >= 0 and ffi.string(buf, n) or nil
+    end
+    -- The delayed round is answered (queue 1's lock granted again), then given back.
+    helpers.sleep(1.5 * helpers.scale)
+    pcall(helpers.wait_until, function() return owner() == nil end, 10, "the lock given back")
+    local held = owner()
+    assert.is_nil(held, "queue 1's broker lock is still held by " .. tostring(held) ..
+      " after its revocation:\n" .. h.out())
+    local rc = h.stop()
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+  end)
+
+  -- Two reloads in quick succession while the first version's handler runs: the second retires
+  -- a version that never started (its threads wait for the first one), which hands what it
+  -- was handed on to the third; then the first version finishes and the third runs. Every
+  -- message is consumed exactly once and committed, and the stop that follows is clean.
+  it("two reloads while a long handler runs: every batch once, the offset committed", function()
+    local dir = helpers.tmpdir("interplay-twohup")
+    local TOPIC, GROUP = "IpTwoHup", "g_ip_twohup"
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    local bodies = { "slow", "f1", "f2", "f3", "f4" }
+    for _, body in ipairs(bodies) do
+      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+    end
+    local out = dir .. "/out.txt"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      options = "consume_thread_min = 1, consume_thread_max = 1, " ..
+        "consume_message_batch_max_size = 1,",
+      handler = [[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then sleep_ms(3000) end
+    rec("end " .. msgs[1].body)
+    ]] })
+    local h = run(script, dir .. "/run.log")
+    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch started")
+    h.signal("HUP")
+    h.wait_for("reloaded .*reload 1", "the first reload")
+    h.signal("HUP")
+    h.wait_for("reloaded .*reload 2", "the second reload")
+    local before = cons.read(out)
+    assert.is_nil(before:find("end slow"), "the slow batch ended before the reloads:\n" .. before)
+    h.wait_until(function()
+      local got = cons.read(out)
+      for _, body in ipairs(bodies) do
+        if not got:find("end " .. body .. "\n", 1, true) then return false end
+      end
+      return true
+    end, "every batch consumed")
+    helpers.wait_until(function() return cons.all_committed(db, GROUP, TOPIC, 1) end, 20,
+      "the offset committed past every message")
+    local rc = h.stop()
+    local got = cons.read(out)
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+    for _, body in ipairs(bodies) do
+      local n = select(2, got:gsub("start " .. body .. "\n", ""))
+      assert.are.equal(1, n, body .. " ran " .. n .. " time(s):\n" .. got)
+    end
+  end)
+
+  -- A stop right behind a reload (SIGHUP then SIGTERM at once: the stop usually comes while the
+  -- new version is still being checked, and the reload is dropped; 'a stop while a reload
+  -- waits' covers a stop after the switch): whichever version runs the queued batches, each
+  -- runs once within await_termination_millis_when_shutdown, the offset is committed past
+  -- them, and the process exits cleanly.
+  it("a stop right behind a reload: every batch once, the offset committed", function()
+    local dir = helpers.tmpdir("interplay-hupterm")
+    local TOPIC, GROUP = "IpHupTerm", "g_ip_hupterm"
+    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    local bodies = { "slow", "f1", "f2", "f3" }
+    for _, body in ipairs(bodies) do
+      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+    end
+    local out = dir .. "/out.txt"
+    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      options = "consume_thread_min = 1, consume_thread_max = 1, " ..
+        "consume_message_batch_max_size = 1, await_termination_millis_when_shutdown = 20000,",
+      handler = [[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then sleep_ms(2000) end
+    rec("end " .. msgs[1].body)
+    ]] })
+    local h = run(script, dir .. "/run.log")
+    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch started")
+    h.signal("HUP")
+    h.signal("TERM")
+    local rc = h.exit_code()
+    local got = cons.read(out)
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+    for _, body in ipairs(bodies) do
+      local n = select(2, got:gsub("end " .. body .. "\n", ""))
+      assert.are.equal(1, n, body .. " consumed " .. n .. " time(s):\n" .. got .. "\n" .. h.out())
+    end
+    assert.truthy(cons.all_committed(db, GROUP, TOPIC, 1), "the offset committed:\n" .. h.out())
+  end)
 end)

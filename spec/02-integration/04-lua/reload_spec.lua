@@ -324,6 +324,75 @@ return {
     assert.are.equal(0, h.stop())
   end)
 
+  -- The consumer's inner producer (rmq.send, the send-back fallback, the DLQ of orderly
+  -- queues) shares the client instance's route refresh period and request timeout
+  -- (MQClientInstance: one pollNameServerInterval, one mqClientAPITimeout): a reload that
+  -- changes them applies to its requests too, as it does to the consumer's own.
+  it("applies poll_name_server_interval and mq_client_api_timeout to the inner producer",
+    function()
+    local ffi = require "ffi"
+    local NS, ROUTE = -1, 105
+    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "ProdOptIn", 1)
+    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "ProdOptOut", 1)
+    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "ProdOptLate", 1)
+    helpers.defer(function() R.lib.rmq_devbroker_set_latency(R.db, NS, ROUTE, 0) end)
+    local function version(v, extra)
+      return string.format([[
+local rmq = require "rmq"
+return {
+  consumer_group = "reload_prodopt",
+  subscribe = { ProdOptIn = "*" },
+  consume_thread_min = 1, consume_thread_max = 1,
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  %s
+  consume = function(msgs)
+    for i = 1, #msgs do
+      print("%s got " .. msgs[i].body)
+      rmq.send(msgs[i].body, "from %s")
+    end
+  end,
+}
+]], extra or "", v, v)
+    end
+    -- The producer's route requests for a topic, among the name server's recorded ones.
+    local buf = ffi.new("char[256]")
+    local function route_requests(topic)
+      local n, total = 0, R.lib.rmq_devbroker_count(R.db, NS, ROUTE)
+      for i = 0, total - 1 do
+        local len = R.lib.rmq_devbroker_request_ext(R.db, NS, ROUTE, i, "topic", buf, 256)
+        if len >= 0 and ffi.string(buf, len) == topic then n = n + 1 end
+      end
+      return n
+    end
+    local path = put("prodopt.lua", version("v1"))
+    local h = R.run(path)
+    helpers.defer(function() h.stop() end)
+    R.lib.rmq_devbroker_reset_counts(R.db)
+    R.produce("ProdOptIn", "ProdOptOut")
+    h.wait_for("v1 got ProdOptOut")
+    helpers.wait_until(function() return R.topic_count("ProdOptOut", 1) >= 1 end, 20,
+      "the forwarded message stored")
+    put("prodopt.lua", version("v2",
+      "poll_name_server_interval = 300, mq_client_api_timeout = 1000,"))
+    h.signal("HUP")
+    h.wait_for("%(reload 1%)")
+    -- The producer refreshes the route of the topic it sent to every 300 ms now (it did every
+    -- 30 s before the reload).
+    local before = route_requests("ProdOptOut")
+    helpers.sleep(2)
+    local polls = route_requests("ProdOptOut") - before
+    assert.truthy(polls >= 3, "the producer asked for the route of ProdOptOut " .. polls ..
+      " time(s) in the 2 s after the reload (poll_name_server_interval 300 ms)")
+    -- Route answers 1.8 s late: past the new 1 s request timeout (before the reload 3 s).
+    assert.equal(0, R.lib.rmq_devbroker_set_latency(R.db, NS, ROUTE, 1800))
+    R.produce("ProdOptIn", "ProdOptLate")
+    h.wait_for("v2 got ProdOptLate")
+    h.wait_for("no route for topic ProdOptLate: .*timed out after 1000 ms",
+      "the route request of the producer timed out after 1000 ms")
+    R.lib.rmq_devbroker_set_latency(R.db, NS, ROUTE, 0)
+    assert.are.equal(0, h.stop())
+  end)
+
   it("--watch reloads when the script or a module beside it changes; dictionaries carry over",
     function()
     put("watch_helper.lua", 'return { label = "m1" }\n')
