@@ -275,6 +275,20 @@ void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const 
     rmq__cmd_free(&resp);
 }
 
+const char *rmq__db_need_ext(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key)
+{
+    const char *v = rmq__cmd_ext(req, key);
+    if (!v) {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom "
+                 "field <%s> is null",
+                 key);
+        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+    }
+    return v;
+}
+
 void rmq__db_reply_body(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark,
                         const rmq_buf_t *body)
 {

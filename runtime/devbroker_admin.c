@@ -142,13 +142,8 @@ static void conn_json(rmq_buf_t *o, const db_client_t *c, int first)
 static void h_producer_conns(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
-    const char *group = rmq__cmd_ext(req, "producerGroup");
-    if (!group) {
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR,
-                           "org.apache.rocketmq.remoting.exception.RemotingCommandException: the "
-                           "custom field <producerGroup> is null");
-        return;
-    }
+    const char *group = rmq__db_need_ext(conn, req, "producerGroup");
+    if (!group) return;
     prod_group_t *g = b->admin ? rmq__dbmap_get(&b->admin->producers, group) : NULL;
     if (!g) {
         char msg[400];
@@ -167,20 +162,6 @@ static void h_producer_conns(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 }
 
 /* ---- small helpers --------------------------------------------------------------------------- */
-
-static const char *need(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key)
-{
-    const char *v = rmq__cmd_ext(req, key);
-    if (!v) {
-        char msg[200];
-        snprintf(msg, sizeof(msg),
-                 "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom "
-                 "field <%s> is null",
-                 key);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
-    }
-    return v;
-}
 
 static void kv(rmq_buf_t *o, const char *k, const char *v)
 {
@@ -677,7 +658,7 @@ static void mq_key(rmq_buf_t *o, const char *broker, int qid, const char *topic)
 static void h_topic_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
-    const char *topic = need(conn, req, "topic");
+    const char *topic = rmq__db_need_ext(conn, req, "topic");
     if (!topic) return;
     db_topic_t *t = rmq__db_topic_get(b, topic);
     if (!t) {
@@ -755,7 +736,7 @@ static void who_offsets(const char *key, void *val, void *ud)
 static void h_consume_by_who(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
-    const char *topic = need(conn, req, "topic");
+    const char *topic = rmq__db_need_ext(conn, req, "topic");
     if (!topic) return;
     rmq_buf_t o;
     rmq__buf_init(&o);
@@ -774,8 +755,8 @@ static void h_consume_by_who(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 static void h_stats_data(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
-    const char *name = need(conn, req, "statsName");
-    const char *key = name ? need(conn, req, "statsKey") : NULL;
+    const char *name = rmq__db_need_ext(conn, req, "statsName");
+    const char *key = name ? rmq__db_need_ext(conn, req, "statsKey") : NULL;
     if (!key) return;
     int id = rmq__db_stats_name(name);
     rmq_buf_t o;
@@ -958,7 +939,7 @@ static void h_delete_topic(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
     rmq_devbroker_t *db = node->db;
-    const char *topic = need(conn, req, "topic");
+    const char *topic = rmq__db_need_ext(conn, req, "topic");
     if (!topic) return;
     char name[512];
     snprintf(name, sizeof(name), "%s", topic);
@@ -1036,7 +1017,7 @@ static void h_all_topics(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 /* GET_TOPICS_BY_CLUSTER (RouteInfoManager.getTopicsByCluster). */
 static void h_topics_by_cluster(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
-    const char *cluster = need(conn, req, "cluster");
+    const char *cluster = rmq__db_need_ext(conn, req, "cluster");
     if (!cluster) return;
     rmq_buf_t o;
     rmq__buf_init(&o);
@@ -1093,7 +1074,7 @@ static void free_remote_topic(void *v)
 static void h_delete_topic_ns(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     rmq_devbroker_t *db = node->db;
-    const char *topic = need(conn, req, "topic");
+    const char *topic = rmq__db_need_ext(conn, req, "topic");
     if (!topic) return;
     const char *cluster = rmq__cmd_ext(req, "clusterName");
     for (db_remote_t *r = db->remotes; r; r = r->next) {

@@ -224,13 +224,8 @@ static void collect_offsets(const char *key, void *val, void *ud)
 static void h_delete(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
-    const char *name = rmq__cmd_ext(req, "groupName");
-    if (!name) {
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR,
-                           "org.apache.rocketmq.remoting.exception.RemotingCommandException: the "
-                           "custom field <groupName> is null");
-        return;
-    }
+    const char *name = rmq__db_need_ext(conn, req, "groupName");
+    if (!name) return;
     struct db_subgroups *s = sgs_of(b);
     db_subgroup_t *old = rmq__dbmap_del(&s->map, name);
     if (old) {

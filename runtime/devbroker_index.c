@@ -275,24 +275,10 @@ int rmq__db_index_query(const db_broker_t *b, const char *topic, const char *key
 
 /* ---- the handlers ---------------------------------------------------------------------------- */
 
-/* A required header field, or an answer as Java's header decoding gives (NULL / -1). */
-static const char *need_str(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key)
-{
-    const char *v = rmq__cmd_ext(req, key);
-    if (!v) {
-        char msg[200];
-        snprintf(msg, sizeof(msg),
-                 "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom "
-                 "field <%s> is null",
-                 key);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
-    }
-    return v;
-}
-
+/* A required number field, or an answer as Java's header decoding gives (-1). */
 static int need_i64(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key, int64_t *out)
 {
-    if (!need_str(conn, req, key)) return -1;
+    if (!rmq__db_need_ext(conn, req, key)) return -1;
     if (rmq__cmd_ext_i64(req, key, out)) {
         char msg[200];
         snprintf(msg, sizeof(msg), "java.lang.NumberFormatException: bad value of <%s>", key);
@@ -307,9 +293,9 @@ static void h_query_message(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
     int64_t max_num, begin, end;
-    const char *topic = need_str(conn, req, "topic");
+    const char *topic = rmq__db_need_ext(conn, req, "topic");
     if (!topic) return;
-    const char *key = need_str(conn, req, "key");
+    const char *key = rmq__db_need_ext(conn, req, "key");
     if (!key || need_i64(conn, req, "maxNum", &max_num) ||
         need_i64(conn, req, "beginTimestamp", &begin) || need_i64(conn, req, "endTimestamp", &end))
         return;

@@ -121,13 +121,8 @@ static void acc_add(route_acc_t *a, const char *cluster, const char *name, int n
 static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     rmq_devbroker_t *db = node->db;
-    const char *topic = rmq__cmd_ext(req, "topic");
-    if (!topic) {
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR,
-                           "org.apache.rocketmq.remoting.exception.RemotingCommandException: the "
-                           "custom field <topic> is null");
-        return;
-    }
+    const char *topic = rmq__db_need_ext(conn, req, "topic");
+    if (!topic) return;
     route_acc_t *a = rmq__xcalloc(1, sizeof(*a));
     for (int i = 0; i < db->n_brokers; i++) {
         db_broker_t *b = db->brokers[i];

@@ -121,6 +121,14 @@ function M.shape(v, parent)
   return v.kind
 end
 
+-- The names of a table's keys, sorted and joined by commas (header fields compared as a set).
+function M.keyset(t)
+  local k = {}
+  for name in pairs(t or {}) do k[#k + 1] = name end
+  table.sort(k)
+  return table.concat(k, ",")
+end
+
 -- The member of a parsed object by name.
 function M.get(obj, name)
   for _, m in ipairs(obj.members) do

@@ -39,12 +39,7 @@ local function own_state(ext)
   return true
 end
 
-local function keyset(t)
-  local k = {}
-  for name in pairs(t or {}) do k[#k + 1] = name end
-  table.sort(k)
-  return table.concat(k, ",")
-end
+local keyset = admin.keyset
 
 describe("devbroker replay of the mqadmin 4.9.4 session", function()
   lazy_setup(function() wire.quiet() end)

@@ -12,12 +12,7 @@ local cjson = require "cjson"
 local DIR = helpers.fixtures .. "/wire/09_mqadmin_session"
 local SEND_V2, VIEW = 310, 33
 
-local function keyset(t)
-  local k = {}
-  for name in pairs(t or {}) do k[#k + 1] = name end
-  table.sort(k)
-  return table.concat(k, ",")
-end
+local keyset = require("02-integration.01-devbroker.admin").keyset
 
 local function phys_of(msg_id) return tonumber(msg_id:sub(17), 16) end
 

@@ -10,75 +10,8 @@ local cjson = require "cjson"
 local ffi = require "ffi"
 local bit = require "bit"
 
--- ---- a tolerant fastjson reader (bare integer keys, objects as keys) ----------------------
-local function fj_parse(s)
-  local pos = 1
-  local function ws() pos = s:find("[^ \t\r\n]", pos) or #s + 1 end
-  local value
-  local function str()
-    local out, i = {}, pos + 1
-    while true do
-      local c = s:sub(i, i)
-      if c == "" then error("unterminated string") end
-      if c == '"' then break end
-      if c == "\\" then out[#out + 1] = s:sub(i, i + 1); i = i + 2
-      else out[#out + 1] = c; i = i + 1 end
-    end
-    pos = i + 1
-    return table.concat(out)
-  end
-  function value()
-    ws()
-    local c = s:sub(pos, pos)
-    if c == "{" then
-      pos = pos + 1
-      local obj = {kind = "object", members = {}}
-      ws()
-      if s:sub(pos, pos) == "}" then pos = pos + 1; return obj end
-      while true do
-        local k = value()
-        ws()
-        assert(s:sub(pos, pos) == ":", "colon expected at " .. pos)
-        pos = pos + 1
-        local v = value()
-        obj.members[#obj.members + 1] = {k, v}
-        ws()
-        local d = s:sub(pos, pos)
-        pos = pos + 1
-        if d == "}" then return obj end
-        assert(d == ",", "comma expected at " .. pos)
-      end
-    elseif c == "[" then
-      pos = pos + 1
-      local arr = {kind = "array", items = {}}
-      ws()
-      if s:sub(pos, pos) == "]" then pos = pos + 1; return arr end
-      while true do
-        arr.items[#arr.items + 1] = value()
-        ws()
-        local d = s:sub(pos, pos)
-        pos = pos + 1
-        if d == "]" then return arr end
-        assert(d == ",", "comma expected at " .. pos)
-      end
-    elseif c == '"' then
-      return {kind = "string", v = str()}
-    elseif s:sub(pos, pos + 3) == "true" or s:sub(pos, pos + 4) == "false" then
-      pos = pos + (c == "t" and 4 or 5)
-      return {kind = "boolean"}
-    elseif s:sub(pos, pos + 3) == "null" then
-      pos = pos + 4
-      return {kind = "null"}
-    else
-      local num = s:match("^-?[%d%.eE+-]+", pos)
-      assert(num, "bad value at " .. pos)
-      pos = pos + #num
-      return {kind = "number", v = num}
-    end
-  end
-  local v = value()
-  return v
-end
+-- A tolerant fastjson reader (bare integer keys, objects as keys), shared with the admin specs.
+local fj_parse = require("02-integration.01-devbroker.admin").parse
 
 -- Map-like fields: their keys are data, so only the shape of their values is compared.
 local MAPS = {table = true, offsetTable = true, subscriptionTable = true, brokerAddrs = true,
@@ -103,12 +36,7 @@ local function sig(v, parent)
   return v.kind
 end
 
-local function keyset(t)
-  local k = {}
-  for name in pairs(t or {}) do k[#k + 1] = name end
-  table.sort(k)
-  return table.concat(k, ",")
-end
+local keyset = require("02-integration.01-devbroker.admin").keyset
 
 -- ---- ROCKETMQ binary header encoder (to patch a captured request) --------------------------
 local function be16(n) return string.char(math.floor(n / 256) % 256, n % 256) end
