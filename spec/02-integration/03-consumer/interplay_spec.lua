@@ -11,6 +11,40 @@ local lib = cons.lib
 
 local HEARTBEAT, UNREGISTER = 34, 35
 
+-- Who holds queue qid's lock of group/topic at broker 0 (its client id), or nil.
+local owner_buf = ffi.new("char[256]")
+local function lock_owner(db, group, topic, qid)
+  local n = lib.rmq_devbroker_lock_owner(db, 0, group, topic, qid, owner_buf, 256)
+  return n >= 0 and ffi.string(owner_buf, n) or nil
+end
+
+-- Queue 1's lock, granted late to a queue revoked meanwhile, must come back within 10 s.
+local function assert_lock_given_back(db, group, topic, h)
+  pcall(helpers.wait_until, function() return lock_owner(db, group, topic, 1) == nil end, 10,
+    "the lock given back")
+  local held = lock_owner(db, group, topic, 1)
+  assert.is_nil(held, "queue 1's broker lock is still held by " .. tostring(held) ..
+    " after its revocation:\n" .. h.out())
+end
+
+-- An orderly one-thread script (name server ns) whose handler records start/end of each body and
+-- holds a batch whose body is "slow" until the file `go` exists.
+local function gated_orderly(dir, ns, group, topic, out, go)
+  return timed.script(dir, { group = group, ns = ns, topic = topic, out = out,
+    orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
+    handler = string.format([[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then
+      while true do
+        local f = io.open(%q)
+        if f then f:close() break end
+        sleep_ms(50)
+      end
+    end
+    rec("end " .. msgs[1].body)
+    ]], go) })
+end
+
 -- `rmqlua run script` in the background: pid, log file, and the exit code once it exited.
 local function run(script, log)
   local rc = log .. ".rc"
@@ -226,19 +260,7 @@ describe("consumer engine interplay", function()
     local slow = "slow"
     assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, slow, #slow) >= 0)
     local out, go = dir .. "/out.txt", dir .. "/go"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
-      orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
-      handler = string.format([[
-    rec("start " .. msgs[1].body)
-    if msgs[1].body == "slow" then
-      while true do
-        local f = io.open(%q)
-        if f then f:close() break end
-        sleep_ms(50)
-      end
-    end
-    rec("end " .. msgs[1].body)
-    ]], go) })
+    local script = gated_orderly(dir, ns, GROUP, TOPIC, out, go)
     local h = run(script, dir .. "/run.log")
     helpers.defer(function() lib.rmq_devbroker_clear_errors(db) end)
     h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
@@ -287,19 +309,12 @@ describe("consumer engine interplay", function()
       "the first lock requests")
     join_group(db, GROUP, TOPIC)
     h.wait_for("IpLockRevoke@[^ ]*#1: revoked", "queue 1 revoked")
-    local buf = ffi.new("char[256]")
-    local function owner(qid)
-      local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, qid or 1, buf, 256)
-      return n >= 0 and ffi.string(buf, n) or nil
-    end
     -- The delayed requests are answered: queue 0's lock is granted, and queue 1's with it.
-    helpers.wait_until(function() return owner(0) ~= nil end, 20, "queue 0 locked")
+    helpers.wait_until(function() return lock_owner(db, GROUP, TOPIC, 0) ~= nil end, 20,
+      "queue 0 locked")
     h.wait_for("IpLockRevoke@[^ ]*#0: assigned", "queue 0 assigned")
     assert.truthy(lib.rmq_devbroker_count(db, cons.ALL, LOCK) >= 3)
-    pcall(helpers.wait_until, function() return owner() == nil end, 10, "the lock given back")
-    local held = owner()
-    assert.is_nil(held, "queue 1's broker lock is still held by " .. tostring(held) ..
-      " after its revocation:\n" .. h.out())
+    assert_lock_given_back(db, GROUP, TOPIC, h)
     local rc = h.stop()
     no_sanitizer_report(h.out())
     assert.are.equal(0, rc, h.out())
@@ -314,19 +329,7 @@ describe("consumer engine interplay", function()
     local slow = "slow"
     assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, slow, #slow) >= 0)
     local out, go = dir .. "/out.txt", dir .. "/go"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
-      orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
-      handler = string.format([[
-    rec("start " .. msgs[1].body)
-    if msgs[1].body == "slow" then
-      while true do
-        local f = io.open(%q)
-        if f then f:close() break end
-        sleep_ms(50)
-      end
-    end
-    rec("end " .. msgs[1].body)
-    ]], go) })
+    local script = gated_orderly(dir, ns, GROUP, TOPIC, out, go)
     local h = run(script, dir .. "/run.log")
     helpers.defer(function()
       lib.rmq_devbroker_clear_errors(db)
@@ -349,17 +352,9 @@ describe("consumer engine interplay", function()
       "queue 1's lock asked for again")
     join_group(db, GROUP, TOPIC)
     h.wait_for("IpRelockRevoke@[^ ]*#1: revoked", "queue 1 revoked")
-    local buf = ffi.new("char[256]")
-    local function owner()
-      local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, 1, buf, 256)
-      return n >= 0 and ffi.string(buf, n) or nil
-    end
     -- The delayed request is answered (the lock granted), then given back.
     helpers.sleep(1.5 * helpers.scale)
-    pcall(helpers.wait_until, function() return owner() == nil end, 10, "the lock given back")
-    local held = owner()
-    assert.is_nil(held, "queue 1's broker lock is still held by " .. tostring(held) ..
-      " after its revocation:\n" .. h.out())
+    assert_lock_given_back(db, GROUP, TOPIC, h)
     local rc = h.stop()
     no_sanitizer_report(h.out())
     assert.are.equal(0, rc, h.out())
@@ -389,17 +384,9 @@ describe("consumer engine interplay", function()
       "the periodic lock round")
     join_group(db, GROUP, TOPIC)
     h.wait_for("IpLockAll@[^ ]*#1: revoked", "queue 1 revoked")
-    local buf = ffi.new("char[256]")
-    local function owner()
-      local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, 1, buf, 256)
-      return n >= 0 and ffi.string(buf, n) or nil
-    end
     -- The delayed round is answered (queue 1's lock granted again), then given back.
     helpers.sleep(1.5 * helpers.scale)
-    pcall(helpers.wait_until, function() return owner() == nil end, 10, "the lock given back")
-    local held = owner()
-    assert.is_nil(held, "queue 1's broker lock is still held by " .. tostring(held) ..
-      " after its revocation:\n" .. h.out())
+    assert_lock_given_back(db, GROUP, TOPIC, h)
     local rc = h.stop()
     no_sanitizer_report(h.out())
     assert.are.equal(0, rc, h.out())
