@@ -1164,6 +1164,28 @@ RMQ_EXPORT int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code
     return n;
 }
 
+static void count_conn(rmq_conn_t *conn, void *ud)
+{
+    (void)conn;
+    (*(int *)ud)++;
+}
+
+static void op_connections(rmq_devbroker_t *db, void *arg)
+{
+    int *n = arg;
+    if (db->ns.t) rmq__remoting_foreach_conn(db->ns.t, count_conn, n);
+    for (int i = 0; i < db->n_brokers; i++)
+        if (db->brokers[i] && db->brokers[i]->node.t)
+            rmq__remoting_foreach_conn(db->brokers[i]->node.t, count_conn, n);
+}
+
+RMQ_EXPORT int rmq_devbroker_connections(rmq_devbroker_t *db)
+{
+    int n = 0;
+    rmq__db_run_sync(db, op_connections, &n);
+    return n;
+}
+
 RMQ_EXPORT int rmq_devbroker_wait(rmq_devbroker_t *db, int target, int req_code, int n,
                                   int timeout_ms)
 {

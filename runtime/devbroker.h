@@ -151,6 +151,13 @@ RMQ_EXPORT int rmq_devbroker_wait(rmq_devbroker_t *db, int target, int req_code,
                                   int timeout_ms);
 RMQ_EXPORT void rmq_devbroker_reset_counts(rmq_devbroker_t *db);
 /*
+ * Connections open at the name server and the brokers (those clients made; the slaves' not
+ * counted), as the broker thread sees them: a client that exited is counted until the broker
+ * has read what it sent last and its close. Wait for 0 before rmq_devbroker_reset_counts() so
+ * that a finished client's last requests are not recorded after the reset.
+ */
+RMQ_EXPORT int rmq_devbroker_connections(rmq_devbroker_t *db);
+/*
  * extField `key` of the idx-th (0-based; negative counts from the last) recorded request with
  * target/req_code, copied into buf. Only the last 10000 requests are kept (counts are exact).
  * Returns the value length, or -1 when there is no such request or field.

@@ -22,6 +22,7 @@ int rmq_devbroker_set_latency(rmq_devbroker_t *db, int target, int req_code, int
 int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code);
 int rmq_devbroker_wait(rmq_devbroker_t *db, int target, int req_code, int n, int timeout_ms);
 void rmq_devbroker_reset_counts(rmq_devbroker_t *db);
+int rmq_devbroker_connections(rmq_devbroker_t *db);
 int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
                               const char *key, char *buf, size_t size);
 int rmq_devbroker_request_body(rmq_devbroker_t *db, int target, int req_code, int idx,
