@@ -55,6 +55,8 @@ typedef struct rmq_devbroker rmq_devbroker_t;
 
 /* The error "code" that makes the target close the connection instead of answering. */
 #define RMQ_DEVBROKER_DISCONNECT (-1)
+/* --fault only: the request is swallowed and never answered. */
+#define RMQ_DEVBROKER_DROP (-2)
 
 typedef struct rmq_devbroker_opts {
     const char *listen;        /* name server host:port; NULL = "127.0.0.1:0" (in-process) */
@@ -73,6 +75,8 @@ typedef struct rmq_devbroker_opts {
     const char *store_dir;     /* NULL = memory only; else append-only files (devbroker_file.c) */
     int slaves;                /* slaves per broker, broker ids 1..slaves (devbroker_slave.c) */
     int enable_property_filter; /* serve SQL92 subscriptions (devbroker_filter.c); 0 = refuse */
+    const char *const *faults; /* "CODE:RATE:KIND" random faults (devbroker_fault.c) */
+    int n_faults;
     /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */
     int log_level;
     const char *log_debug; /* debug categories ("remoting,broker") or NULL */
@@ -87,7 +91,8 @@ typedef struct rmq_devbroker_opts {
 
 /*
  * Parse command-line style options (the flags of `rmqlua broker`, argv[0] excluded) into opts.
- * Strings in opts point into argv; topics into a table the caller frees with free(opts->topics).
+ * Strings in opts point into argv; topics and faults into one table the caller frees with
+ * free(opts->topics).
  * Returns 0, 1 when --help was given (nothing else parsed), or RMQ_ERR_CONFIG naming the bad
  * option in errstr.
  */
