@@ -1157,6 +1157,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     pl.ud = c;
     pl.consumer_group = cf->consumer_group;
     pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(cf);
+    pl.lua_memory_limit_kb = (int64_t)cf->lua_memory_limit_mb * 1024;
     pl.begin = rmq__consume_begin;
     pl.shdicts = c->shdicts;
     pl.flow = c->flow;
