@@ -207,6 +207,7 @@ typedef struct db_broker {
     struct db_subgroups *subgroups; /* subscription group configs (devbroker_group.c) */
     struct db_admin *admin;         /* producers, deleted topics (devbroker_admin.c) */
     int64_t boot_ms;                /* wall clock at start (bootTimestamp) */
+    int64_t suggest_id;             /* suggestWhichBrokerId of pull responses (devbroker_inject.c) */
 } db_broker_t;
 
 /* A broker registered by another process (REGISTER_BROKER). */
