@@ -76,6 +76,71 @@ local function dup_check(files, intervals)
   return outside, example
 end
 
+-- The same bound where queues change hands between members: a duplicate is fine when the
+-- earlier delivery happened at most window_ms before another member first consumed from that
+-- queue after it (the hand-over: the new owner starts from the last offset committed before it).
+-- Returns the number of duplicates outside and an example.
+local function dup_handover_check(files, window_ms)
+  local t1 = L.tally()
+  for _, f in ipairs(files) do t1:add_file(f) end
+  t1:poll()
+  local dup = {}
+  for id, n in pairs(t1.ok) do if n > 1 then dup[id] = {} end end
+  local per_q, labels, nl = {}, {}, 0 -- queue -> {ms, label#, ms, label#, ...}
+  local t2 = L.tally(function(r)
+    if r.st ~= "k" then return end
+    local q = r.broker .. ":" .. r.qid .. ":" .. r.store
+    local li = labels[r.label]
+    if not li then nl = nl + 1; labels[r.label] = nl; li = nl end
+    local a = per_q[q]
+    if not a then a = {}; per_q[q] = a end
+    a[#a + 1] = r.ms
+    a[#a + 1] = li
+    local d = dup[r.id]
+    if d then d[#d + 1] = {ms = r.ms, li = li, q = q} end
+  end)
+  for _, f in ipairs(files) do t2:add_file(f) end
+  t2:poll()
+  -- Sort each queue's deliveries by time (pairs of numbers).
+  for q, a in pairs(per_q) do
+    local idx = {}
+    for k = 1, #a, 2 do idx[#idx + 1] = k end
+    table.sort(idx, function(x, y) return a[x] < a[y] end)
+    local sorted = {}
+    for _, k in ipairs(idx) do sorted[#sorted + 1] = a[k]; sorted[#sorted + 1] = a[k + 1] end
+    per_q[q] = sorted
+  end
+  -- The first delivery on q by another member than li after ms (a binary search, then a walk).
+  local function handover(q, ms, li)
+    local a = per_q[q]
+    local lo, hi = 1, #a / 2
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if a[2 * mid - 1] <= ms then lo = mid + 1 else hi = mid end
+    end
+    for k = lo, #a / 2 do
+      if a[2 * k - 1] > ms and a[2 * k] ~= li then return a[2 * k - 1] end
+    end
+  end
+  local outside, example = 0, nil
+  for id, ds in pairs(dup) do
+    table.sort(ds, function(x, y) return x.ms < y.ms end)
+    for k = 2, #ds do
+      local prev = ds[k - 1]
+      local h = handover(prev.q, prev.ms, prev.li)
+      if not h or h - prev.ms > window_ms then
+        outside = outside + 1
+        example = example or string.format("%s consumed at %d, again %.1f s later; the queue changed hands %s",
+          id, prev.ms, (ds[k].ms - prev.ms) / 1000, h and string.format("%.1f s after", (h - prev.ms) / 1000) or "never")
+      end
+    end
+  end
+  return outside, example
+end
+
+-- (for a look at kept record files: luajit -e 'require("scenarios").checks...')
+S.checks = {dup_check = dup_check, dup_handover_check = dup_handover_check}
+
 -- Record files of a scenario's consumers, in the order they started.
 local function rec_files(ctx)
   local out = {}
@@ -327,10 +392,8 @@ S[5] = {title = "rebalance churn (5 members)", run = function(ctx, o)
   local producer = ctx:paced({ns = b.ns, topic = topic, rate = rate,
                               secs = churn_s + settle_s + observe_s, prefix = "e"})
   local members, n = {}, 0
-  local events = {}
   local function start()
     n = n + 1
-    events[#events + 1] = L.now_ms()
     local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "m" .. n, sleep_ms = 2})
     members[#members + 1] = c
   end
@@ -342,7 +405,6 @@ S[5] = {title = "rebalance churn (5 members)", run = function(ctx, o)
     if (#members > 2 and math.random() < 0.5) or #members >= 7 then
       local i = math.random(#members)
       local c = table.remove(members, i)
-      events[#events + 1] = L.now_ms()
       if math.random() < 0.5 then
         c:kill9()
         kills = kills + 1
@@ -393,10 +455,8 @@ S[5] = {title = "rebalance churn (5 members)", run = function(ctx, o)
   ctx:count()
   -- A member killed loses what it consumed since its last persist; a queue changing hands may
   -- be queried by its new owner before the old one's last commit arrived.
-  local iv = {}
-  for _, e in ipairs(events) do iv[#iv + 1] = {e - PERSIST_MS - WINDOW_SLACK_MS, e + 5000} end
-  local outside, ex = dup_check(rec_files(ctx), iv)
-  ctx:check(outside == 0, "duplicates only of what was consumed in the persist window around a membership change: %d outside%s",
+  local outside, ex = dup_handover_check(rec_files(ctx), PERSIST_MS + WINDOW_SLACK_MS)
+  ctx:check(outside == 0, "duplicates only of what was consumed in the persist window before its queue changed hands: %d outside%s",
     outside, ex and (", e.g. " .. ex) or "")
 end}
 
@@ -776,8 +836,11 @@ S[13] = {title = "bad scripts (error/loop/alloc)", background = true, run = func
   local MAX = 1
   local ce = ctx:consumer({ns = b.ns, group = ctx:group("e"), topic = ctx:topic("e"), label = "error",
                            mode = "error", set = {max_reconsume_times = MAX}})
+  -- The looping handler's thread is abandoned at stop, and what it holds (its batch's pulled
+  -- frame) is leaked on purpose (consume_pool.c): no leak check for that process under ASan.
   local cl = ctx:consumer({ns = b.ns, group = ctx:group("l"), topic = ctx:topic("l"), label = "loop",
-                           mode = "loop", key = 3, set = {consume_timeout = 1}})
+                           mode = "loop", key = 3, set = {consume_timeout = 1},
+                           env = {ASAN_OPTIONS = "detect_leaks=0"}})
   local ca = ctx:consumer({ns = b.ns, group = ctx:group("a"), topic = ctx:topic("a"), label = "alloc",
                            mode = "alloc", key = 3, set = {lua_memory_limit_mb = 64}})
   local ok = {}
