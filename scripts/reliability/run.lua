@@ -76,14 +76,14 @@ end)
 
 local function run_one(id)
   local sc = S[id]
-  local ctx = Ctx.new(id, sc.title)
+  local ctx = Ctx.new(id, opts.long and sc.long_title or sc.title)
   rows[id] = ctx
   if L.namesrv and sc.dev then
     ctx.skip = "needs the development broker (not run with --namesrv)"
     return
   end
   active[ctx] = true
-  ctx:log("%s: start", sc.title)
+  ctx:log("%s: start", ctx.title)
   local ok, err = xpcall(sc.run, debug.traceback, ctx, {long = opts.long, secs = opts.minutes * 60,
                                                         rate = opts.rate})
   if not ok then
@@ -97,7 +97,7 @@ local function run_one(id)
   if not fok then ctx.error = (ctx.error or "") .. "\n" .. tostring(ferr) end
   active[ctx] = nil
   ctx.duration = L.mono() - ctx.started
-  ctx:log("%s: done in %.0f s", sc.title, ctx.duration)
+  ctx:log("%s: done in %.0f s", ctx.title, ctx.duration)
 end
 
 local foreground, background = {}, {}
@@ -146,7 +146,7 @@ for _, id in ipairs(ids) do
     end
   end
   local function cell(v) return ctx.skip and "-" or L.num(v) end
-  add(string.format("| %d. %s | %s | %s | %s | %s | %s | %s | %s | %s |", id, S[id].title,
+  add(string.format("| %d. %s | %s | %s | %s | %s | %s | %s | %s | %s |", id, ctx.title,
     cell(r.produced), cell(r.consumed), cell(r.missing), cell(r.dups),
     ctx.skip and "-" or L.num(r.dlq), cell(r.crashes),
     (ctx.skip or r.rss_kb == 0) and "-" or string.format("%.1f MB", r.rss_kb / 1024), result))
@@ -169,7 +169,7 @@ for _, id in ipairs(ids) do
   end
   for _, n in ipairs(ctx.notes) do parts[#parts + 1] = "note " .. n end
   if #ctx.rss_series > 0 then parts[#parts + 1] = "RSS over time: " .. table.concat(ctx.rss_series, ", ") end
-  io.stdout:write(string.format("%d. %s (%.0f s)\n", id, S[id].title, ctx.duration or 0))
+  io.stdout:write(string.format("%d. %s (%.0f s)\n", id, ctx.title, ctx.duration or 0))
   for _, p in ipairs(parts) do io.stdout:write("   ", (p:gsub("\n", "\n     ")), "\n") end
 end
 io.stdout:write(string.format("\n%d of %d scenario(s) failed; %.0f s in all\n", failed, #ids, total))

@@ -153,7 +153,7 @@ end
 local PERSIST_MS = 5000 -- persist_consumer_offset_interval (default)
 local WINDOW_SLACK_MS = 2000 -- a slow batch in flight, the oneway commit, scheduling
 
-S[1] = {title = "consumer kill -9 ×10", run = function(ctx, o)
+S[1] = {title = "consumer kill -9 ×10", long_title = "consumer kill -9 every 3-8 s", run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local b = cluster(ctx, topic, 8)
   local N = o.long and 0 or 20000
@@ -178,8 +178,8 @@ S[1] = {title = "consumer kill -9 ×10", run = function(ctx, o)
       return L.exists(c.rec) and #L.read(c.rec) > 0
     end, 60, label .. "'s first delivery")
     L.sleep(3 + math.random() * 5)
-    ends[label] = L.now_ms()
     c:kill9()
+    ends[label] = L.now_ms() -- once it is gone: no delivery of that run comes after
     L.sleep(0.3)
     committed[k] = assert(L.offsets(b.ns, topic, "committed", group))
     ctx:log("kill %d: consumer %s killed, %d distinct consumed so far", k, label,
@@ -240,7 +240,7 @@ local function split_cluster(ctx, topic, queues, broker_args)
   return nsb, b
 end
 
-S[2] = {title = "broker kill -9 + restart", dev = true, run = function(ctx, o)
+S[2] = {title = "broker kill -9 + restart", long_title = "broker kill -9 every 1-2 min", dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local store = ctx.dir .. "/store"
   local _, b = split_cluster(ctx, topic, 8, "--store " .. L.shq(store))
@@ -261,6 +261,7 @@ S[2] = {title = "broker kill -9 + restart", dev = true, run = function(ctx, o)
       return ctx.tally.nrec >= (o.long and 1 or 4000) * (restarts + 1)
     end, 120, "consumption before the broker kill")
     if o.long then L.sleep(60 + math.random() * 60) end
+    ctx.tally:poll()
     local killed_at = L.now_ms()
     b.proc:kill9()
     ctx:log("broker killed (-9) at %d records", ctx.tally.nrec)
@@ -293,7 +294,7 @@ end}
 
 -- ---- 3. broker freeze ---------------------------------------------------------------------------
 
-S[3] = {title = "broker SIGSTOP 40 s", dev = true, run = function(ctx, o)
+S[3] = {title = "broker SIGSTOP 40 s", long_title = "broker SIGSTOP 40 s every 1-2 min", dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local _, b = split_cluster(ctx, topic, 8)
   local producer
@@ -311,6 +312,7 @@ S[3] = {title = "broker SIGSTOP 40 s", dev = true, run = function(ctx, o)
       return ctx.tally.nrec >= 4000 * (freezes + 1)
     end, 120, "consumption before the freeze")
     if o.long then L.sleep(60 + math.random() * 60) end
+    ctx.tally:poll()
     b.proc:signal(19) -- SIGSTOP: sockets stay open, nothing answers
     local frozen_at = ctx.tally.nrec
     ctx:log("broker frozen (SIGSTOP) at %d records", frozen_at)
@@ -347,7 +349,7 @@ end}
 
 -- ---- 4. connection resets -----------------------------------------------------------------------
 
-S[4] = {title = "connection resets (200k)", dev = true, run = function(ctx, o)
+S[4] = {title = "connection resets (200k)", long_title = "connection resets", dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   -- A reset closes the connection with every request in flight on it, and the broker forgets
   -- the consumer's channel until its next heartbeat (as a 4.9.4 broker does): pulls then fail
@@ -691,12 +693,14 @@ S[10] = {title = "sparse tags (1 per 100k, 2M)", run = function(ctx, o)
                            set = {consume_thread_min = 2, consume_thread_max = 2}})
   local per = {concurrent = {}, orderly = {}}
   ctx.tally.hook = function(r) if r.st == "k" then per[r.label][r.id] = true end end
+  -- The baseline: each consumer's RSS once it consumed its first match (started, states
+  -- loaded, pulling across the gaps).
   local base = {}
   L.wait_for(function()
     ctx.tally:poll()
     for _, c in ipairs({cc, co}) do
       local _, rss = c:mem()
-      if not base[c] and rss > 0 then base[c] = rss end
+      if not base[c] and rss > 0 and next(per[c.label]) then base[c] = rss end
     end
     local a, b2 = 0, 0
     for _ in pairs(per.concurrent) do a = a + 1 end
@@ -706,7 +710,7 @@ S[10] = {title = "sparse tags (1 per 100k, 2M)", run = function(ctx, o)
   for _, c in ipairs({cc, co}) do c:stop() end
   for _, c in ipairs({cc, co}) do
     local grow = (c.hwm_kb - (base[c] or c.hwm_kb)) / 1024
-    ctx:note("%s: peak RSS %.1f MB (%.1f MB above the RSS at start)", c.label, c.hwm_kb / 1024, grow)
+    ctx:note("%s: peak RSS %.1f MB (%.1f MB above the RSS at its first match)", c.label, c.hwm_kb / 1024, grow)
     if not L.asan then
       ctx:check(grow <= 8, "%s: RSS flat over a %s-offset span (+%.1f MB <= 8 MB)", c.label,
         L.num(GAP * MATCHES), grow)
