@@ -62,6 +62,46 @@ describe("consumer: lua_memory_limit_mb", function()
     assert.truthy(text:find("anew.-state init 1.-state shutdown"), text)
   end)
 
+  it("takes effect in the states a reload (SIGHUP) makes", function()
+    local dir = helpers.tmpdir("mem")
+    local group, topic = "g_mem_reload", "MemReload"
+    assert(lib.rmq_devbroker_create_topic(db, 0, topic, 1) == 0)
+    local out = dir .. "/out.txt"
+    -- Version 2 sets the limit; its handler allocates 256 MiB for "big" (then returns, so
+    -- without the limit that message would simply be consumed once).
+    local function version(v, limit)
+      local path = cons.script(dir, {name = "v" .. v, group = group, ns = ns, topic = topic,
+        out = out, extra = string.format("consume_thread_min = 1, consume_thread_max = 1, "
+          .. "lua_memory_limit_mb = %d,", limit),
+        body = [[
+    local m = msgs[1]
+    if m.body == "big" and m.reconsume_times == 0 then
+      local t = {}
+      for i = 1, 4096 do t[i] = string.rep("x", 65536) .. i end
+    end]]})
+      return path
+    end
+    local script = dir .. "/consumer.lua"
+    assert(os.rename(version(1, 0), script))
+    local log = dir .. "/run.log"
+    local pid = cons.spawn(script, log)
+    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, "first", 5) >= 0)
+    helpers.wait_until(function() return cons.count_lines(out) >= 1 end, 30, "first consumed")
+    assert(os.rename(version(2, 16), script))
+    os.execute("kill -HUP " .. pid)
+    helpers.wait_until(function() return cons.read(log):find("reloaded", 1, true) end, 30,
+      "the reload (log " .. log .. ")")
+    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, "big", 3) >= 0)
+    helpers.wait_until(function()
+      for _, r in ipairs(cons.records(out)) do
+        if r.body == "big" and r.rt == 1 then return true end
+      end
+    end, 60, "big consumed again after the limit failed it (log " .. log .. ")")
+    assert.truthy(cons.read(log):find("went past lua_memory_limit_mb 16", 1, true))
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log))
+  end)
+
   it("refuses to start when a state is over the limit once the script is loaded", function()
     local dir = helpers.tmpdir("mem")
     local script = cons.script(dir, {group = "g_mem2", ns = ns, topic = TOPIC,
@@ -72,6 +112,7 @@ describe("consumer: lua_memory_limit_mb", function()
     local rc, out = helpers.run(helpers.bin .. " run " .. helpers.shq(script))
     assert.is_not.equal(0, rc)
     assert.truthy(out:find("not under lua_memory_limit_mb 2", 1, true), out)
+    assert.truthy(out:find("init ran", 1, true), out)
   end)
 
   it("is checked like any option: 0..1048576", function()
