@@ -221,18 +221,21 @@ function Ctx:finish()
       end
     end
   end
+  -- Every process counts, producers included (their exit code 1 says some sends failed, as
+  -- during a broker outage; a signal or a sanitizer report in their log is a crash).
   local crashes = {}
   for _, p in ipairs(self.procs) do
-    if p.kind ~= "producer" then
-      local why = p:crash()
-      if why then crashes[#crashes + 1] = why end
-    end
+    local why = p:crash()
+    if why then crashes[#crashes + 1] = why end
   end
   self.row.crashes = #crashes
   for _, why in ipairs(crashes) do self:check(false, "no crash: %s", why) end
   if self.tally then
     self.tally:poll()
-    if self.tally.bad > 0 then self:note("%d unreadable record line(s) ignored (cut by kill -9 in the middle of a write)", self.tally.bad) end
+    if self.tally.bad > 0 then
+      self:note("%d unreadable record line(s) ignored (cut by kill -9 in the middle of a write, "
+        .. "or a garbled message's fields)", self.tally.bad)
+    end
   end
   local peak = 0
   for _, p in ipairs(self.procs) do
@@ -251,7 +254,8 @@ function Ctx:count(no_check)
   self.row.missing = c.missing
   self.row.dups = c.dups
   if c.extra > 0 then
-    self:note("%d consumed msgId(s) the producer never had acknowledged (stored, answer lost)", c.extra)
+    self:note("%d consumed msgId(s) the producer never had acknowledged (stored, answer lost; "
+      .. "or a fake broker's messages)", c.extra)
   end
   if no_check then return c end
   self:check(c.missing == 0, "nothing missing (missing %d%s)", c.missing,

@@ -355,8 +355,8 @@ S[4] = {title = "connection resets (200k)", long_title = "connection resets", de
   -- the consumer's channel until its next heartbeat (as a 4.9.4 broker does): pulls then fail
   -- with SUBSCRIPTION_NOT_EXIST. Heartbeats every 5 s (not 30) keep each pause short; commits
   -- every second (not 5) put more of them in the way of a reset.
-  local faults = "--fault PULL_MESSAGE:0.001:disconnect --fault UPDATE_CONSUMER_OFFSET:0.02:disconnect " ..
-                 "--fault QUERY_CONSUMER_OFFSET:0.05:disconnect"
+  local faults = "--fault PULL_MESSAGE:0.004:disconnect --fault UPDATE_CONSUMER_OFFSET:0.05:disconnect " ..
+                 "--fault QUERY_CONSUMER_OFFSET:0.1:disconnect"
   local b = ctx:broker(string.format("--topic %s:8 %s --log-level info", topic, faults))
   local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c",
                           set = {persist_consumer_offset_interval = 1000, heartbeat_broker_interval = 5000}})
