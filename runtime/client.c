@@ -130,9 +130,11 @@ const char *rmq__c_sub_addr(rmq_consumer_t *c, const char *broker_name, int64_t 
         if (rt[i]) bd = rmq__route_broker(rt[i], broker_name);
     *slave = 0;
     if (!bd || bd->n_addrs == 0) return NULL;
+    /* MQClientInstance.findBrokerAddressInSubscribe: the id, else id + 1 for a slave id (Java's
+     * long wraps past Long.MAX_VALUE, where no broker is: nothing to look for then). */
     for (int k = 0; k < 2; k++) {
+        if (k == 1 && (id == 0 || id == INT64_MAX)) break;
         int64_t want = k == 0 ? id : id + 1;
-        if (k == 1 && id == 0) break;
         for (int j = 0; j < bd->n_addrs; j++)
             if (bd->addrs[j].id == want) {
                 *slave = want != 0;
@@ -1157,6 +1159,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     pl.ud = c;
     pl.consumer_group = cf->consumer_group;
     pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(cf);
+    pl.lua_memory_limit_kb = (int64_t)cf->lua_memory_limit_mb * 1024;
     pl.begin = rmq__consume_begin;
     pl.shdicts = c->shdicts;
     pl.flow = c->flow;

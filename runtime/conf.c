@@ -291,6 +291,12 @@ static const rmq_conf_prop_t props[] = {
     {"consume_timeout_millis", NULL, RMQ_CONF_INT64, OFF(consume_timeout_millis), "0", 0,
      INT64_MAX, "0 (use consume_timeout) or >= 1", NULL, NULL, 0,
      "The consume timeout in ms, replacing consume_timeout's minutes when set (> 0)."},
+    {"lua_memory_limit_mb", NULL, RMQ_CONF_INT, OFF(lua_memory_limit_mb), "0", 0, 1048576,
+     "0 (none) or 1..1048576", NULL, NULL, 0,
+     "MiB one consume thread's Lua state may hold, garbage not yet collected included (0 = no "
+     "limit). While a handler runs, an allocation past it fails (\"not enough memory\"): that "
+     "batch fails and comes back later, and the thread's state is made anew (init runs, then the "
+     "old state's shutdown). The process is not stopped."},
     {"await_termination_millis_when_shutdown", "awaitTerminationMillisWhenShutdown", RMQ_CONF_INT64,
      OFF(await_termination_millis_when_shutdown), "0", 0, INT64_MAX, NULL, NULL, NULL, 0,
      "Shutdown: wait this long for running handlers, ms (0 = do not wait)."},

@@ -120,6 +120,7 @@ typedef struct rmq_conf {
     int64_t suspend_current_queue_time_millis;      /* 1000 */
     int64_t consume_timeout;                        /* 15 minutes */
     int64_t consume_timeout_millis;                 /* 0 = consume_timeout (rmqlua's own) */
+    int lua_memory_limit_mb;                        /* 0 = none (rmqlua's own) */
     int64_t await_termination_millis_when_shutdown; /* 0 */
     /* ClientConfig */
     char *namesrv_addr;                           /* default: env NAMESRV_ADDR, else NULL */

@@ -326,7 +326,7 @@ static void commit(rmq_qent_t *q, rmq_msg_t **msgs, int n)
     if (n <= 0) return;
     int64_t last = msgs[n - 1]->queue_offset;
     rmq__pq_remove(&q->pq, msgs, n);
-    if (q->pq.state != RMQ_PQ_DROPPED) rmq__offset_update(q, last + 1, 0);
+    if (q->pq.state != RMQ_PQ_DROPPED) rmq__offset_update(q, rmq__offset_after(last), 0);
     for (int i = 0; i < n; i++) rmq__msg_release(msgs[i]);
 }
 

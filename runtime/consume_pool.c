@@ -21,6 +21,7 @@
 #include "consume_pool.h"
 
 #include "log.h"
+#include "lua_memlimit.h"
 #include "lua_state.h"
 
 #include <lauxlib.h>
@@ -89,6 +90,7 @@ typedef struct cthread {
                          * counted in p->waking) */
     int64_t lua_bytes;  /* its Lua heap (relaxed atomic: any thread reads) */
     unsigned since_note;/* batches since lua_bytes was last noted */
+    rmq_memlimit_t ml;  /* lua_memory_limit_mb on L (lua_memlimit.h) when ml.limit > 0 */
 } cthread_t;
 
 struct rmq_pool {
@@ -320,7 +322,9 @@ static void run_batch(cthread_t *t, rmq_batch_t *b)
     }
     *t->slot = b;
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref_dispatch);
+    rmq__memlimit_arm(&t->ml, 1); /* only inside this pcall does the limit refuse */
     int rc = lua_pcall(L, 0, 2, 1); /* index 1: batch_traceback */
+    rmq__memlimit_arm(&t->ml, 0);
     *t->slot = NULL;
     int failed = 0;
     if (rc) {
@@ -420,6 +424,77 @@ static int run_init(cthread_t *t, char *err, size_t errsz)
     return 0;
 }
 
+/* lua_memory_limit_mb on the thread's state, once its init ran: 0, or RMQ_ERR_LUA when the
+ * state is not under the limit even then (nothing installed). */
+static int limit_memory(cthread_t *t, char *err, size_t errsz)
+{
+    rmq_pool_t *p = t->p;
+    if (p->o.lua_memory_limit_kb <= 0) return 0;
+    lua_gc(t->L, LUA_GCCOLLECT, 0);
+    int64_t used = lua_gc(t->L, LUA_GCCOUNT, 0);
+    if (used >= p->o.lua_memory_limit_kb) {
+        rmq__seterr(err, errsz,
+                    "the Lua state of consume thread %d holds %lld KiB once %s is loaded and its "
+                    "init ran: not under lua_memory_limit_mb %lld",
+                    t->index + 1, (long long)used, p->script_path,
+                    (long long)(p->o.lua_memory_limit_kb / 1024));
+        return RMQ_ERR_LUA;
+    }
+    rmq__memlimit_install(t->L, &t->ml, (size_t)p->o.lua_memory_limit_kb * 1024);
+    return 0;
+}
+
+/*
+ * lua_memory_limit_mb, after a batch (consume thread): the batch during which the limit refused
+ * an allocation fails even if its handler caught the error, and the thread's state is made
+ * anew. The new state is made first (its init runs), then the old one's shutdown hook runs and
+ * it is closed; if no new state can be made, the old one is kept.
+ */
+static void check_memory(cthread_t *t, rmq_batch_t *b)
+{
+    size_t tripped = t->ml.tripped;
+    if (!tripped) return;
+    if (b->status != RMQ_CONSUME_SKIPPED && !b->handler_error) {
+        rmq__pool_batch_release(b);
+        b->status = b->orderly ? RMQ_CONSUME_SUSPEND : RMQ_CONSUME_RECONSUME_LATER;
+        b->ack_count = 0;
+        b->handler_error = 1;
+    }
+    rmq_log_error("lua",
+                  "thread %d: the handler went past lua_memory_limit_mb %zu (an allocation was "
+                  "refused at %zu MiB): the batch fails and comes back later; making the "
+                  "thread's Lua state anew",
+                  t->index + 1, t->ml.limit >> 20, tripped >> 20);
+    lua_State *old = t->L;
+    int ref_shutdown = t->ref_shutdown, ref_dispatch = t->ref_dispatch, ref_init = t->ref_init;
+    int inited = t->inited;
+    rmq_batch_t **slot = t->slot;
+    size_t limit = t->ml.limit;
+    char err[1024];
+    rmq__memlimit_uninstall(old, &t->ml); /* the old state frees through its own allocator */
+    t->L = NULL;
+    int rc = load_state(t, err, sizeof(err));
+    if (!rc) rc = run_init(t, err, sizeof(err));
+    if (!rc) rc = limit_memory(t, err, sizeof(err));
+    if (rc) {
+        rmq_log_error("lua", "thread %d: no new Lua state (%s): keeping the old one",
+                      t->index + 1, err);
+        if (t->L) lua_close(t->L);
+        t->L = old, t->slot = slot, t->inited = inited;
+        t->ref_shutdown = ref_shutdown, t->ref_dispatch = ref_dispatch, t->ref_init = ref_init;
+        lua_gc(old, LUA_GCCOLLECT, 0);
+        rmq__memlimit_install(old, &t->ml, limit);
+        return;
+    }
+    if (inited) {
+        lua_rawgeti(old, LUA_REGISTRYINDEX, ref_shutdown);
+        if (rmq__lua_pcall(old, 0, 0, err, sizeof(err)))
+            rmq_log_error("lua", "thread %d: shutdown hook of the old state failed: %s",
+                          t->index + 1, err);
+    }
+    lua_close(old);
+}
+
 static void run_shutdown(cthread_t *t)
 {
     char err[2048];
@@ -447,6 +522,7 @@ static void thread_main(void *arg)
     self_thread = t;
     int rc = load_state(t, err, sizeof(err));
     if (!rc && !p->o.defer_init) rc = run_init(t, err, sizeof(err));
+    if (!rc && !p->o.defer_init) rc = limit_memory(t, err, sizeof(err));
 
     uv_mutex_lock(&p->mu);
     if (rc) {
@@ -468,6 +544,8 @@ static void thread_main(void *arg)
             uv_mutex_unlock(&p->mu);
             if (run_init(t, err, sizeof(err)))
                 rmq_log_error("lua", "%s; the thread runs the reloaded script without it", err);
+            else if (limit_memory(t, err, sizeof(err)))
+                rmq_log_error("lua", "%s; the thread runs without the limit", err);
             uv_mutex_lock(&p->mu);
         }
     }
@@ -502,6 +580,7 @@ static void thread_main(void *arg)
             run_batch(t, b);
             run.end_ns = (int64_t)uv_hrtime();
             if (++t->since_note == 64) note_lua_memory(t);
+            if (t->ml.limit) check_memory(t, b);
 
             uv_mutex_lock(&p->mu);
             if (t->abandoned) break; /* stop already returned its batch */

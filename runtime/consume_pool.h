@@ -61,6 +61,11 @@ typedef struct rmq_pool_opts {
      * handler_error = 1 and RECONSUME_LATER, or SUSPEND when orderly). 0 = the Java default
      * consumeTimeout, 15 minutes. See rmq__pool_start() for what cannot be interrupted. */
     int64_t consume_timeout_ms;
+    /* lua_memory_limit_mb in KiB (0 = none): a batch whose handler makes its state go past it
+     * fails (handler_error = 1, RECONSUME_LATER or SUSPEND), and that thread's state is made
+     * anew; a state over it once the script is loaded fails the start. lua_memlimit.h says
+     * when the limit is checked. */
+    int64_t lua_memory_limit_kb;
     rmq_pool_begin_cb begin; /* optional; its ud is ud */
     rmq_shdicts_t *shdicts; /* the consumer's shared dictionaries (rmq.shared); may be NULL */
     rmq_flow_t *flow;       /* where rmq.pause/resume/stop go; may be NULL */

@@ -69,6 +69,10 @@ static const char usage_text[] =
     "                            for their delay. The file is never trimmed. A broker given\n"
     "                            no port takes its port of the last run again, so offsetMsgIds\n"
     "                            (queryMsgById) stay valid; the key index is rebuilt at start.\n"
+    "  --fault CODE:RATE:KIND    make requests with CODE (number or name, e.g. PULL_MESSAGE)\n"
+    "                            fail at random with probability RATE (0..1): KIND disconnect\n"
+    "                            (close the connection), drop (never answer) or a response\n"
+    "                            code (number or name, e.g. SYSTEM_BUSY); repeatable\n"
     "  --help                    this text\n"
     "\n"
     "The Java mqadmin 4.9.4 (and the RocketMQ Dashboard) work against it: updateTopic,\n"
@@ -113,12 +117,13 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
 {
     memset(o, 0, sizeof(*o));
     o->log_level = -1;
-    const char **topics = NULL;
-    int nt = 0;
+    const char **topics = NULL, **faults = NULL;
+    int nt = 0, nf = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             free(topics);
+            free(faults);
             return 1;
         }
         if (strncmp(a, "--", 2) != 0) {
@@ -199,6 +204,12 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
                 goto bad;
             }
             o->lock_expire_ms = n;
+        } else if (!strcmp(a, "--fault")) {
+            if (rmq__db_fault_parse(v, NULL, NULL, NULL, errstr, errstr_size)) goto bad;
+            const char **nf2 = realloc(faults, sizeof(*faults) * (size_t)(nf + 1));
+            if (!nf2) goto nomem;
+            faults = nf2;
+            faults[nf++] = v;
         } else if (!strcmp(a, "--store")) {
             o->store_dir = v;
         } else if (!strcmp(a, "--acl")) {
@@ -245,6 +256,16 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
                     : o->tls_verify_client ? "--tls-verify-client" : "--tls-mode enforcing");
         goto bad;
     }
+    if (nf) { /* one table: topics, then faults (the caller frees opts->topics) */
+        const char **all = realloc(topics, sizeof(*topics) * (size_t)(nt + nf));
+        if (!all) goto nomem;
+        topics = all;
+        memcpy(topics + nt, faults, sizeof(*faults) * (size_t)nf);
+        free(faults);
+        faults = NULL;
+        o->faults = topics + nt;
+        o->n_faults = nf;
+    }
     o->topics = topics;
     o->n_topics = nt;
     return 0;
@@ -252,6 +273,7 @@ nomem:
     rmq__seterr(errstr, errstr_size, "out of memory");
 bad:
     free(topics);
+    free(faults);
     o->topics = NULL;
     return RMQ_ERR_CONFIG;
 }
@@ -437,6 +459,7 @@ static void gate(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
         }
         return;
     }
+    if (node->db->rfaults && rmq__db_fault_roll(node, conn, req)) return;
 
     int ms = 0;
     for (db_latency_t *l = node->latency; l; l = l->next)
@@ -700,6 +723,7 @@ static void db_free(rmq_devbroker_t *db)
         free(l);
     }
     rmq__db_ns_free(db);
+    rmq__db_faults_free(db);
     for (db_rec_t *r = db->recs, *n; r; r = n) {
         n = r->next;
         rec_free(r);
@@ -871,6 +895,8 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
         rc = rmq__db_slaves_start(db, o->slaves, errstr, errstr_size);
         if (rc) goto fail;
     }
+    rc = rmq__db_faults_init(db, o->faults, o->n_faults, errstr, errstr_size);
+    if (rc) goto fail;
     uv_timer_start(&db->scan_timer, on_scan, 1000, 1000);
     if (db->remote_ns) rmq__db_register_all(db);
     rc = uv_thread_create(&db->thread, thread_main, db);

@@ -55,6 +55,8 @@ typedef struct rmq_devbroker rmq_devbroker_t;
 
 /* The error "code" that makes the target close the connection instead of answering. */
 #define RMQ_DEVBROKER_DISCONNECT (-1)
+/* --fault only: the request is swallowed and never answered. */
+#define RMQ_DEVBROKER_DROP (-2)
 
 typedef struct rmq_devbroker_opts {
     const char *listen;        /* name server host:port; NULL = "127.0.0.1:0" (in-process) */
@@ -73,6 +75,8 @@ typedef struct rmq_devbroker_opts {
     const char *store_dir;     /* NULL = memory only; else append-only files (devbroker_file.c) */
     int slaves;                /* slaves per broker, broker ids 1..slaves (devbroker_slave.c) */
     int enable_property_filter; /* serve SQL92 subscriptions (devbroker_filter.c); 0 = refuse */
+    const char *const *faults; /* "CODE:RATE:KIND" random faults (devbroker_fault.c) */
+    int n_faults;
     /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */
     int log_level;
     const char *log_debug; /* debug categories ("remoting,broker") or NULL */
@@ -87,7 +91,8 @@ typedef struct rmq_devbroker_opts {
 
 /*
  * Parse command-line style options (the flags of `rmqlua broker`, argv[0] excluded) into opts.
- * Strings in opts point into argv; topics into a table the caller frees with free(opts->topics).
+ * Strings in opts point into argv; topics and faults into one table the caller frees with
+ * free(opts->topics).
  * Returns 0, 1 when --help was given (nothing else parsed), or RMQ_ERR_CONFIG naming the bad
  * option in errstr.
  */
@@ -199,6 +204,10 @@ RMQ_EXPORT int64_t rmq_devbroker_produce_props(rmq_devbroker_t *db, int broker, 
                                                int queue_id, const char *tags, const char *keys,
                                                const char *props, size_t props_len,
                                                const char *body, size_t body_len);
+/* The suggestWhichBrokerId that broker puts in its PULL_MESSAGE responses from now on (0 by
+ * default; a 4.9.4 broker suggests a slave's id to a consumer reading far behind). Any int64 is
+ * taken: what a client does with an id no broker has is what a test may want to see. */
+RMQ_EXPORT int rmq_devbroker_set_suggest(rmq_devbroker_t *db, int broker, int64_t broker_id);
 /* Max / min queue offset, or the committed offset of group (-1 when none); < -1 on errors. */
 RMQ_EXPORT int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic,
                                             int queue_id);

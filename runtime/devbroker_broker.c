@@ -738,7 +738,7 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
     rmq__cmd_init_response(&resp, req, code, status_name[status]);
     /* A long-polled request is answered by the hold service in the server's default type. */
     if (!allow_suspend) resp.serialize = RMQ_SERIALIZE_JSON;
-    rmq__cmd_set_ext_i64(&resp, "suggestWhichBrokerId", 0);
+    rmq__cmd_set_ext_i64(&resp, "suggestWhichBrokerId", b->suggest_id);
     rmq__cmd_set_ext_i64(&resp, "nextBeginOffset", next);
     rmq__cmd_set_ext_i64(&resp, "maxOffset", max);
     rmq__cmd_set_ext_i64(&resp, "minOffset", min);

@@ -1,8 +1,9 @@
 /*
  * devbroker_inject.c -- development broker controls that shape stored data for tests: gaps in a
  * queue's offsets (a queue whose messages a subscription filters lie billions of offsets apart;
- * its slaves get the same gap) and corrupted bytes in a stored message (what a consumer must
- * survive; only the named broker's copy).
+ * its slaves get the same gap), corrupted bytes in a stored message (what a consumer must
+ * survive; only the named broker's copy), and the suggestWhichBrokerId of a broker's pull
+ * responses.
  *
  * Ownership: the store's (devbroker_store.c); these only change what it holds.
  * Threads: the exported functions are called from any thread but the broker's; each posts its
@@ -77,5 +78,20 @@ RMQ_EXPORT int rmq_devbroker_corrupt(rmq_devbroker_t *db, int broker, const char
     inject_args_t a = {.broker = broker, .topic = topic, .queue_id = queue_id, .offset = offset,
                        .pos = pos, .mask = mask, .result = RMQ_ERR_SHUTDOWN};
     rmq__db_run_sync(db, op_corrupt, &a);
+    return (int)a.result;
+}
+
+static void op_suggest(rmq_devbroker_t *db, void *arg)
+{
+    inject_args_t *a = arg;
+    db->brokers[a->broker]->suggest_id = a->n;
+    a->result = 0;
+}
+
+RMQ_EXPORT int rmq_devbroker_set_suggest(rmq_devbroker_t *db, int broker, int64_t broker_id)
+{
+    if (broker < 0 || broker >= db->n_brokers) return RMQ_ERR_INVALID;
+    inject_args_t a = {.broker = broker, .n = broker_id, .result = RMQ_ERR_SHUTDOWN};
+    rmq__db_run_sync(db, op_suggest, &a);
     return (int)a.result;
 }

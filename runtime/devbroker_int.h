@@ -207,6 +207,7 @@ typedef struct db_broker {
     struct db_subgroups *subgroups; /* subscription group configs (devbroker_group.c) */
     struct db_admin *admin;         /* producers, deleted topics (devbroker_admin.c) */
     int64_t boot_ms;                /* wall clock at start (bootTimestamp) */
+    int64_t suggest_id;             /* suggestWhichBrokerId of pull responses (devbroker_inject.c) */
 } db_broker_t;
 
 /* A broker registered by another process (REGISTER_BROKER). */
@@ -273,7 +274,19 @@ struct rmq_devbroker {
     db_broker_t *brokers[RMQ_DEVBROKER_MAX_BROKERS];
     char ns_addr[80];
     int64_t last_register_ms;
+    struct db_rfault *rfaults; /* --fault rules (devbroker_fault.c) */
+    uint64_t rng;
 };
+
+/* devbroker_fault.c: --fault CODE:RATE:KIND. parse checks one spec (outputs may be NULL);
+ * init installs the rules at start; roll returns 1 when it handled req (the gate stops). */
+typedef struct db_rfault db_rfault_t;
+int rmq__db_fault_parse(const char *spec, int *req_code, double *rate, int *code, char *errstr,
+                        size_t errstr_size);
+int rmq__db_faults_init(rmq_devbroker_t *db, const char *const *specs, int n, char *errstr,
+                        size_t errstr_size);
+void rmq__db_faults_free(rmq_devbroker_t *db);
+int rmq__db_fault_roll(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req);
 
 /* devbroker_store.c */
 db_topic_t *rmq__db_topic_get(db_broker_t *b, const char *name);

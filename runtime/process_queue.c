@@ -229,7 +229,7 @@ int64_t rmq__pq_remove(rmq_pq_t *pq, rmq_msg_t *const *msgs, int n)
     }
     pq_tidy(pq);
     /* ProcessQueue.removeMessage: the first key, or queueOffsetMax + 1 when empty. */
-    if (pq->count == 0) return pq->queue_offset_max + 1;
+    if (pq->count == 0) return rmq__offset_after(pq->queue_offset_max);
     return pq->v[pq->head].off;
 }
 

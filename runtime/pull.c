@@ -189,12 +189,14 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp, int64_t min_off, int64_
         if (set->n > 0) last = set->msgs[set->n - 1].queue_offset;
         if (set->n_bad > 0 && set->bad[set->n_bad - 1].queue_offset > last)
             last = set->bad[set->n_bad - 1].queue_offset;
+        /* A broker's numbers are taken as they come (a queue offset of 2^63 - 1 too), but
+         * one past them must not overflow. */
         if (last >= pulled) {
-            after = last + 1;
+            after = rmq__offset_after(last);
             rmq_log_error("pull", "%s: pull body unreadable from byte %zu (%s); pulling again "
                           "from offset %" PRId64, q->name, set->lost_at, err, after);
         } else {
-            after = pulled + 1;
+            after = rmq__offset_after(pulled);
             rmq_log_error("pull", "%s: pull body unreadable from byte %zu (%s): offset %" PRId64
                           " skipped", q->name, set->lost_at, err, pulled);
         }

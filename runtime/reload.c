@@ -215,6 +215,7 @@ static void work(uv_work_t *w)
     pl.ud = c;
     pl.consumer_group = conf->consumer_group;
     pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(conf);
+    pl.lua_memory_limit_kb = (int64_t)conf->lua_memory_limit_mb * 1024;
     pl.begin = rmq__consume_begin;
     pl.ran = rmq__stats_ran;
     pl.abandoned = rmq__consume_abandoned;

@@ -190,8 +190,13 @@ void rmq__stats_batch_done(rmq_consumer_t *c, rmq_cbatch_t *cb)
     if (set && set->recv_ns) rmq__hist_observe(&t->await, r->start_ns - set->recv_ns);
     /* The handler's start on the wall clock, in ms like the store timestamps. */
     int64_t start_ms = (r->start_ns + c->stats.wall_minus_mono_ns) / MS_NS;
-    for (int i = 0; i < cb->b.n; i++)
-        rmq__hist_observe(&t->delivery, (start_ms - cb->msgs[i]->store_timestamp) * MS_NS);
+    for (int i = 0; i < cb->b.n; i++) {
+        /* A store timestamp is the broker's word: one before 1970 or after now counts as 0
+         * (the difference of any two int64 would overflow). */
+        int64_t ts = cb->msgs[i]->store_timestamp;
+        int64_t d = ts >= 0 && ts <= start_ms ? start_ms - ts : 0;
+        rmq__hist_observe(&t->delivery, d < INT64_MAX / MS_NS ? d * MS_NS : INT64_MAX);
+    }
 }
 
 /* ---- connections: reconnects and the name server ----------------------------------------- */

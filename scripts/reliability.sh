@@ -1,0 +1,79 @@
+#!/bin/sh
+# The reliability suite: faults, churn, hostile brokers and long runs against rmqlua consumers,
+# counting every message (nothing lost, duplicates within their bounds, nothing crashes).
+# Not part of ctest: it takes minutes, and CI runs it after the tests (scripts/test).
+#
+#   scripts/reliability.sh [--long [--minutes M] [--rate R]] [--namesrv ADDR] [--only 1,4,..]
+#
+#   (default)        short mode: the 13 scenarios in under 12 minutes on 2 cores
+#   --long           scenarios 1-5 for M minutes each (default 12: an hour) with a steady
+#                    producer of R msgs/s (default 5000) and their faults repeated; the table
+#                    then also gives the consumers' RSS over time
+#   --namesrv ADDR   run the consumer-side scenarios (1, 5, 7, 8, 9, 10, 12, 13) against an
+#                    existing RocketMQ cluster instead of the development broker (the topics
+#                    Rel<NN>_<id> are created on every master; the others are skipped)
+#   --only LIST      only these scenarios
+#
+# Environment: RMQLUA=path tests another build's rmqlua (default build/rmqlua, built if
+# missing); RMQLUA_ASAN=path is the ASan+UBSan rmqlua the hostile-broker scenario runs (default
+# build-asan/rmqlua when it exists, else RMQLUA); RMQ_RELIABILITY_LOGS=dir keeps a copy of the
+# run's folder (logs, record files) there.
+#
+# Everything listens on 127.0.0.1 and is started by this run; every process it started is
+# stopped by pid when it ends (also on Ctrl-C), and its temp folder is removed.
+# Prints the results table; exits 1 if a row has a missing message, a crash, a sanitizer report
+# or a bound exceeded, 2 on a usage error.
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+for a in "$@"; do
+    case $a in
+    -h | --help)
+        sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+    esac
+done
+
+bin=${RMQLUA:-}
+if [ -z "$bin" ]; then
+    bin="$root/build/rmqlua"
+    if [ ! -x "$bin" ] || [ ! -x "$root/build/reliability_startstop" ]; then
+        "$root/scripts/build" "$root/build" >&2 || exit 1
+    fi
+fi
+case $bin in /*) ;; *) bin="$(pwd)/$bin" ;; esac
+[ -x "$bin" ] || { echo "reliability.sh: no rmqlua at $bin" >&2; exit 2; }
+asan=${RMQLUA_ASAN:-}
+if [ -z "$asan" ] && [ -x "$root/build-asan/rmqlua" ]; then asan="$root/build-asan/rmqlua"; fi
+command -v luajit >/dev/null || { echo "reliability.sh: luajit is needed (scripts/deps)" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/rmqlua-reliability.XXXXXX") || exit 1
+: > "$work/pids"
+
+# Stop what the run started: each pid recorded with its start time, so that a pid the kernel
+# gave to another process since is left alone.
+cleanup() {
+    trap - EXIT INT TERM
+    while read -r pid st; do
+        [ -r "/proc/$pid/stat" ] || continue
+        now=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)
+        [ "$st" = "?" ] || [ "$now" = "$st" ] || continue
+        kill -CONT "$pid" 2>/dev/null
+        kill -KILL "$pid" 2>/dev/null
+    done < "$work/pids"
+    if [ -n "${RMQ_RELIABILITY_LOGS:-}" ]; then
+        mkdir -p "$RMQ_RELIABILITY_LOGS" && cp -r "$work"/. "$RMQ_RELIABILITY_LOGS"/
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+export LUA_PATH="$root/scripts/reliability/?.lua;$root/spec/?.lua;$root/lua/?.lua;;"
+luajit "$root/scripts/reliability/run.lua" --work "$work" --root "$root" --bin "$bin" \
+    --asan-bin "$asan" "$@" &
+driver=$!
+echo "$driver $(sed 's/^.*) //' "/proc/$driver/stat" 2>/dev/null | cut -d' ' -f20)" >> "$work/pids"
+wait "$driver"
+exit $?

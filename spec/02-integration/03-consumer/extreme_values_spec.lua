@@ -1,0 +1,55 @@
+-- Numbers no sane broker sends still leave the consumer running (found by the reliability
+-- suite's hostile broker, under UBSan): a stored message whose queue offset reads 2^63 - 1
+-- followed by bytes that cannot be split into messages (where the next pull would start one
+-- past it), and a message whose store timestamp reads far before 1970 (the delivery-time
+-- histogram). The development broker damages the stored bytes in place (rmq_devbroker_corrupt,
+-- PROTOCOL 4.1 offsets); every other message is consumed and the process stays up. Signed
+-- overflow is undefined: the ASan+UBSan build stops the process at it.
+local helpers = require "helpers"
+local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
+local lib = cons.lib
+
+local QUEUEOFFSET, STORETIMESTAMP, TOTALSIZE = 20, 56, 0 -- byte positions in a stored message
+
+local function xor_bytes(db, topic, qid, off, pos, masks)
+  for k, m in ipairs(masks) do
+    assert.equal(0, lib.rmq_devbroker_corrupt(db, 0, topic, qid, off, pos + k - 1, m))
+  end
+end
+
+describe("consumer: extreme values in pulled messages", function()
+  it("a queue offset of 2^63 - 1 before unreadable bytes, a store timestamp before 1970",
+    function()
+    local topic, group = "ExtremeT", "g_extreme"
+    local db, ns = cons.start_broker("--topic " .. topic .. ":2")
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    for q = 0, 1 do
+      for i = 1, 10 do
+        local body = "q" .. q .. "m" .. i
+        assert(lib.rmq_devbroker_produce(db, 0, topic, q, nil, nil, body, #body) == i - 1)
+      end
+    end
+    -- Queue 0: offset 2's queue offset field becomes 0x7fffffffffffffff (it held 2), offset
+    -- 3's TOTALSIZE lies (bit 30 set): nothing after offset 2 can be split into messages.
+    xor_bytes(db, topic, 0, 2, QUEUEOFFSET, {0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfd})
+    xor_bytes(db, topic, 0, 3, TOTALSIZE, {0x40})
+    -- Queue 1: offset 4's store timestamp gets its sign bit: about 292 million years ago.
+    xor_bytes(db, topic, 1, 4, STORETIMESTAMP, {0x80})
+    local dir = helpers.tmpdir("extreme")
+    local out = dir .. "/out.txt"
+    local script = cons.script(dir, {group = group, ns = ns, topic = topic, out = out})
+    local log = dir .. "/run.log"
+    local pid = cons.spawn(script, log)
+    helpers.wait_until(function()
+      assert(cons.alive(pid), "the consumer ended: " .. cons.read(log))
+      local got = {}
+      for _, r in ipairs(cons.records(out)) do got[r.body] = true end
+      for i = 1, 10 do if not got["q1m" .. i] then return false end end
+      return got.q0m1 and got.q0m2
+    end, 30, "queue 1 and queue 0's first messages consumed (log " .. log .. ")")
+    helpers.sleep(1) -- pulls after the damaged bytes
+    assert.is_true(cons.alive(pid), cons.read(log))
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log), cons.read(log))
+  end)
+end)
