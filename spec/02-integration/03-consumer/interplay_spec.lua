@@ -45,6 +45,11 @@ local function gated_orderly(dir, ns, group, topic, out, go)
     ]], go) })
 end
 
+local function no_sanitizer_report(out)
+  assert.is_nil(out:find("AddressSanitizer", 1, true), "the sanitizer reported:\n" .. out)
+  assert.is_nil(out:find("runtime error:", 1, true), "UBSan reported:\n" .. out)
+end
+
 -- `rmqlua run script` in the background: pid, log file, and the exit code once it exited.
 local function run(script, log)
   local rc = log .. ".rc"
@@ -87,6 +92,12 @@ local function run(script, log)
     h.signal("INT")
     return h.exit_code()
   end
+  -- Stop it; it must exit 0 with no sanitizer report in its log.
+  function h.stop_clean()
+    local rc = h.stop()
+    no_sanitizer_report(h.out())
+    assert.are.equal(0, rc, h.out())
+  end
   return h
 end
 
@@ -106,11 +117,6 @@ local function join_group(db, group, topic)
   end
   helpers.defer(leave)
   return leave
-end
-
-local function no_sanitizer_report(out)
-  assert.is_nil(out:find("AddressSanitizer", 1, true), "the sanitizer reported:\n" .. out)
-  assert.is_nil(out:find("runtime error:", 1, true), "UBSan reported:\n" .. out)
 end
 
 describe("consumer engine interplay", function()
@@ -161,9 +167,7 @@ describe("consumer engine interplay", function()
     h.wait_until(function() return cons.read(out):find("end slow") end, "the slow batch ended")
     h.wait_for("consume thread%(s%) run .* now", "the new version running")
     helpers.sleep(0.5)
-    local rc = h.stop()
-    no_sanitizer_report(h.out())
-    assert.are.equal(0, rc, h.out())
+    h.stop_clean()
   end)
 
   -- A stop that comes while a reload waits for the previous version's running batch: the
@@ -241,9 +245,7 @@ describe("consumer engine interplay", function()
       "the stuck handler coming back", 40)
     h.wait_for("came back late", "the late failure logged", 20)
     helpers.sleep(0.5)
-    local rc = h.stop()
-    no_sanitizer_report(h.out())
-    assert.are.equal(0, rc, h.out())
+    h.stop_clean()
     helpers.wait_until(function() return cons.all_committed(db, GROUP, TOPIC, 1) end, 10,
       "the offset committed past the batch")
   end)
@@ -282,9 +284,7 @@ describe("consumer engine interplay", function()
     lib.rmq_devbroker_clear_errors(db)
     h.wait_until(function() return cons.read(out):find("end x") end,
       "queue 1's batch once locked again", 30)
-    local rc = h.stop()
-    no_sanitizer_report(h.out())
-    assert.are.equal(0, rc, h.out())
+    h.stop_clean()
   end)
 
   -- consume_orderly: a queue is added once its broker lock is granted; a rebalance that revokes
@@ -315,9 +315,7 @@ describe("consumer engine interplay", function()
     h.wait_for("IpLockRevoke@[^ ]*#0: assigned", "queue 0 assigned")
     assert.truthy(lib.rmq_devbroker_count(db, cons.ALL, LOCK) >= 3)
     assert_lock_given_back(db, GROUP, TOPIC, h)
-    local rc = h.stop()
-    no_sanitizer_report(h.out())
-    assert.are.equal(0, rc, h.out())
+    h.stop_clean()
   end)
 
   -- The same when the lock is asked for again (tryLockLaterAndReconsume: the queue's lock was
@@ -355,9 +353,7 @@ describe("consumer engine interplay", function()
     -- The delayed request is answered (the lock granted), then given back.
     helpers.sleep(1.5 * helpers.scale)
     assert_lock_given_back(db, GROUP, TOPIC, h)
-    local rc = h.stop()
-    no_sanitizer_report(h.out())
-    assert.are.equal(0, rc, h.out())
+    h.stop_clean()
   end)
 
   -- The same for the periodic lock round (RebalanceImpl.lockAll, every 20 s): a queue revoked
@@ -387,9 +383,7 @@ describe("consumer engine interplay", function()
     -- The delayed round is answered (queue 1's lock granted again), then given back.
     helpers.sleep(1.5 * helpers.scale)
     assert_lock_given_back(db, GROUP, TOPIC, h)
-    local rc = h.stop()
-    no_sanitizer_report(h.out())
-    assert.are.equal(0, rc, h.out())
+    h.stop_clean()
   end)
 
   -- Two reloads in quick succession while the first version's handler runs: the second retires
