@@ -411,7 +411,7 @@ static void stats_build(rmq_consumer_t *c)
         s.cached_bytes += q->pq.bytes;
         if (q->broker_max >= 0) {
             int64_t base = q->offset >= 0 ? q->offset : q->next_offset;
-            if (q->broker_max > base) s.lag += q->broker_max - base;
+            s.lag = rmq__add_sat(s.lag, rmq__lag(q->broker_max, base));
         }
     }
     /* Stopping releases every queue: keep the lag they had. */

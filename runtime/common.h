@@ -171,6 +171,24 @@ static inline void rmq__wr32(void *p, uint32_t v)
     b[3] = (uint8_t)v;
 }
 
+/* ---- offsets a broker reports -------------------------------------------------------------- */
+
+/*
+ * Offsets come from brokers, and any int64 can arrive (a damaged or hostile broker): figures
+ * derived from them saturate instead of overflowing (undefined in C). rmq__lag: how far max is
+ * ahead of base, 0 when it is not; rmq__add_sat: a + b for a, b >= 0.
+ */
+static inline int64_t rmq__lag(int64_t max, int64_t base)
+{
+    if (max <= base) return 0;
+    if (base < 0 && max > INT64_MAX + base) return INT64_MAX;
+    return max - base;
+}
+static inline int64_t rmq__add_sat(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
 /* ---- time and misc --------------------------------------------------------------------- */
 
 /* Wall clock in milliseconds since the epoch (Java System.currentTimeMillis). */

@@ -208,6 +208,10 @@ RMQ_EXPORT int64_t rmq_devbroker_produce_props(rmq_devbroker_t *db, int broker, 
  * default; a 4.9.4 broker suggests a slave's id to a consumer reading far behind). Any int64 is
  * taken: what a client does with an id no broker has is what a test may want to see. */
 RMQ_EXPORT int rmq_devbroker_set_suggest(rmq_devbroker_t *db, int broker, int64_t broker_id);
+/* The maxOffset that broker puts in its PULL_MESSAGE responses from now on, whatever the queue
+ * holds (INT64_MIN, the default: the true one). A lie no sane broker tells; clients must survive
+ * it. */
+RMQ_EXPORT int rmq_devbroker_set_told_max(rmq_devbroker_t *db, int broker, int64_t max_offset);
 /* Max / min queue offset, or the committed offset of group (-1 when none); < -1 on errors. */
 RMQ_EXPORT int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic,
                                             int queue_id);

@@ -740,7 +740,7 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
     if (!allow_suspend) resp.serialize = RMQ_SERIALIZE_JSON;
     rmq__cmd_set_ext_i64(&resp, "suggestWhichBrokerId", b->suggest_id);
     rmq__cmd_set_ext_i64(&resp, "nextBeginOffset", next);
-    rmq__cmd_set_ext_i64(&resp, "maxOffset", max);
+    rmq__cmd_set_ext_i64(&resp, "maxOffset", b->told_max == INT64_MIN ? max : b->told_max);
     rmq__cmd_set_ext_i64(&resp, "minOffset", min);
     if (n == 0) {
         rmq__db_reply(conn, &resp);

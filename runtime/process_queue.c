@@ -146,7 +146,7 @@ int rmq__pq_put(rmq_pq_t *pq, rmq_msg_t *m)
     mem_hold(pq, m);
     pq->queue_offset_max = off;
     if (m->max_offset > 0) {
-        int64_t acc = m->max_offset - off;
+        int64_t acc = rmq__lag(m->max_offset, off);
         if (acc > 0) pq->acc_cnt = acc;
     }
     return 1;

@@ -379,10 +379,10 @@ static rmq_stats_snap_t *build(rmq_consumer_t *c)
         o->cached_bytes = q->pq.bytes;
         /* The same lag as the status line (and as consumerProgress once the offset persisted). */
         int64_t base = q->offset >= 0 ? q->offset : q->next_offset;
-        o->lag = q->broker_max > base ? q->broker_max - base : 0;
+        o->lag = rmq__lag(q->broker_max, base);
         rmq_snap_topic_t *t = &s->topics[o->topic];
         t->owned_queues++;
-        t->lag += o->lag;
+        t->lag = rmq__add_sat(t->lag, o->lag);
         t->cached_msgs += o->cached_msgs;
         t->cached_bytes += o->cached_bytes;
     }

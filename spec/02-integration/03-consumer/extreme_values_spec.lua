@@ -5,7 +5,10 @@
 -- histogram). The development broker damages the stored bytes in place (rmq_devbroker_corrupt,
 -- PROTOCOL 4.1 offsets); every other message is consumed and the process stays up. Signed
 -- overflow is undefined: the ASan+UBSan build stops the process at it.
+-- Also: pull responses whose maxOffset reads near 2^63 on every queue (the lag of each queue
+-- is near 2^63; their sum cannot be held): the lag figures saturate at 2^63 - 1.
 local helpers = require "helpers"
+local cjson = require "cjson"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local lib = cons.lib
 
@@ -51,5 +54,56 @@ describe("consumer: extreme values in pulled messages", function()
     assert.is_true(cons.alive(pid), cons.read(log))
     cons.stop(pid)
     assert.equal(0, cons.exit_code(log), cons.read(log))
+  end)
+
+  it("a maxOffset near 2^63 on every queue: the lag saturates at 2^63 - 1 and the consumer runs on",
+    function()
+    local topic, group = "ExtremeMaxT", "g_extreme_max"
+    local db, ns = cons.start_broker("--topic " .. topic .. ":2")
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    cons.fill_queues(db, topic, 2, 5)
+    local INT64_MAX = 0x7fffffffffffffffLL
+    assert.equal(0, lib.rmq_devbroker_set_told_max(db, 0, INT64_MAX - 2))
+    local dir = helpers.tmpdir("extreme-max")
+    local out = dir .. "/out.txt"
+    local script = cons.script(dir, {group = group, ns = ns, topic = topic, out = out})
+    local log = dir .. "/run.log"
+    local pid = cons.spawn(script, log, "--metrics 127.0.0.1:0")
+    helpers.wait_until(function()
+      assert(cons.alive(pid), "the consumer ended: " .. cons.read(log))
+      return #cons.records(out) == 10
+    end, 30, "the 10 messages consumed (log " .. log .. ")")
+    local addr = helpers.wait_until(function()
+      return cons.read(log):match("metrics on http://([%d%.]+:%d+)/metrics")
+    end, 20, "the metrics address in " .. log)
+    -- /stats once the 1 s statistics saw every queue's lag (2^63 - 8 each, the retry queue's
+    -- 2^63 - 3).
+    local text = helpers.wait_until(function()
+      local rc, body = helpers.run("/usr/bin/python3 " .. helpers.shq(helpers.root ..
+        "/spec/python/prom_scrape.py") .. " http://" .. addr .. "/stats")
+      assert(cons.alive(pid), "the consumer ended: " .. cons.read(log))
+      if rc ~= 0 then return false end
+      local t = cjson.decode(body).body
+      local st = cjson.decode(t)
+      if #st.queues ~= 3 then return false end -- the topic's two and the retry topic's one
+      for _, q in ipairs(st.queues) do if q.lag <= 0 then return false end end
+      return t
+    end, 20, "the three queues in /stats with their lag")
+    -- The exact figures (a double cannot tell 2^63 - 1 from 2^63 - 19): the totals and the
+    -- topic's sum saturate; each queue's own lag is exact.
+    local MAX = "9223372036854775807"
+    assert.equal(MAX, text:match('"totals":{[^}]-"lag":(%-?%d+)'))
+    assert.equal(MAX, text:match('"' .. topic .. '":{"consumed".-"lag":(%-?%d+)'))
+    local lags = {}
+    for t, l in text:gmatch('{"topic":"([^"]+)","broker":"[^"]+","queue":%d+,[^}]-"lag":(%-?%d+)') do
+      lags[#lags + 1] = t .. " " .. l
+    end
+    table.sort(lags)
+    assert.same({"%RETRY%" .. group .. " 9223372036854775805", topic .. " 9223372036854775800",
+      topic .. " 9223372036854775800"}, lags)
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log), cons.read(log))
+    assert.matches("stopped after [%d.]+ s: consumed 10 .*| lag 9223372036854775807\n",
+      cons.read(log))
   end)
 end)
