@@ -175,9 +175,14 @@ static inline void rmq__wr32(void *p, uint32_t v)
 
 /*
  * Offsets come from brokers, and any int64 can arrive (a damaged or hostile broker): figures
- * derived from them saturate instead of overflowing (undefined in C). rmq__lag: how far max is
- * ahead of base, 0 when it is not; rmq__add_sat: a + b for a, b >= 0.
+ * derived from them saturate instead of overflowing (undefined in C). rmq__offset_after: the
+ * offset after off, where Java adds 1 (2^63 - 1 stays itself); rmq__lag: how far max is ahead of
+ * base, 0 when it is not; rmq__add_sat: a + b for a, b >= 0.
  */
+static inline int64_t rmq__offset_after(int64_t off)
+{
+    return off < INT64_MAX ? off + 1 : off;
+}
 static inline int64_t rmq__lag(int64_t max, int64_t base)
 {
     if (max <= base) return 0;

@@ -92,11 +92,4 @@ int64_t rmq__pq_max_span(const rmq_pq_t *pq);
 /* Take every held message out (for a dropped queue); calls fn for each, in offset order. */
 void rmq__pq_clear(rmq_pq_t *pq, void (*fn)(void *ud, rmq_msg_t *m), void *ud);
 
-/* The offset after off, where Java would add 1: offsets come from a broker, which may send any
- * int64 (2^63 - 1 stays itself instead of overflowing). */
-static inline int64_t rmq__offset_after(int64_t off)
-{
-    return off < INT64_MAX ? off + 1 : off;
-}
-
 #endif

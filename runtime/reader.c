@@ -390,19 +390,21 @@ static void on_pull(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
             rmq__msg_release(m);
         }
         if (set->lost) {
-            /* The framing is lost at a message: go on after it when its offset is known. */
-            int64_t after = set->lost_queue_offset >= 0 ? set->lost_queue_offset + 1
-                            : last >= 0                 ? last + 1
-                                                        : -1;
+            /* The framing is lost at a message: read on after it. Its QUEUEOFFSET field counts
+             * when it lies in the pulled range (damaged bytes may read anything); else after
+             * the last message read, else one past the pulled offset (pulling those bytes again
+             * would read the same). One past 2^63 - 1 stays 2^63 - 1. */
+            int64_t pulled = q->next, lost = set->lost_queue_offset, after;
+            if (lost >= pulled && (!has_next || lost < next))
+                after = rmq__offset_after(lost);
+            else if (last >= pulled)
+                after = rmq__offset_after(last);
+            else
+                after = rmq__offset_after(pulled);
             rmq_log_error(SUB,
-                          "%s@%s#%d: pull body unreadable after queue offset %" PRId64 " (%s)%s",
-                          r->topic, q->broker_name, q->queue_id, last, errstr,
-                          after >= 0 ? ": passed over" : ": again in 1 s");
-            if (after < 0) {
-                rmq__msgset_release(set);
-                later(q);
-                return;
-            }
+                          "%s@%s#%d: pull body unreadable after queue offset %" PRId64 " (%s): "
+                          "reading on from offset %" PRId64,
+                          r->topic, q->broker_name, q->queue_id, last, errstr, after);
             if (after < next || !has_next) next = after;
             has_next = 1;
         }

@@ -278,6 +278,28 @@ end
     assert.matches("the message at queue offset 1 cannot be decoded", out, 1, true)
   end)
 
+  it("reads on past unreadable bytes whose queue offset field reads 2^63 - 1", function()
+    for i = 1, 5 do
+      local body = "x" .. i
+      assert(lib.rmq_devbroker_produce(db, 0, "TailMaxOff", 0, nil, nil, body, #body) == i - 1)
+    end
+    -- Offset 2's TOTALSIZE (byte 0) lies, and its QUEUEOFFSET field (byte 20) becomes 2^63 - 1
+    -- (it held 2): nothing from offset 2 on can be split into messages in a pulled body. One
+    -- past 2^63 - 1 must not overflow (undefined in C: the ASan+UBSan build stops there), and
+    -- the reader goes on with offset 3 once offset 2 cannot be read.
+    assert.are.equal(0, lib.rmq_devbroker_corrupt(db, 0, "TailMaxOff", 0, 2, 0, 0x40))
+    local masks = {0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfd}
+    for k, m in ipairs(masks) do
+      assert.are.equal(0, lib.rmq_devbroker_corrupt(db, 0, "TailMaxOff", 0, 2, 20 + k - 1, m))
+    end
+    local rc, out = helpers.run(string.format("timeout %d %s tail TailMaxOff --namesrv %s --from "
+      .. "first -e --format 'M %%q %%o %%s'", math.floor(60 * helpers.scale), helpers.bin, ns))
+    assert.are.equal(0, rc, out)
+    assert.same({ "0:0:x1", "0:1:x2", "0:3:x4", "0:4:x5" }, got_of(out))
+    assert.matches("pull body unreadable after queue offset 1 (", out, 1, true)
+    assert.matches("reading on from offset 3\n", out, 1, true)
+  end)
+
   it("never commits an offset", function()
     local rc, out = tail("--from first -e --format 'M %q %o %s'")
     assert.are.equal(0, rc, out)
