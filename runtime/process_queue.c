@@ -178,7 +178,7 @@ rmq_msg_t *rmq__pq_next(const rmq_pq_t *pq, int64_t off)
 
 int64_t rmq__pq_max_span(const rmq_pq_t *pq)
 {
-    return pq->count ? pq->v[pq->head + pq->n - 1].off - pq->v[pq->head].off : 0;
+    return pq->count ? rmq__lag(pq->v[pq->head + pq->n - 1].off, pq->v[pq->head].off) : 0;
 }
 
 int rmq__pq_peek(const rmq_pq_t *pq, rmq_msg_t **out, int max)

@@ -87,7 +87,7 @@ int64_t rmq__pq_last_offset(const rmq_pq_t *pq);
 /* Copy the (up to) max held messages with the smallest offsets into out, in offset order;
  * returns how many. */
 int rmq__pq_peek(const rmq_pq_t *pq, rmq_msg_t **out, int max);
-/* lastKey - firstKey, 0 when empty. */
+/* lastKey - firstKey (saturated at 2^63 - 1), 0 when empty. */
 int64_t rmq__pq_max_span(const rmq_pq_t *pq);
 /* Take every held message out (for a dropped queue); calls fn for each, in offset order. */
 void rmq__pq_clear(rmq_pq_t *pq, void (*fn)(void *ud, rmq_msg_t *m), void *ud);

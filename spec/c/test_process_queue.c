@@ -301,10 +301,33 @@ static void test_next(void)
     for (int i = 0; i < 4; i++) free(m[i]);
 }
 
+/* Queue offsets as a damaged or hostile broker may send them (any int64): the span and the
+ * accumulated count saturate instead of overflowing (undefined; the UBSan build stops there). */
+static void test_extreme_offsets(void)
+{
+    rmq_pq_t pq;
+    rmq__pq_init(&pq, "T@b#0");
+    rmq_msg_t *lo = mk(INT64_MIN + 1, 1), *hi = mk(INT64_MAX - 1, 1);
+    hi->max_offset = INT64_MAX;
+    lo->max_offset = INT64_MAX;
+    CHECK(rmq__pq_put(&pq, lo) == 1);
+    CHECK(pq.acc_cnt == INT64_MAX);
+    CHECK(rmq__pq_put(&pq, hi) == 1);
+    CHECK(pq.acc_cnt == 1);
+    CHECK(rmq__pq_max_span(&pq) == INT64_MAX);
+    CHECK(rmq__pq_remove(&pq, &lo, 1) == INT64_MAX - 1);
+    CHECK(rmq__pq_max_span(&pq) == 0);
+    CHECK(rmq__pq_remove(&pq, &hi, 1) == INT64_MAX); /* queueOffsetMax + 1 */
+    rmq__pq_free(&pq);
+    free(lo);
+    free(hi);
+}
+
 int main(void)
 {
     test_java_semantics();
     test_next();
+    test_extreme_offsets();
     test_gaps_and_growth();
     test_clear_and_state();
     test_random_model();
