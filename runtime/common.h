@@ -193,6 +193,12 @@ static inline int64_t rmq__add_sat(int64_t a, int64_t b)
 {
     return a > INT64_MAX - b ? INT64_MAX : a + b;
 }
+/* A message's reconsume count (int32, from the broker) plus n >= 0, saturated at 2^31 - 1 where
+ * Java's int would wrap to a negative count (which would take it out of the DLQ's reach). */
+static inline int32_t rmq__reconsume_plus(int32_t rt, int32_t n)
+{
+    return rt > INT32_MAX - n ? INT32_MAX : rt + n;
+}
 
 /* ---- time and misc --------------------------------------------------------------------- */
 

@@ -107,7 +107,7 @@ static void retry_arm(rmq_consumer_t *c)
 
 static void retry_later(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m)
 {
-    m->reconsume_times++;
+    m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);
     rmq_cbatch_t *cb = rmq__cbatch_new(q, &m, 1);
     cb->due_ms = rmq__mono_ms() + RMQ_SENDBACK_RETRY_DELAY_MS;
     rmq_cbatch_t **pp = &c->retry_list;

@@ -387,7 +387,7 @@ static void on_dlq_sent(void *ud, int err, const rmq_send_result_t *res, const c
     if (err) {
         rmq_log_warn("orderly", "%s: offset %" PRId64 " to the DLQ failed: %s; suspending",
                      x->cb->q->name, m->queue_offset, errmsg);
-        m->reconsume_times++;
+        m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);
     } else {
         x->sent[o->idx] = 1;
     }
@@ -448,7 +448,7 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         rmq_msg_t *m = cb->msgs[i];
         int to_dlq = b->status == RMQ_CONSUME_DLQ || m->reconsume_times >= c->max_reconsume;
         if (!to_dlq || !c->producer) {
-            m->reconsume_times++;
+            m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);
             continue;
         }
         char id[64], err[256];
@@ -471,7 +471,7 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         if (rc) {
             rmq_log_warn("orderly", "%s: cannot send offset %" PRId64 " to the DLQ: %s",
                          q->name, m->queue_offset, err);
-            m->reconsume_times++;
+            m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);
             free(o);
             continue;
         }

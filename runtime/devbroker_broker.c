@@ -1886,7 +1886,7 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     char dlq_topic[300];
     db_msg_in_t in = {.flag = v.flag,
                       .sys_flag = v.sys_flag,
-                      .reconsume = v.reconsume + 1,
+                      .reconsume = rmq__reconsume_plus(v.reconsume, 1),
                       .born_ts = v.born_ts,
                       .born_host = v.born_host,
                       .born_ip_len = v.born_ip_len,

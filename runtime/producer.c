@@ -980,9 +980,9 @@ int rmq__producer_send_retry(rmq_producer_t *p, const char *group, const char *t
         }
     }
     char rt[16], mrt[16], delay[16];
-    snprintf(rt, sizeof(rt), "%d", reconsume_times + 1);
+    snprintf(rt, sizeof(rt), "%d", (int)rmq__reconsume_plus(reconsume_times, 1));
     snprintf(mrt, sizeof(mrt), "%d", max_reconsume_times);
-    snprintf(delay, sizeof(delay), "%d", 3 + reconsume_times);
+    snprintf(delay, sizeof(delay), "%d", (int)rmq__reconsume_plus(reconsume_times, 3));
     rmq_prop_t props[] = {
         {"ORIGIN_MESSAGE_ID", origin}, {"RETRY_TOPIC", topic}, {"RECONSUME_TIME", rt},
         {"MAX_RECONSUME_TIMES", mrt},  {"TRAN_MSG", NULL},     {"DELAY", delay},

@@ -6,13 +6,17 @@
 -- PROTOCOL 4.1 offsets); every other message is consumed and the process stays up. Signed
 -- overflow is undefined: the ASan+UBSan build stops the process at it.
 -- Also: pull responses whose maxOffset reads near 2^63 on every queue (the lag of each queue
--- is near 2^63; their sum cannot be held): the lag figures saturate at 2^63 - 1.
+-- is near 2^63; their sum cannot be held): the lag figures saturate at 2^63 - 1. And a message
+-- whose reconsume count reads 2^31 - 1, failed by its handler: it goes to the DLQ (the count
+-- saturates where Java's int would wrap), through CONSUMER_SEND_MSG_BACK, through the re-send
+-- to %RETRY% when that fails, and from an orderly consumer.
 local helpers = require "helpers"
 local cjson = require "cjson"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local lib = cons.lib
 
-local QUEUEOFFSET, STORETIMESTAMP, TOTALSIZE = 20, 56, 0 -- byte positions in a stored message
+-- byte positions in a stored message (IPv4 hosts)
+local QUEUEOFFSET, STORETIMESTAMP, TOTALSIZE, RECONSUMETIMES = 20, 56, 0, 72
 
 local function xor_bytes(db, topic, qid, off, pos, masks)
   for k, m in ipairs(masks) do
@@ -105,5 +109,51 @@ describe("consumer: extreme values in pulled messages", function()
     assert.equal(0, cons.exit_code(log), cons.read(log))
     assert.matches("stopped after [%d.]+ s: consumed 10 .*| lag 9223372036854775807\n",
       cons.read(log))
+  end)
+
+  -- One queue: "r1", "bad" (its reconsume count 2^31 - 1, failed by the handler), "r2".
+  local function reconsume_max(name, broker_args, orderly)
+    local topic, group = "ExtremeRt" .. name, "g_extreme_rt_" .. name
+    local db, ns = cons.start_broker("--topic " .. topic .. ":1 " .. (broker_args or ""))
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    for _, body in ipairs({"r1", "bad", "r2"}) do
+      assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, body, #body) >= 0)
+    end
+    xor_bytes(db, topic, 0, 1, RECONSUMETIMES, {0x7f, 0xff, 0xff, 0xff})
+    local dir = helpers.tmpdir("extreme-rt")
+    local out = dir .. "/out.txt"
+    local script = cons.script(dir, {group = group, ns = ns, topic = topic, out = out,
+      orderly = orderly,
+      body = orderly and [[if msgs[1].body == "bad" then return rmq.SUSPEND end]]
+        or [[if msgs[1].body == "bad" then return rmq.RECONSUME_LATER end]]})
+    local log = dir .. "/run.log"
+    local pid = cons.spawn(script, log)
+    local dlq = "%DLQ%" .. group
+    helpers.wait_until(function()
+      assert(cons.alive(pid), "the consumer ended: " .. cons.read(log))
+      return lib.rmq_devbroker_max_offset(db, 0, dlq, 0) >= 1 and
+        cons.all_committed(db, group, topic, 1)
+    end, 60, "the failed message in " .. dlq .. " and every offset committed (log " .. log .. ")")
+    assert.equal(1, tonumber(lib.rmq_devbroker_max_offset(db, 0, dlq, 0)))
+    local got = {}
+    for _, r in ipairs(cons.records(out)) do got[#got + 1] = r.body .. " " .. r.rt end
+    table.sort(got)
+    assert.same({"bad 2147483647", "r1 0", "r2 0"}, got) -- delivered once, then the DLQ
+    -- Nothing went to %RETRY% (a count that wrapped would have: it reads below the maximum).
+    assert.is_true(lib.rmq_devbroker_max_offset(db, 0, "%RETRY%" .. group, 0) <= 0)
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log), cons.read(log))
+  end
+
+  it("a reconsume count of 2^31 - 1 sent back: the DLQ", function()
+    reconsume_max("back")
+  end)
+
+  it("a reconsume count of 2^31 - 1 re-sent to %RETRY% (the send-back fails): the DLQ", function()
+    reconsume_max("resend", "--fault CONSUMER_SEND_MSG_BACK:1:SYSTEM_ERROR")
+  end)
+
+  it("a reconsume count of 2^31 - 1 suspended by an orderly consumer: the DLQ", function()
+    reconsume_max("orderly", nil, true)
   end)
 end)
