@@ -152,6 +152,7 @@ int rmq__route_parse(const char *json, size_t len, rmq_route_t **out, char *errs
     otc = rmq__fj_get_str(root, "orderTopicConf");
     r->order_topic_conf = dupstr(otc, &oom);
     if (qds && qds->type == RMQ_FJ_ARRAY && qds->len) {
+        int64_t n_read = 0, n_write = 0;
         r->qds = calloc(qds->len, sizeof(*r->qds));
         if (!r->qds) goto nomem;
         for (i = 0, v = qds->child; v; v = v->next, i++) {
@@ -175,6 +176,27 @@ int rmq__route_parse(const char *json, size_t len, rmq_route_t **out, char *errs
                     goto bad;
             } else if (i32_field(v, "topicSynFlag", &qd->topic_sys_flag, "queueDatas", i, errstr,
                                  errstr_size)) {
+                goto bad;
+            }
+            if (qd->read_queue_nums > RMQ_ROUTE_MAX_QUEUE_NUMS ||
+                qd->write_queue_nums > RMQ_ROUTE_MAX_QUEUE_NUMS) {
+                int rd = qd->read_queue_nums > RMQ_ROUTE_MAX_QUEUE_NUMS;
+                rmq__seterr(errstr, errstr_size,
+                            "route: queueDatas[%d] (broker %s): %s %d is more than %d", i, bn,
+                            rd ? "readQueueNums" : "writeQueueNums",
+                            (int)(rd ? qd->read_queue_nums : qd->write_queue_nums),
+                            RMQ_ROUTE_MAX_QUEUE_NUMS);
+                goto bad;
+            }
+            if ((qd->perm & RMQ_PERM_READ) && qd->read_queue_nums > 0) n_read += qd->read_queue_nums;
+            if ((qd->perm & RMQ_PERM_WRITE) && qd->write_queue_nums > 0)
+                n_write += qd->write_queue_nums;
+            if (n_read > RMQ_ROUTE_MAX_QUEUES || n_write > RMQ_ROUTE_MAX_QUEUES) {
+                rmq__seterr(errstr, errstr_size,
+                            "route: queueDatas[%d] (broker %s) makes %lld %s queues, more than %d",
+                            i, bn, (long long)(n_read > RMQ_ROUTE_MAX_QUEUES ? n_read : n_write),
+                            n_read > RMQ_ROUTE_MAX_QUEUES ? "readable" : "writable",
+                            RMQ_ROUTE_MAX_QUEUES);
                 goto bad;
             }
         }

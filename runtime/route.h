@@ -21,6 +21,15 @@
 
 #define RMQ_MASTER_ID 0
 
+/*
+ * Queue counts a name server sends are bounded before anything is allocated by them: a
+ * readQueueNums of 2^31 - 1 would make a subscribe set of 2^31 - 1 entries (Java allocates them
+ * until OutOfMemoryError). No deployment comes near: every queue is a consume-queue directory on
+ * its broker. Per queueDatas entry (read and write), and per route (readable, writable).
+ */
+#define RMQ_ROUTE_MAX_QUEUE_NUMS 65536
+#define RMQ_ROUTE_MAX_QUEUES (1 << 20)
+
 typedef struct rmq_queue_data {
     char *broker_name;
     int32_t read_queue_nums;
@@ -52,7 +61,8 @@ typedef struct rmq_route {
 /*
  * Parse a route body in either form (standard "0": keys or bare 0: keys; "topicSynFlag" of very
  * old servers accepted). Returns 0 with *out set, or RMQ_ERR_BAD_JSON with the reason and byte
- * offset (or the missing field) in errstr, or RMQ_ERR_NOMEM.
+ * offset (or the missing field, or the queue count past RMQ_ROUTE_MAX_QUEUE_NUMS /
+ * RMQ_ROUTE_MAX_QUEUES and its broker) in errstr, or RMQ_ERR_NOMEM.
  */
 int rmq__route_parse(const char *json, size_t len, rmq_route_t **out, char *errstr,
                      size_t errstr_size);

@@ -555,6 +555,65 @@ static void test_mq_order(void)
           arr[5].broker_name == b.broker_name);
 }
 
+/* ---- queue counts a name server sends: bounded before anything is allocated by them ------- */
+
+static void test_route_queue_nums_bound(void)
+{
+    char json[4096], err[256];
+    rmq_route_t *r = NULL;
+    static const char *fmt =
+        "{\"brokerDatas\":[{\"brokerAddrs\":{\"0\":\"10.0.0.1:10911\"},\"brokerName\":"
+        "\"broker-a\"}],\"queueDatas\":[{\"brokerName\":\"broker-z\",\"perm\":6,"
+        "\"readQueueNums\":1,\"writeQueueNums\":1},{\"brokerName\":\"broker-a\",\"perm\":6,"
+        "\"readQueueNums\":%lld,\"writeQueueNums\":%lld}]}";
+    /* 2^31 - 1 read queues: the subscribe set would be 2^31 - 1 queue entries. */
+    snprintf(json, sizeof(json), fmt, 2147483647LL, 4LL);
+    CHECK(rmq__route_parse(json, strlen(json), &r, err, sizeof(err)) == RMQ_ERR_BAD_JSON);
+    CHECKF(r == NULL && strstr(err, "queueDatas[1]") && strstr(err, "broker-a") &&
+               strstr(err, "readQueueNums 2147483647") && strstr(err, "65536"),
+           "%s", err);
+    rmq__route_free(r);
+    r = NULL;
+    /* The producer's publish set counts writeQueueNums. */
+    snprintf(json, sizeof(json), fmt, 4LL, 65537LL);
+    CHECK(rmq__route_parse(json, strlen(json), &r, err, sizeof(err)) == RMQ_ERR_BAD_JSON);
+    CHECKF(r == NULL && strstr(err, "writeQueueNums 65537"), "%s", err);
+    rmq__route_free(r);
+    r = NULL;
+    /* The bound itself is accepted, and gives that many queues. */
+    snprintf(json, sizeof(json), fmt, 65536LL, 65536LL);
+    CHECKF(rmq__route_parse(json, strlen(json), &r, err, sizeof(err)) == 0, "%s", err);
+    if (r) {
+        rmq_mq_t *mqs = NULL;
+        int n = 0;
+        CHECK(rmq__route_subscribe_mqs(r, "T", &mqs, &n) == 0 && n == 65537);
+        rmq__mqs_free(mqs, n);
+    }
+    rmq__route_free(r);
+    r = NULL;
+    /* Many brokers under the bound each, more than 2^20 queues in all. */
+    {
+        rmq_buf_t b;
+        rmq__buf_init(&b);
+        rmq__buf_appendf(&b, "{\"queueDatas\":[");
+        for (int i = 0; i < 17; i++)
+            rmq__buf_appendf(&b, "%s{\"brokerName\":\"broker-%d\",\"perm\":6,"
+                             "\"readQueueNums\":65536,\"writeQueueNums\":1}", i ? "," : "", i);
+        rmq__buf_appendf(&b, "]}");
+        CHECK(rmq__route_parse(b.data, b.len, &r, err, sizeof(err)) == RMQ_ERR_BAD_JSON);
+        CHECKF(r == NULL && strstr(err, "queueDatas[16]") && strstr(err, "broker-16") &&
+                   strstr(err, "1114112 readable queues") && strstr(err, "1048576"),
+               "%s", err);
+        rmq__route_free(r);
+        r = NULL;
+        rmq__buf_free(&b);
+    }
+    /* Negative counts stay as they come (no queues, as in Java's loops). */
+    snprintf(json, sizeof(json), fmt, -2147483648LL, -1LL);
+    CHECKF(rmq__route_parse(json, strlen(json), &r, err, sizeof(err)) == 0, "%s", err);
+    rmq__route_free(r);
+}
+
 int main(void)
 {
     test_captures();
@@ -562,5 +621,6 @@ int main(void)
     test_reader();
     test_routes();
     test_mq_order();
+    test_route_queue_nums_bound();
     return test_report("test_route");
 }
