@@ -321,8 +321,19 @@ static int apply_route(topic_t *tp, const rmq_route_t *rt, int is_default)
             *colon = 0;
             const rmq_broker_data_t *bd = rmq__route_broker(rt, item);
             if (!bd) continue;
+            /* Java's Integer.parseInt: an int, or the route is not applied; a count past any
+             * broker's (RMQ_ROUTE_MAX_QUEUE_NUMS) would allocate that many queues: left out. */
+            char *end;
+            long num = strtol(colon + 1, &end, 10);
+            if (end == colon + 1 || *end || num > RMQ_ROUTE_MAX_QUEUE_NUMS ||
+                num < -RMQ_ROUTE_MAX_QUEUE_NUMS) {
+                rmq_log_error(SUB, "route of %s: orderTopicConf entry %s:%s is not a queue count "
+                              "up to %d: broker %s left out", tp->name, item, colon + 1,
+                              RMQ_ROUTE_MAX_QUEUE_NUMS, item);
+                continue;
+            }
             qds[nqd].broker_name = bd->broker_name;
-            qds[nqd].write_queue_nums = atoi(colon + 1);
+            qds[nqd].write_queue_nums = (int32_t)num;
             qds[nqd].read_queue_nums = qds[nqd].write_queue_nums;
             qds[nqd].perm = RMQ_PERM_READ | RMQ_PERM_WRITE;
             nqd++;

@@ -64,6 +64,17 @@ static void h_route(rmq_conn_t *c, rmq_cmd_t *req, void *ud)
                  "\"broker-a\",\"perm\":7,\"readQueueNums\":8,\"topicSysFlag\":0,"
                  "\"writeQueueNums\":8}]}",
                  cl.br_addr[0]);
+    } else if (topic && !strcmp(topic, "OrderHuge")) {
+        /* orderTopicConf counts past any real broker's: 2^31 - 1, and past an int. */
+        snprintf(body, sizeof(body),
+                 "{\"brokerDatas\":[{\"brokerAddrs\":{\"0\":\"%s\"},\"brokerName\":\"broker-a\","
+                 "\"cluster\":\"C\"},{\"brokerAddrs\":{\"0\":\"%s\"},\"brokerName\":\"broker-b\","
+                 "\"cluster\":\"C\"}],\"filterServerTable\":{},\"orderTopicConf\":"
+                 "\"broker-a:2147483647;broker-b:2;broker-a:99999999999\",\"queueDatas\":["
+                 "{\"brokerName\":\"broker-a\",\"perm\":6,\"readQueueNums\":4,\"topicSysFlag\":0,"
+                 "\"writeQueueNums\":4},{\"brokerName\":\"broker-b\",\"perm\":6,"
+                 "\"readQueueNums\":4,\"topicSysFlag\":0,\"writeQueueNums\":4}]}",
+                 cl.br_addr[0], cl.br_addr[1]);
     } else if (topic && !strncmp(topic, "Known", 5) && cl.route_mode == 1) {
         snprintf(body, sizeof(body),
                  "{\"brokerDatas\":[{\"brokerAddrs\":{\"0\":\"%s\"},\"brokerName\":\"broker-b\","
@@ -358,6 +369,29 @@ static void test_round_robin(void)
     for (int b = 0; b < 2; b++)
         for (int q = 0; q < 4; q++)
             CHECK(per[b][q] == 2);
+    producer_done(p);
+}
+
+/* An orderTopicConf entry whose queue count is past RMQ_ROUTE_MAX_QUEUE_NUMS (or not an int) is
+ * left out with an error: the other entries are published to, nothing is allocated by it. */
+static void test_order_conf_huge_count(void)
+{
+    cluster_reset();
+    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    outcome_t o[4];
+    memset(o, 0, sizeof(o));
+    for (int i = 0; i < 4; i++)
+        CHECK(send_simple(p, "OrderHuge", "m", &o[i]) == 0);
+    WAIT_UNTIL(count_done(o, 4) == 4, 3000);
+    int per[2] = {0};
+    for (int i = 0; i < 4; i++) CHECKF(o[i].err == 0, "%s", o[i].errmsg);
+    for (int i = 0; i < cl.n_rec; i++) {
+        CHECK(cl.rec[i].broker == 1);
+        int q = atoi(rec_ext(i, 'e'));
+        CHECK(q >= 0 && q < 2);
+        if (q >= 0 && q < 2) per[q]++;
+    }
+    CHECK(cl.n_rec == 4 && per[0] == 2 && per[1] == 2);
     producer_done(p);
 }
 
@@ -797,6 +831,7 @@ int main(void)
     test_send_header_and_props();
     test_round_robin();
     test_auto_create_fallback();
+    test_order_conf_huge_count();
     test_retry();
     test_compression();
     test_send_retry();
