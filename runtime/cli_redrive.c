@@ -526,8 +526,9 @@ static void on_ready(void *ud, rmq_rq_t **qs, int n)
 {
     redrive_run_t *r = ud;
     int64_t left = 0;
+    /* The ends are the broker's max offsets: any int64 may come, and the sum saturates. */
     for (int i = 0; i < n; i++)
-        if (qs[i]->end > qs[i]->next) left += qs[i]->end - qs[i]->next;
+        left = rmq__add_sat(left, rmq__lag(qs[i]->end, qs[i]->next));
     r->started = 1;
     fprintf(stderr,
             "rmqlua redrive: %s: %" PRId64 " dead letter(s) after the progress of group "

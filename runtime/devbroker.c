@@ -827,6 +827,7 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
         db_broker_t *b = rmq__xcalloc(1, sizeof(*b));
         b->log_fd = -1;
         b->told_max = INT64_MIN;
+        b->told_max_query = INT64_MIN;
         db->brokers[i] = b;
         db->n_brokers = i + 1;
         char addr[128];

@@ -212,6 +212,9 @@ RMQ_EXPORT int rmq_devbroker_set_suggest(rmq_devbroker_t *db, int broker, int64_
  * holds (INT64_MIN, the default: the true one). A lie no sane broker tells; clients must survive
  * it. */
 RMQ_EXPORT int rmq_devbroker_set_told_max(rmq_devbroker_t *db, int broker, int64_t max_offset);
+/* The same for the offset of that broker's GET_MAX_OFFSET answers (any queue). */
+RMQ_EXPORT int rmq_devbroker_set_told_max_query(rmq_devbroker_t *db, int broker,
+                                                int64_t max_offset);
 /* Max / min queue offset, or the committed offset of group (-1 when none); < -1 on errors. */
 RMQ_EXPORT int64_t rmq_devbroker_max_offset(rmq_devbroker_t *db, int broker, const char *topic,
                                             int queue_id);

@@ -836,8 +836,13 @@ static db_queue_t *hdr_queue(db_broker_t *b, hdr_t *h)
 static void h_max_offset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     hdr_t h = {conn, req, 0};
-    db_queue_t *q = hdr_queue(broker_of(node), &h);
-    if (!h.failed) reply_offset(conn, req, q ? rmq__db_qmax(q) : 0);
+    db_broker_t *b = broker_of(node);
+    db_queue_t *q = hdr_queue(b, &h);
+    if (h.failed) return;
+    if (b->told_max_query != INT64_MIN)
+        reply_offset(conn, req, b->told_max_query);
+    else
+        reply_offset(conn, req, q ? rmq__db_qmax(q) : 0);
 }
 
 static void h_min_offset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)

@@ -2,8 +2,8 @@
  * devbroker_inject.c -- development broker controls that shape stored data for tests: gaps in a
  * queue's offsets (a queue whose messages a subscription filters lie billions of offsets apart;
  * its slaves get the same gap), corrupted bytes in a stored message (what a consumer must
- * survive; only the named broker's copy), and the suggestWhichBrokerId and maxOffset of a
- * broker's pull responses.
+ * survive; only the named broker's copy), the suggestWhichBrokerId and maxOffset of a broker's
+ * pull responses, and the offset its GET_MAX_OFFSET answers give.
  *
  * Ownership: the store's (devbroker_store.c); these only change what it holds.
  * Threads: the exported functions are called from any thread but the broker's; each posts its
@@ -108,5 +108,21 @@ RMQ_EXPORT int rmq_devbroker_set_told_max(rmq_devbroker_t *db, int broker, int64
     if (broker < 0 || broker >= db->n_brokers) return RMQ_ERR_INVALID;
     inject_args_t a = {.broker = broker, .n = max_offset, .result = RMQ_ERR_SHUTDOWN};
     rmq__db_run_sync(db, op_told_max, &a);
+    return (int)a.result;
+}
+
+static void op_told_max_query(rmq_devbroker_t *db, void *arg)
+{
+    inject_args_t *a = arg;
+    db->brokers[a->broker]->told_max_query = a->n;
+    a->result = 0;
+}
+
+RMQ_EXPORT int rmq_devbroker_set_told_max_query(rmq_devbroker_t *db, int broker,
+                                                int64_t max_offset)
+{
+    if (broker < 0 || broker >= db->n_brokers) return RMQ_ERR_INVALID;
+    inject_args_t a = {.broker = broker, .n = max_offset, .result = RMQ_ERR_SHUTDOWN};
+    rmq__db_run_sync(db, op_told_max_query, &a);
     return (int)a.result;
 }

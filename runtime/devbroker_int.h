@@ -209,6 +209,7 @@ typedef struct db_broker {
     int64_t boot_ms;                /* wall clock at start (bootTimestamp) */
     int64_t suggest_id;             /* suggestWhichBrokerId of pull responses (devbroker_inject.c) */
     int64_t told_max;               /* maxOffset pull responses report; INT64_MIN = the true one */
+    int64_t told_max_query;         /* the same for GET_MAX_OFFSET answers */
 } db_broker_t;
 
 /* A broker registered by another process (REGISTER_BROKER). */

@@ -45,6 +45,7 @@ int64_t rmq_devbroker_committed_offset(rmq_devbroker_t *db, int broker, const ch
 int rmq_devbroker_group_size(rmq_devbroker_t *db, int broker, const char *group);
 int rmq_devbroker_set_suggest(rmq_devbroker_t *db, int broker, int64_t broker_id);
 int rmq_devbroker_set_told_max(rmq_devbroker_t *db, int broker, int64_t max_offset);
+int rmq_devbroker_set_told_max_query(rmq_devbroker_t *db, int broker, int64_t max_offset);
 int rmq_devbroker_lock_owner(rmq_devbroker_t *db, int broker, const char *group,
                              const char *topic, int queue_id, char *buf, size_t size);
 void rmq_log_set_level(int level);

@@ -307,6 +307,19 @@ end
     assert.are.equal(3, progress("RsG"))
   end)
 
+  it("counts the dead letters of queues whose broker reports a max offset near 2^63 (saturated)", function()
+    lib.rmq_devbroker_create_topic(db, 0, "%DLQ%RxG", 2)
+    local INT64_MAX = 0x7fffffffffffffffLL
+    assert.equal(0, lib.rmq_devbroker_set_told_max_query(db, 0, INT64_MAX - 2))
+    helpers.defer(function() lib.rmq_devbroker_set_told_max_query(db, 0, -INT64_MAX - 1) end)
+    -- Two queues of 2^63 - 3 each: their sum is past an int64.
+    local rc, out = redrive("--group RxG --dry-run")
+    assert.are.equal(0, rc, out)
+    assert.matches("%DLQ%RxG: 9223372036854775807 dead letter(s) after the progress of group "
+      .. "%REDRIVE%RxG, in 2 queue(s) (dry run)", out, 1, true)
+    assert.matches("rmqlua redrive: done, %DLQ%RxG: ", out, 1, true) -- the run ends as usual
+  end)
+
   it("has nothing to do for a group without dead letters, and wants --group", function()
     local rc, out = redrive("--group NoDeadLetters")
     assert.are.equal(0, rc, out)
