@@ -228,14 +228,22 @@ static void apply(rmq_flow_t *f, const req_t *r)
     char by[64];
     who(by, sizeof(by), r->thread);
     switch (r->op) {
-    case RMQ_FLOW_PAUSE:
+    case RMQ_FLOW_PAUSE: {
         f->paused = 1;
-        f->pause_until = r->seconds > 0 ? rmq__mono_ms() + (int64_t)ceil(r->seconds * 1000) : 0;
-        if (r->seconds > 0)
+        /* A pause longer than a monotonic ms clock can count (rmq.pause(math.huge)) has no end:
+         * it lasts until rmq.resume(), instead of converting out of range (undefined). */
+        double ms = r->seconds > 0 ? ceil(r->seconds * 1000) : 0;
+        int endless = !(ms > 0 && ms < 0x1p62);
+        f->pause_until = endless ? 0 : rmq__mono_ms() + (int64_t)ms;
+        if (!endless)
             rmq_log_info("flow", "pulling paused for %.3f s by rmq.pause() in %s", r->seconds, by);
+        else if (r->seconds > 0)
+            rmq_log_info("flow", "pulling paused for %g s, that is until rmq.resume(), by "
+                         "rmq.pause() in %s", r->seconds, by);
         else
             rmq_log_info("flow", "pulling paused until rmq.resume(), by rmq.pause() in %s", by);
         break;
+    }
     case RMQ_FLOW_RESUME:
         if (f->paused) rmq_log_info("flow", "pulling resumed by rmq.resume() in %s", by);
         f->paused = 0;

@@ -1,8 +1,9 @@
 -- The script's say over pulling under `rmqlua run` against the development broker:
 -- consume_tps_limit holds the rate within 10 % over 10 s while the messages pulled but not yet
 -- consumed stay bounded (the pulls slow down; nothing piles up), rmq.pause()/rmq.resume() from a
--- consume hook stop and restart the pulls (what was in flight is still consumed), a timed pause
--- ends by itself, a control-state hook may pause too, and rmq.stop() ends the process cleanly.
+-- consume hook stop and restart the pulls (what was in flight is still consumed; a pause of
+-- math.huge seconds too), a timed pause ends by itself, a control-state hook may pause too, and
+-- rmq.stop() ends the process cleanly.
 local ffi = require "ffi"
 local helpers = require "helpers"
 local R = require "02-integration.04-lua.runner"
@@ -41,6 +42,52 @@ local function pulled_upper_bound(topic, queues)
   local total = 0
   for q = 0, queues - 1 do total = total + (last[q] or 0) end
   return total
+end
+
+-- A handler pauses with `call` on "pause" from the control topic and resumes on "resume": the
+-- data topic's messages stop until then. Topics and group are named after tag.
+local function pause_resume(tag, call, logged)
+  local ctl, data = "Ctl" .. tag, "Data" .. tag
+  R.lib.rmq_devbroker_create_topic(R.db, R.ALL, ctl, 1)
+  R.lib.rmq_devbroker_create_topic(R.db, R.ALL, data, 1)
+  local script = R.write("pause" .. tag .. ".lua", string.format([[
+local rmq = require "rmq"
+return {
+  consumer_group = "pause_group_%s",
+  subscribe = { %s = "*", %s = "*" },
+  consume_thread_min = 2, consume_thread_max = 2,
+  consume = function(msgs)
+    for i = 1, #msgs do
+      local b = msgs[i].body
+      if b == "pause" then %s; print("PAUSED")
+      elseif b == "resume" then rmq.resume(); print("RESUMED")
+      else print("data " .. b) end
+    end
+  end,
+}
+]], tag, ctl, data, call))
+  local h = R.run(script)
+  helpers.defer(function() h.stop() end)
+  R.produce(data, "d0")
+  h.wait_for("data d0", "consumption before the pause")
+  R.produce(ctl, "pause")
+  h.wait_for("PAUSED")
+  h.wait_for(logged)
+  -- The pull that was in flight on the data topic still brings d1; after it, nothing is pulled.
+  R.produce(data, "d1")
+  h.wait_for("data d1", "the in-flight pull's message")
+  helpers.sleep(0.3)
+  local pulls = R.lib.rmq_devbroker_count(R.db, R.ALL, PULL_MESSAGE)
+  R.produce(data, "d2")
+  helpers.sleep(1.0)
+  assert.is_nil(h.out():find("data d2"), "d2 consumed while paused")
+  assert.are.equal(pulls, R.lib.rmq_devbroker_count(R.db, R.ALL, PULL_MESSAGE))
+  -- The control topic's pull was in flight too: it brings "resume", and the handler resumes.
+  R.produce(ctl, "resume")
+  h.wait_for("RESUMED")
+  h.wait_for("data d2", "d2 after rmq.resume()")
+  h.wait_for("pulling resumed by rmq.resume%(%) in consume thread %d")
+  assert.are.equal(0, h.stop())
 end
 
 describe("flow control from the script", function()
@@ -98,46 +145,13 @@ return {
   end)
 
   it("rmq.pause() and rmq.resume() from a handler stop and restart the pulls", function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "CtlTopic", 1)
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "DataTopic", 1)
-    local script = R.write("pause.lua", [[
-local rmq = require "rmq"
-return {
-  consumer_group = "pause_group",
-  subscribe = { CtlTopic = "*", DataTopic = "*" },
-  consume_thread_min = 2, consume_thread_max = 2,
-  consume = function(msgs)
-    for i = 1, #msgs do
-      local b = msgs[i].body
-      if b == "pause" then rmq.pause(); print("PAUSED")
-      elseif b == "resume" then rmq.resume(); print("RESUMED")
-      else print("data " .. b) end
-    end
-  end,
-}
-]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
-    R.produce("DataTopic", "d0")
-    h.wait_for("data d0", "consumption before the pause")
-    R.produce("CtlTopic", "pause")
-    h.wait_for("PAUSED")
-    h.wait_for("pulling paused until rmq.resume%(%), by rmq.pause%(%) in consume thread %d")
-    -- The pull that was in flight on DataTopic still brings d1; after it, nothing is pulled.
-    R.produce("DataTopic", "d1")
-    h.wait_for("data d1", "the in-flight pull's message")
-    helpers.sleep(0.3)
-    local pulls = R.lib.rmq_devbroker_count(R.db, R.ALL, PULL_MESSAGE)
-    R.produce("DataTopic", "d2")
-    helpers.sleep(1.0)
-    assert.is_nil(h.out():find("data d2"), "d2 consumed while paused")
-    assert.are.equal(pulls, R.lib.rmq_devbroker_count(R.db, R.ALL, PULL_MESSAGE))
-    -- CtlTopic's pull was in flight too: it brings "resume", and the handler resumes.
-    R.produce("CtlTopic", "resume")
-    h.wait_for("RESUMED")
-    h.wait_for("data d2", "d2 after rmq.resume()")
-    h.wait_for("pulling resumed by rmq.resume%(%) in consume thread %d")
-    assert.are.equal(0, h.stop())
+    pause_resume("Topic", "rmq.pause()",
+      "pulling paused until rmq.resume%(%), by rmq.pause%(%) in consume thread %d")
+  end)
+
+  it("rmq.pause(math.huge) lasts until rmq.resume()", function()
+    pause_resume("Huge", "rmq.pause(math.huge)",
+      "pulling paused for inf s, that is until rmq.resume%(%), by rmq.pause%(%) in consume thread %d")
   end)
 
   it("a timed rmq.pause(seconds) ends by itself, and a control hook may pause", function()
