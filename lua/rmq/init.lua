@@ -15,9 +15,9 @@
 --   rmq.role                      "consume", "control", "check" or "test"
 --   rmq.shared.NAME               the shared dictionary NAME the script declared with
 --                                 shared = { NAME = "16m" } (rmq.shared, ngx.shared.DICT-like)
---   rmq.pause(seconds)            from any hook: stop pulling for seconds (nothing, or math.huge: until
---                                 rmq.resume()); pulls in flight and cached messages are still
---                                 consumed. rmq.resume() pulls again at once.
+--   rmq.pause(seconds)            from any hook: stop pulling for seconds (nothing, or
+--                                 math.huge: until rmq.resume()); pulls in flight and cached
+--                                 messages are still consumed. rmq.resume() pulls again at once.
 --   rmq.stop()                    from any hook: shut the consumer down (like SIGTERM)
 --
 -- One copy of this module lives in each Lua state; only rmq.shared's dictionaries are shared
