@@ -99,7 +99,8 @@ describe("consumer: extreme values in pulled messages", function()
     assert.equal(MAX, text:match('"totals":{[^}]-"lag":(%-?%d+)'))
     assert.equal(MAX, text:match('"' .. topic .. '":{"consumed".-"lag":(%-?%d+)'))
     local lags = {}
-    for t, l in text:gmatch('{"topic":"([^"]+)","broker":"[^"]+","queue":%d+,[^}]-"lag":(%-?%d+)') do
+    local qpat = '{"topic":"([^"]+)","broker":"[^"]+","queue":%d+,[^}]-"lag":(%-?%d+)'
+    for t, l in text:gmatch(qpat) do
       lags[#lags + 1] = t .. " " .. l
     end
     table.sort(lags)

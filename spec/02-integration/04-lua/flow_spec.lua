@@ -151,7 +151,8 @@ return {
 
   it("rmq.pause(math.huge) lasts until rmq.resume()", function()
     pause_resume("Huge", "rmq.pause(math.huge)",
-      "pulling paused for inf s, that is until rmq.resume%(%), by rmq.pause%(%) in consume thread %d")
+      "pulling paused for inf s, that is until rmq.resume%(%), by rmq.pause%(%) in consume "
+      .. "thread %d")
   end)
 
   it("a timed rmq.pause(seconds) ends by itself, and a control hook may pause", function()
