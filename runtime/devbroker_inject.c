@@ -81,48 +81,35 @@ RMQ_EXPORT int rmq_devbroker_corrupt(rmq_devbroker_t *db, int broker, const char
     return (int)a.result;
 }
 
-static void op_suggest(rmq_devbroker_t *db, void *arg)
+/* The numbers a broker puts in its answers in place of the true ones: an int64 field of
+ * db_broker_t (at a->pos), set on the broker's loop. */
+static void op_set_answer(rmq_devbroker_t *db, void *arg)
 {
     inject_args_t *a = arg;
-    db->brokers[a->broker]->suggest_id = a->n;
+    memcpy((char *)db->brokers[a->broker] + a->pos, &a->n, sizeof(a->n));
     a->result = 0;
+}
+
+static int set_answer(rmq_devbroker_t *db, int broker, size_t field, int64_t v)
+{
+    if (broker < 0 || broker >= db->n_brokers) return RMQ_ERR_INVALID;
+    inject_args_t a = {.broker = broker, .pos = field, .n = v, .result = RMQ_ERR_SHUTDOWN};
+    rmq__db_run_sync(db, op_set_answer, &a);
+    return (int)a.result;
 }
 
 RMQ_EXPORT int rmq_devbroker_set_suggest(rmq_devbroker_t *db, int broker, int64_t broker_id)
 {
-    if (broker < 0 || broker >= db->n_brokers) return RMQ_ERR_INVALID;
-    inject_args_t a = {.broker = broker, .n = broker_id, .result = RMQ_ERR_SHUTDOWN};
-    rmq__db_run_sync(db, op_suggest, &a);
-    return (int)a.result;
-}
-
-static void op_told_max(rmq_devbroker_t *db, void *arg)
-{
-    inject_args_t *a = arg;
-    db->brokers[a->broker]->told_max = a->n;
-    a->result = 0;
+    return set_answer(db, broker, offsetof(db_broker_t, suggest_id), broker_id);
 }
 
 RMQ_EXPORT int rmq_devbroker_set_told_max(rmq_devbroker_t *db, int broker, int64_t max_offset)
 {
-    if (broker < 0 || broker >= db->n_brokers) return RMQ_ERR_INVALID;
-    inject_args_t a = {.broker = broker, .n = max_offset, .result = RMQ_ERR_SHUTDOWN};
-    rmq__db_run_sync(db, op_told_max, &a);
-    return (int)a.result;
-}
-
-static void op_told_max_query(rmq_devbroker_t *db, void *arg)
-{
-    inject_args_t *a = arg;
-    db->brokers[a->broker]->told_max_query = a->n;
-    a->result = 0;
+    return set_answer(db, broker, offsetof(db_broker_t, told_max), max_offset);
 }
 
 RMQ_EXPORT int rmq_devbroker_set_told_max_query(rmq_devbroker_t *db, int broker,
                                                 int64_t max_offset)
 {
-    if (broker < 0 || broker >= db->n_brokers) return RMQ_ERR_INVALID;
-    inject_args_t a = {.broker = broker, .n = max_offset, .result = RMQ_ERR_SHUTDOWN};
-    rmq__db_run_sync(db, op_told_max_query, &a);
-    return (int)a.result;
+    return set_answer(db, broker, offsetof(db_broker_t, told_max_query), max_offset);
 }
