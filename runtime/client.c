@@ -409,10 +409,7 @@ static void stats_build(rmq_consumer_t *c)
         s.owned_queues++;
         s.cached_msgs += q->pq.count;
         s.cached_bytes += q->pq.bytes;
-        if (q->broker_max >= 0) {
-            int64_t base = q->offset >= 0 ? q->offset : q->next_offset;
-            s.lag = rmq__add_sat(s.lag, rmq__lag(q->broker_max, base));
-        }
+        s.lag = rmq__add_sat(s.lag, rmq__qent_lag(q));
     }
     /* Stopping releases every queue: keep the lag they had. */
     if (!s.owned_queues && c->state >= RMQ_CLIENT_CLOSING) s.lag = c->snap.lag;

@@ -119,6 +119,15 @@ typedef struct rmq_qent {
     int64_t pull_sent_ns;  /* uv_hrtime() when the pull in flight was sent (stats) */
 } rmq_qent_t;
 
+/* A queue's lag: the broker's max offset past the committed offset (the pull position before
+ * any commit); 0 while the max is unknown. The status line, /stats and /metrics use it, and it
+ * agrees with consumerProgress once the offset persisted. */
+static inline int64_t rmq__qent_lag(const rmq_qent_t *q)
+{
+    if (q->broker_max < 0) return 0;
+    return rmq__lag(q->broker_max, q->offset >= 0 ? q->offset : q->next_offset);
+}
+
 /* ---- batch in flight -------------------------------------------------------------------------- */
 
 typedef struct rmq_cbatch {

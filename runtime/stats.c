@@ -377,9 +377,7 @@ static rmq_stats_snap_t *build(rmq_consumer_t *c)
         o->broker_max = q->broker_max;
         o->cached_msgs = q->pq.count;
         o->cached_bytes = q->pq.bytes;
-        /* The same lag as the status line (and as consumerProgress once the offset persisted). */
-        int64_t base = q->offset >= 0 ? q->offset : q->next_offset;
-        o->lag = rmq__lag(q->broker_max, base);
+        o->lag = rmq__qent_lag(q);
         rmq_snap_topic_t *t = &s->topics[o->topic];
         t->owned_queues++;
         t->lag = rmq__add_sat(t->lag, o->lag);
