@@ -115,6 +115,25 @@ end
 
 M.read = rh.read
 
+-- GET url of a consumer's metrics endpoint through spec/python/prom_scrape.py (Debian's
+-- python3-prometheus-client parses /metrics): {status, content_type, body[, families]}, or nil
+-- and the error text.
+function M.scrape(url)
+  local rc, out = helpers.run("/usr/bin/python3 " ..
+    helpers.shq(helpers.root .. "/spec/python/prom_scrape.py") .. " " .. helpers.shq(url))
+  if rc == 3 then error("the exposition does not parse: " .. out, 2) end
+  if rc ~= 0 then return nil, out end
+  return require("cjson").decode(out)
+end
+
+-- The metrics endpoint's base URL from a consumer's log (--metrics 127.0.0.1:0).
+function M.metrics_url(log)
+  local addr = helpers.wait_until(function()
+    return M.read(log):match("metrics on http://([%d%.]+:%d+)/metrics")
+  end, 20, "the metrics address in " .. log)
+  return "http://" .. addr
+end
+
 -- Committed offsets of group equal the max offsets of every queue of topic (broker 0).
 function M.all_committed(db, group, topic, queues)
   for q = 0, queues - 1 do

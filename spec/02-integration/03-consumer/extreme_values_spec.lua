@@ -77,17 +77,14 @@ describe("consumer: extreme values in pulled messages", function()
       assert(cons.alive(pid), "the consumer ended: " .. cons.read(log))
       return #cons.records(out) == 10
     end, 30, "the 10 messages consumed (log " .. log .. ")")
-    local addr = helpers.wait_until(function()
-      return cons.read(log):match("metrics on http://([%d%.]+:%d+)/metrics")
-    end, 20, "the metrics address in " .. log)
+    local url = cons.metrics_url(log)
     -- /stats once the 1 s statistics saw every queue's lag (2^63 - 8 each, the retry queue's
     -- 2^63 - 3).
     local text = helpers.wait_until(function()
-      local rc, body = helpers.run("/usr/bin/python3 " .. helpers.shq(helpers.root ..
-        "/spec/python/prom_scrape.py") .. " http://" .. addr .. "/stats")
+      local r = cons.scrape(url .. "/stats")
       assert(cons.alive(pid), "the consumer ended: " .. cons.read(log))
-      if rc ~= 0 then return false end
-      local t = cjson.decode(body).body
+      if not r then return false end
+      local t = r.body
       local st = cjson.decode(t)
       if #st.queues ~= 3 then return false end -- the topic's two and the retry topic's one
       for _, q in ipairs(st.queues) do if q.lag <= 0 then return false end end

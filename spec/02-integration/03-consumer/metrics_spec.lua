@@ -12,24 +12,7 @@ local lib = cons.lib
 
 pcall(ffi.cdef, [[ const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx); ]])
 
-local PY = "/usr/bin/python3" -- Debian's, where python3-prometheus-client is installed
-local SCRAPE = helpers.root .. "/spec/python/prom_scrape.py"
-
--- GET url through the Python helper: the decoded result, or nil and the error text.
-local function scrape(url)
-  local rc, out = helpers.run(PY .. " " .. helpers.shq(SCRAPE) .. " " .. helpers.shq(url))
-  if rc == 3 then error("the exposition does not parse: " .. out, 2) end
-  if rc ~= 0 then return nil, out end
-  return cjson.decode(out)
-end
-
--- The endpoint's base URL from the consumer's log.
-local function base_url(log)
-  local addr = helpers.wait_until(function()
-    return cons.read(log):match("metrics on http://([%d%.]+:%d+)/metrics")
-  end, 20, "the metrics address in " .. log)
-  return "http://" .. addr
-end
+local scrape, base_url = cons.scrape, cons.metrics_url
 
 -- Sum of the samples of family `name` whose labels match every key of `want`.
 local function sum(fams, name, want)
