@@ -433,6 +433,14 @@ end
 
 function Tally:add_file(path) self.files[#self.files + 1] = path end
 
+-- Read the record files once, start to end, through hook: the Tally.
+function M.read_records(files, hook)
+  local t = M.tally(hook)
+  for _, f in ipairs(files) do t:add_file(f) end
+  t:poll()
+  return t
+end
+
 local rec_pat = "^(%S+) (%S+) (%S+) (%d+) (%d+) (%d+) (%d+) (%a) (%S+) (%S+)$"
 
 -- Read what was appended since the last call. Returns the number of new records.

@@ -39,6 +39,13 @@ local function wait_lag0(ctx, ns, group, topic, timeout)
   return ok, lag
 end
 
+-- The msgIds of files delivered successfully more than once, each with an empty list.
+local function delivered_twice(files)
+  local ids = {}
+  for id, n in pairs(L.read_records(files).ok) do if n > 1 then ids[id] = {} end end
+  return ids
+end
+
 -- The check behind "duplicates bounded by one persist window": a successful delivery of a
 -- msgId already consumed is fine when the earlier delivery happened inside one of the
 -- intervals {from, to} (unix ms) -- the persist window before a kill, say -- and that interval
@@ -46,17 +53,11 @@ end
 local function dup_check(files, intervals)
   -- Pass 1: successful deliveries per msgId; pass 2: the times of those delivered twice or
   -- more, compared in time order (several consumers write several files at once).
-  local t1 = L.tally()
-  for _, f in ipairs(files) do t1:add_file(f) end
-  t1:poll()
-  local times = {}
-  for id, n in pairs(t1.ok) do if n > 1 then times[id] = {} end end
-  local t2 = L.tally(function(r)
+  local times = delivered_twice(files)
+  L.read_records(files, function(r)
     local ts = r.st == "k" and times[r.id]
     if ts then ts[#ts + 1] = r.ms end
   end)
-  for _, f in ipairs(files) do t2:add_file(f) end
-  t2:poll()
   local outside, example = 0, nil
   for id, ts in pairs(times) do
     table.sort(ts)
@@ -81,13 +82,9 @@ end
 -- queue after it (the hand-over: the new owner starts from the last offset committed before it).
 -- Returns the number of duplicates outside and an example.
 local function dup_handover_check(files, window_ms)
-  local t1 = L.tally()
-  for _, f in ipairs(files) do t1:add_file(f) end
-  t1:poll()
-  local dup = {}
-  for id, n in pairs(t1.ok) do if n > 1 then dup[id] = {} end end
+  local dup = delivered_twice(files)
   local per_q, labels, nl = {}, {}, 0 -- queue -> {ms, label#, ms, label#, ...}
-  local t2 = L.tally(function(r)
+  L.read_records(files, function(r)
     if r.st ~= "k" then return end
     local q = r.broker .. ":" .. r.qid .. ":" .. r.store
     local li = labels[r.label]
@@ -99,8 +96,6 @@ local function dup_handover_check(files, window_ms)
     local d = dup[r.id]
     if d then d[#d + 1] = {ms = r.ms, li = li, q = q} end
   end)
-  for _, f in ipairs(files) do t2:add_file(f) end
-  t2:poll()
   -- Sort each queue's deliveries by time (pairs of numbers).
   for q, a in pairs(per_q) do
     local idx = {}
@@ -200,7 +195,7 @@ S[1] = {title = "consumer kill -9 ×10", long_title = "consumer kill -9 every 3-
   local below, example = 0, nil
   for i = 1, k do
     local after = i < k and ("run" .. (i + 1)) or "final"
-    local t = L.tally(function(r)
+    L.read_records({files[i + 1]}, function(r)
       if r.label ~= after or r.store:find("^%%RETRY%%") then return end
       local com = committed[i][r.broker .. ":" .. r.qid]
       if com and com >= 0 and r.off < com then
@@ -209,8 +204,6 @@ S[1] = {title = "consumer kill -9 ×10", long_title = "consumer kill -9 every 3-
           r.qid, r.off, com)
       end
     end)
-    t:add_file(files[i + 1])
-    t:poll()
   end
   ctx:check(below == 0, "no delivery below the offset committed before each kill (%d%s)", below,
     example and (": " .. example) or "")
@@ -432,15 +425,15 @@ S[5] = {title = "rebalance churn (5 members)", run = function(ctx, o)
   for _, c in ipairs(members) do c:stop() end
   -- Once churn stopped: each queue consumed by one member only.
   local owners = {}
-  local t = L.tally(function(r)
+  local recs = {}
+  for _, p in ipairs(ctx.procs) do if p.rec then recs[#recs + 1] = p.rec end end
+  L.read_records(recs, function(r)
     if r.ms >= from and r.ms <= to and r.store == topic then
       local q = r.broker .. ":" .. r.qid
       owners[q] = owners[q] or {}
       owners[q][r.label] = true
     end
   end)
-  for _, p in ipairs(ctx.procs) do if p.rec then t:add_file(p.rec) end end
-  t:poll()
   local shared, ex = 0, nil
   for q, set in pairs(owners) do
     local names = {}
