@@ -1,4 +1,4 @@
--- devbroker_ffi.lua: the development broker's exported C API (runtime/devbroker.h) declared for
+-- devbroker_ffi.lua: the development broker's exported C API (runtime/devbroker/devbroker.h) declared for
 -- the FFI once per Lua state, for every spec that runs a broker in-process.
 --
 --   local lib = require "devbroker_ffi"   -- helpers.lib() with rmq_devbroker_* declared

@@ -67,7 +67,7 @@ function rmq.log(level, ...)
   write_log(lv, concat(parts, " "))
 end
 
--- rmq.pause / rmq.resume / rmq.stop: a request to the loop thread (runtime/flow.c). Without a
+-- rmq.pause / rmq.resume / rmq.stop: a request to the loop thread (runtime/consumer/flow.c). Without a
 -- consumer (rmqlua test, check) the requests are recorded in rmq._requests.
 local OPS = { pause = 1, resume = 2, stop = 3 }
 rmq._requests = {}

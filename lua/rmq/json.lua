@@ -10,7 +10,7 @@
 -- Results and errors are lua-cjson's (cjson.decode with its default settings): objects and
 -- arrays become tables, numbers doubles, null json.null, and bad text raises an error such as
 -- "Expected value but found invalid token at character 1". The decoder is C
--- (runtime/json_decode.c); a message's body is read while the handler runs, so decode during
+-- (runtime/luahost/json_decode.c); a message's body is read while the handler runs, so decode during
 -- the call (the result holds copies, never pointers into the message).
 --
 -- Threads: one module per Lua state.

@@ -1,7 +1,7 @@
 -- rmq.shared: the script's shared dictionaries, `rmq.shared.NAME` in every state of a consumer.
 --
 -- A script declares them with `shared = { counters = "16m", seen = "64m" }` (a size limit each:
--- bytes, or a number with k, m or g). The dictionaries live in C (runtime/shdict.c), one mutex
+-- bytes, or a number with k, m or g). The dictionaries live in C (runtime/luahost/shdict.c), one mutex
 -- each, shared by the control state and every consume thread, and they survive a reload of the
 -- script. The methods follow OpenResty's ngx.shared.DICT:
 --

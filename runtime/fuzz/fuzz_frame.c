@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd.h"
+#include "protocol/cmd.h"
 
 #define FUZZ_MAX_FRAME (1u << 20)
 

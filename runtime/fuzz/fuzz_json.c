@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lua_state.h"
+#include "luahost/lua_state.h"
 
 static lua_State *L;
 

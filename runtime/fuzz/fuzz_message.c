@@ -4,7 +4,7 @@
  * decodes to the same messages.
  * Seeds: spec/fixtures/fuzz/message/ (bodies cut from the captured PULL responses).
  */
-#include "../message.h"
+#include "protocol/message.h"
 
 #include <stdlib.h>
 

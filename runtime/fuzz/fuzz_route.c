@@ -3,8 +3,8 @@
  * same bytes) and the route parser (a parsed route written in the old bare-key form parses back
  * to an equal route; the standard form is written too). Seeds: spec/fixtures/fuzz/route/.
  */
-#include "../fjson.h"
-#include "../route.h"
+#include "protocol/fjson.h"
+#include "protocol/route.h"
 
 #include <stdlib.h>
 

@@ -4,7 +4,7 @@
  * is evaluated over the properties (the outcome must be one of the four) and printed, and the
  * offset of ignored text must lie inside the expression. Seeds: spec/fixtures/fuzz/sql92/.
  */
-#include "../sql92.h"
+#include "protocol/sql92.h"
 
 #include <stdlib.h>
 

@@ -12,11 +12,11 @@
  *
  * Run from the repository root: scripts/bench_codec [BUILD_DIR].
  */
-#include "cmd.h"
-#include "codes.h"
-#include "common.h"
-#include "consume_pool.h"
-#include "message.h"
+#include "protocol/cmd.h"
+#include "base/codes.h"
+#include "base/common.h"
+#include "luahost/consume_pool.h"
+#include "protocol/message.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cmd.h"
+#include "protocol/cmd.h"
 
 static long nframes;
 static int decode;

@@ -3,7 +3,7 @@
  * to a consume thread, one lua_pcall of the dispatcher, a no-op handler, done() back on the
  * loop. Built and run by scripts/bench_lua (not a test). Usage: bench_pool SCRIPT
  */
-#include "consume_pool.h"
+#include "luahost/consume_pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -20,9 +20,9 @@
  * Ownership: everything is created and freed within one cycle. Threads: the main thread drives
  * the cycles; each cycle's consumer loop runs on its own thread, joined before the next cycle.
  */
-#include "conf.h"
-#include "consumer.h"
-#include "script.h"
+#include "consumer/conf.h"
+#include "consumer/consumer.h"
+#include "luahost/script.h"
 
 #include <uv.h>
 

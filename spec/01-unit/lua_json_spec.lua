@@ -1,4 +1,4 @@
--- rmq.json: the decoder that reads a message view's body in place (runtime/json_decode.c) gives
+-- rmq.json: the decoder that reads a message view's body in place (runtime/luahost/json_decode.c) gives
 -- what lua-cjson's cjson.decode gives, value for value and error for error, on hand-picked
 -- edge cases and on thousands of mutated JSON documents; views, pointers and strings as input.
 local ffi = require "ffi"

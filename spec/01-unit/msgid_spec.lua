@@ -1,10 +1,10 @@
 -- offsetMsgId, host text and property lookup through the FFI leaf functions, with rmq_msg_t
--- built in Lua from the declarations Lua really sees (runtime/rmqlua_ffi.h between its markers),
+-- built in Lua from the declarations Lua really sees (runtime/include/rmqlua_ffi.h between its markers),
 -- against the 4.9.4 vectors in spec/fixtures/vectors/msgid.json.
 local ffi = require "ffi"
 local helpers = require "helpers"
 
-local header = helpers.read_file(helpers.root .. "/runtime/rmqlua_ffi.h")
+local header = helpers.read_file(helpers.root .. "/runtime/include/rmqlua_ffi.h")
 local cdecl = header:match("/%* RMQ_FFI_BEGIN %*/(.-)/%* RMQ_FFI_END %*/")
 assert(cdecl, "RMQ_FFI_BEGIN/END markers not found in rmqlua_ffi.h")
 -- Another spec in the same busted process may have declared the header already.

@@ -1,4 +1,4 @@
--- rmq.shared (lua/rmq/shared.lua over runtime/shdict.c) under plain LuaJIT: the methods and
+-- rmq.shared (lua/rmq/shared.lua over runtime/luahost/shdict.c) under plain LuaJIT: the methods and
 -- return values of OpenResty's ngx.shared.DICT, argument errors, strings larger than the
 -- module's buffer, LRU eviction with forcible, `get` of a number allocating nothing, and the
 -- script's `shared = { ... }` declaration with its errors at file:line.

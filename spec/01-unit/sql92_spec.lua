@@ -1,4 +1,4 @@
--- SQL92 selectors (runtime/sql92.c): the grammar table of spec/fixtures/sql92/cases.json --
+-- SQL92 selectors (runtime/protocol/sql92.c): the grammar table of spec/fixtures/sql92/cases.json --
 -- Java's ExpressionTest/ParserTest cases and cases read off the 4.9.4 classes (null rules, type
 -- mismatches, compile-time checks) -- evaluated through the exported C functions.
 local ffi = require "ffi"

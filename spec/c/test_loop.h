@@ -8,7 +8,7 @@
 
 #include <uv.h>
 
-#include "../../runtime/common.h"
+#include "base/common.h"
 #include "test_util.h"
 
 static uv_loop_t *loop;

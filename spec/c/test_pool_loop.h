@@ -11,8 +11,8 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "../../runtime/common.h"
-#include "../../runtime/consume_pool.h"
+#include "base/common.h"
+#include "luahost/consume_pool.h"
 
 static double scale = 1;
 static uv_loop_t loop;

@@ -1,0 +1,186 @@
+/*
+ * cli_conn.c -- the connection options of the client commands (cli_conn.h): the arguments they
+ * all take (--namesrv, --set, --log-debug), their check, the loop and the transport with its
+ * signing and TLS, and the ACL refusal that ends a command.
+ *
+ * Ownership: see cli_conn.h. Threads: the main thread, and the command's loop for the refusal.
+ */
+#include "cli_conn.h"
+
+#include "protocol/acl.h"
+#include "base/common.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The options of ClientConfig that are about the connection (ACL and TLS). */
+static const char *const conn_options[] = {"access_key",
+                                           "secret_key",
+                                           "security_token",
+                                           "use_tls",
+                                           "tls_test_mode_enable",
+                                           "tls_client_cert_path",
+                                           "tls_client_key_path",
+                                           "tls_client_key_password",
+                                           "tls_client_trust_cert_path",
+                                           "tls_client_auth_server"};
+
+void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace)
+{
+    memset(cc, 0, sizeof(*cc));
+    cc->cmd = cmd;
+    cc->with_namespace = with_namespace;
+}
+
+static int allowed(const rmq_cli_conn_t *cc, const char *key)
+{
+    for (size_t i = 0; i < RMQ_ARRAY_SIZE(conn_options); i++)
+        if (!strcmp(key, conn_options[i])) return 1;
+    return cc->with_namespace && !strcmp(key, "namespace");
+}
+
+const char *rmq__cli_value(const rmq_cli_conn_t *cc, int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "rmqlua %s: %s needs a value\n", cc->cmd, argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int rmq__cli_conn_arg(rmq_cli_conn_t *cc, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    if (strcmp(a, "--namesrv") && strcmp(a, "--set") && strcmp(a, "--log-debug")) return 0;
+    if (!(v = rmq__cli_value(cc, argc, argv, i))) return -1;
+    if (!strcmp(a, "--namesrv")) {
+        cc->namesrv = v;
+    } else if (!strcmp(a, "--set")) {
+        if (rmq__cli_conn_set(cc, v)) return -1;
+    } else {
+        char err[128];
+        if (rmq_log_set_debug(v, err, sizeof(err)) < 0) {
+            fprintf(stderr, "rmqlua %s: --log-debug: %s\n", cc->cmd, err);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+int rmq__cli_conn_namesrv(rmq_cli_conn_t *cc)
+{
+    if (!cc->namesrv) cc->namesrv = getenv("NAMESRV_ADDR");
+    if (!cc->namesrv || !*cc->namesrv) {
+        fprintf(stderr, "rmqlua %s: --namesrv is required (or set NAMESRV_ADDR)\n", cc->cmd);
+        return -1;
+    }
+    return 0;
+}
+
+int rmq__cli_conn_set(rmq_cli_conn_t *cc, const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    char err[512];
+    if (!eq || eq == kv) {
+        fprintf(stderr, "rmqlua %s: --set needs KEY=VALUE, got '%s'\n", cc->cmd, kv);
+        return -1;
+    }
+    char *key = rmq__xstrndup(kv, (size_t)(eq - kv));
+    if (!allowed(cc, key)) {
+        fprintf(stderr,
+                "rmqlua %s: --set %s: not an option of rmqlua %s (only access_key, "
+                "secret_key, security_token, use_tls%s tls_*%s)\n",
+                cc->cmd, key, cc->cmd, cc->with_namespace ? "," : " and",
+                cc->with_namespace ? " and namespace" : "");
+        free(key);
+        return -1;
+    }
+    if (!cc->conf) cc->conf = rmq__conf_new();
+    int rc = rmq__conf_set(cc->conf, key, eq + 1, err, sizeof err);
+    if (rc) fprintf(stderr, "rmqlua %s: --set %s: %s\n", cc->cmd, key, err);
+    free(key);
+    return rc ? -1 : 0;
+}
+
+int rmq__cli_conn_check(rmq_cli_conn_t *cc)
+{
+    char err[512];
+    if (!cc->conf) return 0;
+    if (rmq__conf_check_security(cc->conf, err, sizeof err) ||
+        rmq__tls_ctx_from_conf(cc->conf, &cc->tls, err, sizeof err)) {
+        fprintf(stderr, "rmqlua %s: %s\n", cc->cmd, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* A broker's ACL refused a request: say so once, in the user's terms (the access key, the
+ * resource and the permission, as `rmqlua run` says it), and let the command stop. */
+static void on_acl_refused(void *ud, const char *addr, int32_t code, const rmq_cmd_t *resp)
+{
+    rmq_cli_conn_t *cc = ud;
+    char msg[768];
+    if (cc->refused) return;
+    cc->refused = 1;
+    rmq__acl_explain(msg, sizeof msg, addr, code, cc->conf ? cc->conf->access_key : NULL,
+                     resp->remark);
+    fprintf(stderr, "rmqlua %s: %s\n", cc->cmd, msg);
+    if (cc->on_refused) cc->on_refused(cc->ud);
+}
+
+int rmq__cli_conn_open(rmq_cli_conn_t *cc, uv_loop_t *loop, rmq_remoting_t **rt)
+{
+    char err[1024];
+    rmq_remoting_opts_t ro;
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_init(loop);
+    memset(&ro, 0, sizeof(ro));
+    ro.loop = loop;
+    ro.name = cc->cmd;
+    ro.tls_client = cc->tls;
+    if (cc->conf) {
+        ro.acl_access_key = cc->conf->access_key;
+        ro.acl_secret_key = cc->conf->secret_key;
+        ro.acl_security_token = cc->conf->security_token;
+    }
+    ro.on_acl_refused = on_acl_refused;
+    ro.ud = cc;
+    *rt = NULL;
+    if (rmq__remoting_new(&ro, rt, err, sizeof(err)) ||
+        rmq__remoting_set_namesrv(*rt, cc->namesrv, err, sizeof(err))) {
+        fprintf(stderr, "rmqlua %s: --namesrv: %s\n", cc->cmd, err);
+        if (*rt) rmq__remoting_destroy(*rt, NULL, NULL);
+        *rt = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+const char *rmq__cli_conn_namespace(const rmq_cli_conn_t *cc)
+{
+    const char *ns = cc->conf ? cc->conf->namespace : NULL;
+    return ns && *ns ? ns : NULL;
+}
+
+void rmq__cli_conn_usage(const rmq_cli_conn_t *cc, FILE *out, int col)
+{
+    const int pad = col - 2 - (int)strlen("--set KEY=VALUE");
+    fprintf(out,
+            "  --set KEY=VALUE%*sa connection option, named as in consumer scripts "
+            "(repeatable):\n"
+            "%*saccess_key, secret_key, security_token (ACL signing), use_tls,\n"
+            "%*stls_test_mode_enable, tls_client_cert_path, tls_client_key_path,\n"
+            "%*stls_client_key_password, tls_client_trust_cert_path,\n"
+            "%*stls_client_auth_server%s\n",
+            pad > 1 ? pad : 1, "", col, "", col, "", col, "", col, "",
+            cc->with_namespace ? ", namespace" : "");
+}
+
+void rmq__cli_conn_free(rmq_cli_conn_t *cc)
+{
+    rmq__tls_ctx_release(cc->tls);
+    cc->tls = NULL;
+    if (cc->conf) rmq__conf_destroy(cc->conf);
+    cc->conf = NULL;
+}

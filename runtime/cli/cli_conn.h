@@ -1,0 +1,83 @@
+/*
+ * cli_conn.h -- the connection options of the client commands (`rmqlua send`, `rmqlua tail`,
+ * `rmqlua redrive`): the arguments they all take (`--namesrv ADDR`, else $NAMESRV_ADDR;
+ * `--log-debug CATS`; `--set KEY=VALUE` for access_key, secret_key, security_token (ACL
+ * signing, as AclClientRPCHook), use_tls and tls_* (TLS on every connection), and, for the
+ * commands that take it, namespace); the check of those options and the TLS context before any
+ * connection (usage errors, exit 2); the command's loop and transport, which signs every request
+ * and opens TLS sessions; and a broker's ACL refusal reported once, in the same words as
+ * `rmqlua run` uses (rmq__acl_explain), after which the command stops and exits with
+ * RMQ_CLI_EXIT_ACL.
+ *
+ * Ownership: the command owns its rmq_cli_conn_t (usually inside its run struct) and keeps it
+ * until its transport is gone; the conf and the TLS context belong to it and are freed by
+ * rmq__cli_conn_free. The transport keeps its own reference to the TLS context and its own copy
+ * of the keys.
+ * Threads: the main thread (argument parsing) and the command's loop thread (the refusal).
+ */
+#ifndef RMQ_CLI_CONN_H
+#define RMQ_CLI_CONN_H
+
+#include "consumer/conf.h"
+#include "net/remoting.h"
+#include "net/tls.h"
+
+#include <stdio.h>
+
+/* Exit code of a command that a broker's access control refused (as `rmqlua run`'s). */
+#define RMQ_CLI_EXIT_ACL 3
+
+typedef struct rmq_cli_conn {
+    const char *cmd;     /* "send", "tail", ...: messages start with "rmqlua <cmd>: " */
+    const char *namesrv; /* --namesrv, else $NAMESRV_ADDR (rmq__cli_conn_namesrv) */
+    int with_namespace;  /* --set namespace is one of this command's options */
+    rmq_conf_t *conf;    /* the options set; NULL while none was */
+    rmq_tls_ctx_t *tls;  /* use_tls: the client context (rmq__cli_conn_check) */
+    int refused;         /* a broker's ACL refused a request (reported once) */
+    /* Called once, on the loop thread, right after the first refusal was reported: the command
+     * stops (its exit code is then RMQ_CLI_EXIT_ACL). */
+    void (*on_refused)(void *ud);
+    void *ud;
+} rmq_cli_conn_t;
+
+void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace);
+
+/* In a command's argument loop (`for (int i = 1; i < argc; i++)`), for the option at argv[*i]:
+ * the value after it, *i moved onto that value; NULL, after saying on stderr that the option
+ * needs a value, when there is none (a usage error, exit 2). */
+const char *rmq__cli_value(const rmq_cli_conn_t *cc, int argc, char **argv, int *i);
+
+/* The arguments every client command takes, at argv[*i]: --namesrv ADDR, --set KEY=VALUE and
+ * --log-debug CATS. Returns 1 when argv[*i] is one of them (*i then on its value), 0 when it is
+ * not, -1 after saying on stderr what is wrong (a usage error, exit 2). */
+int rmq__cli_conn_arg(rmq_cli_conn_t *cc, int argc, char **argv, int *i);
+
+/* After the arguments: cc->namesrv from $NAMESRV_ADDR when --namesrv was not given. Returns 0,
+ * or -1 after saying on stderr that there is none (a usage error, exit 2). */
+int rmq__cli_conn_namesrv(rmq_cli_conn_t *cc);
+
+/* --set KEY=VALUE. Returns 0, or -1 after saying on stderr what is wrong (the key is not one of
+ * this command's options, or its value is not valid for it). */
+int rmq__cli_conn_set(rmq_cli_conn_t *cc, const char *kv);
+
+/* After the arguments: the ACL keys and TLS settings go together (rmq__conf_check_security) and
+ * the TLS files load. Returns 0, or -1 after saying why on stderr (a usage error, exit 2). */
+int rmq__cli_conn_check(rmq_cli_conn_t *cc);
+
+/* The command's loop and transport: SIGPIPE ignored (a broker closing a connection must not
+ * kill the command on its next write), loop initialised, and a transport on it named cc->cmd,
+ * which signs every request and opens TLS sessions as the options say and reports a refusal
+ * (cc->on_refused), set to the name servers cc->namesrv. Returns 0 with *rt set, or -1 after
+ * saying on stderr why ("--namesrv: ...", a usage error, exit 2) with *rt NULL. Either way the
+ * loop is initialised: the caller runs it (to close what it started) and closes it. */
+int rmq__cli_conn_open(rmq_cli_conn_t *cc, uv_loop_t *loop, rmq_remoting_t **rt);
+
+/* The namespace (NULL when not set). */
+const char *rmq__cli_conn_namespace(const rmq_cli_conn_t *cc);
+
+/* The --set lines of a command's --help, their descriptions starting at column col. */
+void rmq__cli_conn_usage(const rmq_cli_conn_t *cc, FILE *out, int col);
+
+void rmq__cli_conn_free(rmq_cli_conn_t *cc);
+
+#endif
