@@ -83,14 +83,6 @@ void rmq__log_repeated(int level, const char *cat, const rmq_log_field_t *fields
                        const char *text);
 
 /*
- * A failed batch of a consume thread (text: what the dispatcher reported, with the message ids
- * and the traceback), logged with rmq__log_repeated in category "lua" with the fields thread
- * (1-based), topic, broker, queue, offset and msg_id of the batch's first message, and batch
- * (its size). Called on the consume thread while it still holds the batch.
- */
-void rmq__log_batch_error(int thread_index, const rmq_batch_t *b, const char *text);
-
-/*
  * The live status line (status_tty only; otherwise ignored): line replaces the one shown, NULL
  * takes it away. rmq__log_status_end() takes it away and writes final_line (plus a newline) in
  * its place on the terminal, after every line queued before it.

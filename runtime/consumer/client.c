@@ -13,6 +13,7 @@
  * rmq__consumer_stop and rmq__consumer_stats from any thread; everything else on the loop.
  */
 #include "consumer_int.h"
+#include "net/dial.h"
 
 #include "protocol/acl.h"
 #include "protocol/fjson.h"
@@ -899,30 +900,6 @@ static void h_consume_directly(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 
 /* ---- clientId --------------------------------------------------------------------------------- */
 
-/* RemotingUtil.getLocalAddress: the first non-loopback, non-192.168 IPv4 address, else the last
- * private one, else 127.0.0.1 (also the address of producer_heartbeat.c's client id). */
-void rmq__client_local_ip(char *out, size_t n)
-{
-    uv_interface_address_t *ifs = NULL;
-    int cnt = 0;
-    snprintf(out, n, "127.0.0.1");
-    if (uv_interface_addresses(&ifs, &cnt)) return;
-    char last[64] = "";
-    for (int i = 0; i < cnt; i++) {
-        if (ifs[i].is_internal || ifs[i].address.address4.sin_family != AF_INET) continue;
-        char ip[64];
-        uv_ip4_name(&ifs[i].address.address4, ip, sizeof(ip));
-        if (strncmp(ip, "127.0", 5) && strncmp(ip, "192.168", 7)) {
-            snprintf(out, n, "%s", ip);
-            uv_free_interface_addresses(ifs, cnt);
-            return;
-        }
-        snprintf(last, sizeof(last), "%s", ip);
-    }
-    if (*last) snprintf(out, n, "%s", last);
-    uv_free_interface_addresses(ifs, cnt);
-}
-
 static void make_client_id(rmq_consumer_t *c)
 {
     char ip[64];
@@ -930,7 +907,7 @@ static void make_client_id(rmq_consumer_t *c)
     if (cf->client_ip && *cf->client_ip)
         snprintf(ip, sizeof(ip), "%s", cf->client_ip);
     else
-        rmq__client_local_ip(ip, sizeof(ip));
+        rmq__local_ip(ip, sizeof(ip));
     char inst[128];
     const char *iname = cf->instance_name ? cf->instance_name : "DEFAULT";
     if (cf->message_model == RMQ_MODEL_CLUSTERING && !strcmp(iname, "DEFAULT"))

@@ -21,6 +21,7 @@
 #include "consume_pool.h"
 
 #include "base/log.h"
+#include "batch_log.h"
 #include "lua_memlimit.h"
 #include "lua_state.h"
 

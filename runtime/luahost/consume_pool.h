@@ -96,7 +96,7 @@ typedef struct rmq_pool_opts {
  * thread_index, handler_error, and sends/nsends (messages the handler queued with rmq.send();
  * the engine sends them, and treats the batch as RECONSUME_LATER / SUSPEND if one fails).
  * A handler error is logged by the pool with the batch's message ids (subsystem "lua"; errors
- * that repeat are summarised, see rmq__log_batch_error in log.h).
+ * that repeat are summarised, see rmq__log_batch_error in batch_log.h).
  * consume_timeout: a watchdog (loop thread) asks a handler running longer than that to stop by
  * setting a flag; the consume thread's own Lua count hook sees it and raises an error in the
  * handler. A handler stuck in a JIT-compiled loop or in a blocking C call cannot be interrupted

@@ -260,3 +260,27 @@ void rmq__dial_cancel(rmq_dial_t *d)
             uv_close((uv_handle_t *)&d->probe, on_probe_closed);
     }
 }
+
+/* RemotingUtil.getLocalAddress: the first non-loopback, non-192.168 IPv4 address, else the last
+ * private one, else 127.0.0.1 (the address in the consumer's and the producer's client ids). */
+void rmq__local_ip(char *out, size_t n)
+{
+    uv_interface_address_t *ifs = NULL;
+    int cnt = 0;
+    snprintf(out, n, "127.0.0.1");
+    if (uv_interface_addresses(&ifs, &cnt)) return;
+    char last[64] = "";
+    for (int i = 0; i < cnt; i++) {
+        if (ifs[i].is_internal || ifs[i].address.address4.sin_family != AF_INET) continue;
+        char ip[64];
+        uv_ip4_name(&ifs[i].address.address4, ip, sizeof(ip));
+        if (strncmp(ip, "127.0", 5) && strncmp(ip, "192.168", 7)) {
+            snprintf(out, n, "%s", ip);
+            uv_free_interface_addresses(ifs, cnt);
+            return;
+        }
+        snprintf(last, sizeof(last), "%s", ip);
+    }
+    if (*last) snprintf(out, n, "%s", last);
+    uv_free_interface_addresses(ifs, cnt);
+}

@@ -46,4 +46,8 @@ int rmq__dial_start(uv_loop_t *loop, const char *host, int port, int64_t attempt
 /* Stop: the callback runs later with RMQ_ERR_DESTROYED. Only before the callback ran. */
 void rmq__dial_cancel(rmq_dial_t *d);
 
+/* RemotingUtil.getLocalAddress: the local address a Java client puts in its client id (the first
+ * non-loopback, non-192.168 IPv4 address, else the last private one, else 127.0.0.1). Any thread. */
+void rmq__local_ip(char *out, size_t n);
+
 #endif

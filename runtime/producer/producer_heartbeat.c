@@ -12,6 +12,7 @@
 
 #include "base/codes.h"
 #include "base/log.h"
+#include "net/dial.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,6 @@ void rmq__producer_hb_stop(rmq_producer_hb_t *h)
 void rmq__producer_client_id(char *out, size_t size)
 {
     char ip[64];
-    rmq__client_local_ip(ip, sizeof(ip));
+    rmq__local_ip(ip, sizeof(ip));
     snprintf(out, size, "%s@%d", ip, (int)getpid());
 }

@@ -33,7 +33,5 @@ void rmq__producer_hb_stop(rmq_producer_hb_t *h);
  * (ClientConfig.buildMQClientId after changeInstanceNameToPID). */
 void rmq__producer_client_id(char *out, size_t size);
 
-/* client.c: the local address a Java client puts in its client id. */
-void rmq__client_local_ip(char *out, size_t n);
 
 #endif

@@ -4,7 +4,7 @@
  *
  * Ownership: an rmq_mq_t owns nothing by itself; whoever fills it says who frees its strings
  * (route.h: rmq__mqs_free).
- * Threads: pure functions (defined in allocate.c); any thread.
+ * Threads: pure functions (defined in mq.c); any thread.
  */
 #ifndef RMQ_MQ_H
 #define RMQ_MQ_H

@@ -11,7 +11,7 @@
 
 #include "fjson.h"
 
-/* ---- MessageQueue order (rmq__mq_cmp and rmq__java_strcmp live in allocate.c) ---------- */
+/* ---- MessageQueue order (rmq__mq_cmp and rmq__java_strcmp: mq.c) ---------- */
 
 int rmq__mq_qsort_cmp(const void *a, const void *b)
 {
