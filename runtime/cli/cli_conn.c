@@ -24,7 +24,8 @@ static const char *const conn_options[] = {"access_key",
                                            "tls_client_key_path",
                                            "tls_client_key_password",
                                            "tls_client_trust_cert_path",
-                                           "tls_client_auth_server"};
+                                           "tls_client_auth_server",
+                                           "tls_verify_server_name"};
 
 void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace)
 {
@@ -172,7 +173,7 @@ void rmq__cli_conn_usage(const rmq_cli_conn_t *cc, FILE *out, int col)
             "%*saccess_key, secret_key, security_token (ACL signing), use_tls,\n"
             "%*stls_test_mode_enable, tls_client_cert_path, tls_client_key_path,\n"
             "%*stls_client_key_password, tls_client_trust_cert_path,\n"
-            "%*stls_client_auth_server%s\n",
+            "%*stls_client_auth_server, tls_verify_server_name%s\n",
             pad > 1 ? pad : 1, "", col, "", col, "", col, "", col, "",
             cc->with_namespace ? ", namespace" : "");
 }

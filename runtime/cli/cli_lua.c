@@ -354,6 +354,25 @@ static void warn_ignored_sql92(const char *path, const rmq_conf_t *conf)
     }
 }
 
+/* TLS settings that leave the server unauthenticated are valid, but worth a word. */
+static void warn_tls(const char *path, const rmq_conf_t *conf)
+{
+    if (!conf->use_tls) return;
+    if (conf->tls_test_mode_enable)
+        fprintf(stderr, "rmqlua check: %s: warning: tls_test_mode_enable = true: any server "
+                "certificate is trusted, anyone on the path can read and answer this client\n",
+                path);
+    else if (!conf->tls_client_auth_server)
+        fprintf(stderr, "rmqlua check: %s: warning: tls_client_auth_server = false: any server "
+                "certificate is trusted, anyone on the path can read and answer this client\n",
+                path);
+    else if (!conf->tls_verify_server_name)
+        fprintf(stderr, "rmqlua check: %s: warning: tls_verify_server_name = false: the "
+                "server's certificate is verified but need not name the address dialled, so any "
+                "certificate its CAs issued is accepted as this server\n",
+                path);
+}
+
 /* Scripts print() from consume threads: keep stdout line-buffered even into a pipe or file,
  * so lines are not held back until exit. */
 static void line_buffered_stdout(void)
@@ -404,6 +423,7 @@ int rmq__cli_check(int argc, char **argv)
         rc = EXIT_USAGE;
     } else {
         warn_ignored_sql92(o.script, conf);
+        warn_tls(o.script, conf);
         printf("%s: ok (consumer_group %s, %d subscription(s), %s)\n", o.script,
                conf->consumer_group ? conf->consumer_group : "?", conf->n_subs,
                conf->message_listener == RMQ_LISTENER_ORDERLY ? "consume_orderly" : "consume");

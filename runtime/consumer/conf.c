@@ -366,8 +366,15 @@ static const rmq_conf_prop_t props[] = {
      "CA certificates the server's certificate must chain to; unset = the system's CA file."},
     {"tls_client_auth_server", "tls.client.authServer", RMQ_CONF_BOOL,
      OFF(tls_client_auth_server), "true", NOLIM, NULL, NULL, NULL, 0,
-     "Verify the server's certificate chain (not its host name, as Java does not). Java's "
-     "default is false; rmqlua's is true. No effect with tls_test_mode_enable."},
+     "Verify the server's certificate chain (and, with tls_verify_server_name, that it names the "
+     "address dialled). Java's default is false; rmqlua's is true. No effect with "
+     "tls_test_mode_enable."},
+    {"tls_verify_server_name", NULL, RMQ_CONF_BOOL, OFF(tls_verify_server_name), "true", NOLIM,
+     NULL, NULL, NULL, 0,
+     "When the server's certificate is verified, it must also name the address dialled: its "
+     "subjectAltName DNS entries (or CN without any) for a host name, its IP entries for an IP; "
+     "a mismatch fails the handshake. Java does not check (Kafka's "
+     "ssl.endpoint.identification.algorithm=https does); false skips the check."},
     /* runtime */
     {"local_offset_store_dir", "localOffsetStoreDir", RMQ_CONF_STRING, OFF(local_offset_store_dir),
      "~/.rocketmq_offsets", NOLIM, NULL, NULL, NULL, F_DYNAMIC | F_PATH,
@@ -1103,9 +1110,11 @@ int rmq__conf_check_security(const rmq_conf_t *c, char *errstr, size_t n)
                 rmq__seterr(errstr, n, "option %s is set but use_tls is false", paths[i]);
                 return RMQ_ERR_CONFIG;
             }
-        if (c->tls_test_mode_enable || !c->tls_client_auth_server) {
+        if (c->tls_test_mode_enable || !c->tls_client_auth_server || !c->tls_verify_server_name) {
             rmq__seterr(errstr, n, "option %s is set but use_tls is false",
-                        c->tls_test_mode_enable ? "tls_test_mode_enable" : "tls_client_auth_server");
+                        c->tls_test_mode_enable     ? "tls_test_mode_enable"
+                        : !c->tls_client_auth_server ? "tls_client_auth_server"
+                                                     : "tls_verify_server_name");
             return RMQ_ERR_CONFIG;
         }
         return RMQ_OK;

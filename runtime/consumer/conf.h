@@ -147,6 +147,7 @@ typedef struct rmq_conf {
     char *tls_client_key_password;    /* NULL */
     char *tls_client_trust_cert_path; /* NULL = the system's CA file */
     int tls_client_auth_server;       /* true (Java: false): verify the server's certificate */
+    int tls_verify_server_name;       /* true (Java: none): the certificate names the address */
     /* runtime */
     char *local_offset_store_dir; /* "$HOME/.rocketmq_offsets" */
     int frame_max_length;         /* 16777216 */

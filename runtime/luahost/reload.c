@@ -138,6 +138,7 @@ static const struct {
     {"tls_client_key_password", "the TLS context was loaded at start"},
     {"tls_client_trust_cert_path", "the TLS context was loaded at start"},
     {"tls_client_auth_server", "the TLS context was loaded at start"},
+    {"tls_verify_server_name", "the TLS context was loaded at start"},
     {"local_offset_store_dir", "the offset file was opened at start"},
     {"log_format", "the log writer was started with it"},
     {"log_file", "the log writer opened it at start (SIGUSR1 reopens it)"},

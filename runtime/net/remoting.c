@@ -130,6 +130,8 @@ typedef struct peer {
     rmq_conn_t *conn; /* the live connection (state < CLOSING), or NULL */
     int fails;        /* consecutive failed connects */
     int64_t retry_at; /* no connect before this (loop time) */
+    int unanswered;   /* consecutive plain connections closed by it before any answer */
+    int hinted;       /* the likely cause of those closes was logged */
 } peer_t;
 
 struct rmq_conn {
@@ -166,6 +168,7 @@ struct rmq_conn {
     rmq_tls_t *tls; /* the TLS session (see "TLS" below), or NULL: plain */
     int sniff;      /* accepted by a TLS listener: the first byte read decides */
     int reading;    /* uv_read_start done */
+    int answered;   /* a frame arrived on it */
 };
 
 typedef struct handler_slot {
@@ -823,7 +826,7 @@ static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
         if (c->connect_failed) peer_failed(t, p);
         if (err != RMQ_ERR_DESTROYED && (c->connect_failed || was == RMQ_CONN_OPEN))
             ns_advance(t, p->addr);
-        if (!p->fails) { /* nothing to remember about this address */
+        if (!p->fails && !p->unanswered && !p->hinted) { /* nothing to remember about it */
             list_remove(&p->link);
             free(p->addr);
             free(p);
@@ -971,8 +974,33 @@ static void on_frame(void *ud, rmq_rbuf_t *frame)
         rmq__cmd_describe(&cmd, d, sizeof d);
         rmq_dbg(RMQ_DBG_REMOTING, SUB(c->t), "%s <- %s", c->addr, d);
     }
+    if (RMQ_UNLIKELY(!c->answered)) {
+        c->answered = 1;
+        if (c->peer) c->peer->unanswered = 0;
+    }
     dispatch(c, &cmd);
     rmq__cmd_free(&cmd);
+}
+
+/* Closes in a row, before any answer, after which a plain client is told the likely cause. */
+#define UNANSWERED_HINT 3
+
+/*
+ * A plain client connection with requests in flight was closed by the server before any
+ * answer. A server that requires TLS (tls.server.mode=enforcing) closes a connection whose
+ * first bytes are not a TLS record without a word: after UNANSWERED_HINT such closes in a row,
+ * say so once for the address.
+ */
+static void closed_unanswered(rmq_conn_t *c)
+{
+    peer_t *p = c->peer;
+    if (c->is_server || c->tls || c->answered || !c->npending || !p) return;
+    if (++p->unanswered < UNANSWERED_HINT || p->hinted) return;
+    p->hinted = 1;
+    rmq_log_warn(SUB(c->t),
+                 "%s closed %d connections in a row before answering the first request: the "
+                 "server may require TLS (use_tls = true), or refuse this client's address",
+                 c->addr, p->unanswered);
 }
 
 /* ---- TLS (tls.c runs the protocol; these are a connection's hooks into it) ------------------- */
@@ -1018,7 +1046,7 @@ static const rmq_tls_io_t tls_io = {tls_alloc, tls_commit, tls_established};
 /* The handshake failed: on the client side a failed connect (backoff, next name server). */
 static void tls_failed(rmq_conn_t *c, const char *reason)
 {
-    char msg[400];
+    char msg[700];
     snprintf(msg, sizeof msg, "TLS handshake %s %s failed: %s", c->is_server ? "from" : "with",
              c->addr, reason);
     rmq_log_warn(SUB(c->t), "%s", msg);
@@ -1029,9 +1057,9 @@ static void tls_failed(rmq_conn_t *c, const char *reason)
 /* Client, TCP connected: start the handshake; the connection stays CONNECTING until it ends. */
 static void tls_begin(rmq_conn_t *c)
 {
-    char err[256];
-    c->tls = rmq__tls_new(c->t->opts.tls_client, (uv_stream_t *)&c->tcp, &tls_io, c,
-                          c->host_name ? c->host : NULL, err, sizeof err);
+    char err[512];
+    c->tls = rmq__tls_new(c->t->opts.tls_client, (uv_stream_t *)&c->tcp, &tls_io, c, c->host, err,
+                          sizeof err);
     if (!c->tls) {
         tls_failed(c, err);
         return;
@@ -1049,7 +1077,7 @@ static void tls_begin(rmq_conn_t *c)
 static void tls_read(rmq_conn_t *c, size_t n, const uv_buf_t *buf)
 {
     rmq_remoting_t *t = c->t;
-    char err[256], why[300];
+    char err[512], why[600];
     c->last_io = now_ms(t);
     t->st.bytes_in += n;
     if (c->sniff) {
@@ -1123,9 +1151,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         else
             snprintf(why, sizeof why, "read failed: %s", uv_strerror((int)nread));
         if (RMQ_UNLIKELY(c->tls && !c->is_server && !rmq__tls_established(c->tls))) {
-            tls_failed(c, nread == UV_EOF ? "closed by the server (does it serve TLS?)" : why);
+            char hint[400];
+            snprintf(hint, sizeof hint, "%s before the handshake finished: it may not speak TLS "
+                     "(use_tls = false for a plain server)",
+                     nread == UV_EOF ? "closed by the server" : why);
+            tls_failed(c, hint);
         } else {
             rmq_log_info(SUB(c->t), "connection %s %s", c->addr, why);
+            closed_unanswered(c);
             conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
         }
     }

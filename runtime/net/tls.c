@@ -12,6 +12,7 @@
 
 #include "consumer/conf.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -25,6 +26,7 @@ struct rmq_tls_ctx {
     SSL_CTX *ssl;
     int refs; /* atomic */
     int is_server;
+    int check_name; /* client: the certificate must name the address dialled */
 };
 
 #define TLS_READ_BUF (64 * 1024)
@@ -43,6 +45,10 @@ struct rmq_tls {
     rmq_tls_io_t io;
     void *ud;
     int established;
+    int got_bytes;     /* client: something arrived from the server */
+    int plain_answer;  /* client: the server's first bytes were not a TLS record */
+    char host[256];    /* client: the host dialled (a name or an IP), for the identity check */
+    char names[256];   /* client: the names a certificate that did not match holds */
     rmq_buf_t held; /* plaintext written before the handshake finished */
     held_write_t *held_cbs;
     unsigned n_held, cap_held;
@@ -77,6 +83,98 @@ static void ssl_reason(const SSL *ssl, char *out, size_t n)
     else
         snprintf(out, n, "%s", r ? r : "unexpected end of the TLS stream");
     ERR_clear_error();
+}
+
+/* Why the session's handshake failed: OpenSSL's reason, and for a certificate that does not
+ * name the address dialled, that address, the names the certificate holds and the option. */
+static void handshake_reason(rmq_tls_t *s, char *out, size_t n)
+{
+    long v = SSL_get_verify_result(s->ssl);
+    if (s->plain_answer) {
+        snprintf(out, n, "the server answered in plaintext, not TLS: it may not speak TLS "
+                 "(use_tls = false for a plain server)");
+        ERR_clear_error();
+    } else if ((v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH) &&
+               s->names[0]) {
+        snprintf(out, n, "certificate verify failed: the server's certificate does not name %.100s, "
+                 "the %s dialled (it names %.200s); tls_verify_server_name = false turns this "
+                 "check off", s->host, v == X509_V_ERR_IP_ADDRESS_MISMATCH ? "IP" : "host name",
+                 s->names);
+        ERR_clear_error();
+    } else {
+        ssl_reason(s->ssl, out, n);
+    }
+}
+
+/* ---- the server's identity --------------------------------------------------------------------- */
+
+/* Append the printable form of a name the peer sent (control bytes escaped). */
+static void put_name(char *out, size_t n, size_t *at, const char *prefix, const unsigned char *p,
+                     int len)
+{
+    size_t k = *at;
+    if (k + 1 >= n) return;
+    int w = snprintf(out + k, n - k, "%s%s", k ? ", " : "", prefix);
+    if (w < 0 || (size_t)w >= n - k) {
+        *at = n - 1;
+        return;
+    }
+    k += (size_t)w;
+    for (int i = 0; i < len && k + 5 < n; i++) {
+        if (p[i] >= 0x20 && p[i] < 0x7f)
+            out[k++] = (char)p[i];
+        else
+            k += (size_t)snprintf(out + k, n - k, "\\x%02x", p[i]);
+    }
+    out[k] = '\0';
+    *at = k;
+}
+
+/* The names x holds, for an error: "DNS:a.example, IP:10.0.0.1", else its CN, else a note. */
+static void cert_names(X509 *x, char *out, size_t n)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+    int count = gens ? sk_GENERAL_NAME_num(gens) : 0;
+    for (int i = 0; i < count; i++) {
+        const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+        if (g->type == GEN_DNS) {
+            put_name(out, n, &at, "DNS:", ASN1_STRING_get0_data(g->d.dNSName),
+                     ASN1_STRING_length(g->d.dNSName));
+        } else if (g->type == GEN_IPADD) {
+            char ip[INET6_ADDRSTRLEN] = "?";
+            int len = ASN1_STRING_length(g->d.iPAddress);
+            const unsigned char *b = ASN1_STRING_get0_data(g->d.iPAddress);
+            if (len == 4 || len == 16) inet_ntop(len == 4 ? AF_INET : AF_INET6, b, ip, sizeof ip);
+            put_name(out, n, &at, "IP:", (const unsigned char *)ip, (int)strlen(ip));
+        }
+    }
+    GENERAL_NAMES_free(gens);
+    if (at) return;
+    X509_NAME *subj = X509_get_subject_name(x);
+    int i = subj ? X509_NAME_get_index_by_NID(subj, NID_commonName, -1) : -1;
+    if (i >= 0) {
+        ASN1_STRING *cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, i));
+        put_name(out, n, &at, "CN=", ASN1_STRING_get0_data(cn), ASN1_STRING_length(cn));
+        snprintf(out + at, n - at, "%s", count ? "" : " and no subjectAltName");
+    } else {
+        snprintf(out, n, "no DNS or IP name at all");
+    }
+}
+
+/* OpenSSL's verification callback: keeps the names of a certificate that does not name the
+ * address dialled, for the error (the certificate is gone once the handshake failed). */
+static int on_verify(int ok, X509_STORE_CTX *xs)
+{
+    int e = X509_STORE_CTX_get_error(xs);
+    if (ok || (e != X509_V_ERR_HOSTNAME_MISMATCH && e != X509_V_ERR_IP_ADDRESS_MISMATCH))
+        return ok;
+    SSL *ssl = X509_STORE_CTX_get_ex_data(xs, SSL_get_ex_data_X509_STORE_CTX_idx());
+    rmq_tls_t *s = ssl ? SSL_get_app_data(ssl) : NULL;
+    X509 *x = X509_STORE_CTX_get0_cert(xs);
+    if (s && x) cert_names(x, s->names, sizeof s->names);
+    return ok;
 }
 
 /* ---- contexts ---------------------------------------------------------------------------------- */
@@ -199,7 +297,8 @@ int rmq__tls_ctx_client(const rmq_tls_client_conf_t *cf, rmq_tls_ctx_t **out, ch
     SSL_CTX *ssl = c->ssl;
     /* TlsHelper.buildSslContext(forClient): test mode (or authServer off) trusts any server
      * certificate; otherwise the chain is verified against the trust file, else the system's
-     * CAs. Like Java's SslContext, the host name is not checked against the certificate. */
+     * CAs, and (unlike Java's SslContext, like librdkafka and Kafka's clients since 2.0) the
+     * certificate must name the address dialled unless skip_name_check (rmq__tls_new). */
     int verify = !cf->test_mode && cf->auth_server;
     if (verify) {
         const char *ca = cf->trust_cert_path;
@@ -213,7 +312,8 @@ int rmq__tls_ctx_client(const rmq_tls_client_conf_t *cf, rmq_tls_ctx_t **out, ch
                         "system CA file to verify the server with");
             goto fail;
         }
-        SSL_CTX_set_verify(ssl, SSL_VERIFY_PEER, NULL);
+        SSL_CTX_set_verify(ssl, SSL_VERIFY_PEER, on_verify);
+        c->check_name = !cf->skip_name_check;
     } else {
         SSL_CTX_set_verify(ssl, SSL_VERIFY_NONE, NULL);
     }
@@ -268,6 +368,7 @@ int rmq__tls_ctx_from_conf(const rmq_conf_t *conf, rmq_tls_ctx_t **out, char *er
         .key_path = conf->tls_client_key_path,
         .key_password = conf->tls_client_key_password,
         .trust_cert_path = conf->tls_client_trust_cert_path,
+        .skip_name_check = !conf->tls_verify_server_name,
     };
     return rmq__tls_ctx_client(&cf, out, errstr, n);
 }
@@ -288,7 +389,7 @@ void rmq__tls_ctx_release(rmq_tls_ctx_t *c)
 /* ---- sessions ---------------------------------------------------------------------------------- */
 
 rmq_tls_t *rmq__tls_new(rmq_tls_ctx_t *ctx, uv_stream_t *stream, const rmq_tls_io_t *io, void *ud,
-                        const char *host_name, char *errstr, size_t n)
+                        const char *host, char *errstr, size_t n)
 {
     char why[256];
     ERR_clear_error();
@@ -310,8 +411,31 @@ rmq_tls_t *rmq__tls_new(rmq_tls_ctx_t *ctx, uv_stream_t *stream, const rmq_tls_i
         SSL_set_accept_state(ssl);
     else
         SSL_set_connect_state(ssl);
-    if (host_name && *host_name && !ctx->is_server) SSL_set_tlsext_host_name(ssl, host_name);
     rmq_tls_t *s = rmq__xcalloc(1, sizeof(*s));
+    if (host && *host && !ctx->is_server) {
+        unsigned char ip[16];
+        int is_ip = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
+        snprintf(s->host, sizeof s->host, "%s", host);
+        if (!is_ip) SSL_set_tlsext_host_name(ssl, host); /* SNI carries names only (RFC 6066) */
+        int ok = 1;
+        if (ctx->check_name && is_ip) {
+            ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) == 1;
+        } else if (ctx->check_name) {
+            /* RFC 6125: a wildcard only as the whole left-most label; the CN only without SAN
+             * DNS names (OpenSSL's default for a host name). */
+            SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+            ok = SSL_set1_host(ssl, host) == 1;
+        }
+        if (!ok) {
+            ssl_reason(NULL, why, sizeof why);
+            rmq__seterr(errstr, n, "cannot check the server's certificate against %s: %s", host,
+                        why);
+            SSL_free(ssl);
+            free(s);
+            return NULL;
+        }
+    }
+    SSL_set_app_data(ssl, s);
     s->ctx = rmq__tls_ctx_keep(ctx);
     s->ssl = ssl;
     s->rbio = rb;
@@ -479,11 +603,11 @@ static int release_held(rmq_tls_t *s)
 
 int rmq__tls_start(rmq_tls_t *s, char *errstr, size_t n)
 {
-    char why[256];
+    char why[512];
     ERR_clear_error();
     int r = SSL_do_handshake(s->ssl);
     if (r != 1 && SSL_get_error(s->ssl, r) != SSL_ERROR_WANT_READ) {
-        ssl_reason(s->ssl, why, sizeof why);
+        handshake_reason(s, why, sizeof why);
         rmq__seterr(errstr, n, "%s", why);
         return RMQ_ERR_TRANSPORT;
     }
@@ -497,15 +621,20 @@ int rmq__tls_start(rmq_tls_t *s, char *errstr, size_t n)
 
 int rmq__tls_feed(rmq_tls_t *s, const char *data, size_t n, char *errstr, size_t errsz)
 {
-    char why[256];
+    char why[512];
     int rc;
     if (n && BIO_write(s->rbio, data, (int)n) != (int)n) abort(); /* memory BIO */
     ERR_clear_error();
     if (!s->established) {
+        /* A TLS server's first record is a handshake (22) or an alert (21): anything else is a
+         * plain server answering (a RocketMQ frame starts with its length, 0 0 ...). */
+        if (n && !s->got_bytes && !s->ctx->is_server)
+            s->plain_answer = data[0] != RMQ_TLS_HANDSHAKE_MAGIC && data[0] != 21;
+        s->got_bytes |= n > 0;
         int r = SSL_do_handshake(s->ssl);
         if (r != 1) {
             int e = SSL_get_error(s->ssl, r);
-            if (e != SSL_ERROR_WANT_READ) ssl_reason(s->ssl, why, sizeof why);
+            if (e != SSL_ERROR_WANT_READ) handshake_reason(s, why, sizeof why);
             flush_out(s, NULL, 0); /* our alert, if any, goes out before the close */
             if (e == SSL_ERROR_WANT_READ) return 0;
             rmq__seterr(errstr, errsz, "%s", why);

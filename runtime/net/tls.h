@@ -40,6 +40,8 @@ typedef struct rmq_tls_client_conf {
     const char *key_path;        /* PEM private key of cert_path, or NULL */
     const char *key_password;    /* password of an encrypted key_path, or NULL */
     const char *trust_cert_path; /* PEM CA certificates; NULL = the system's CA file */
+    int skip_name_check;         /* a verified certificate need not name the address dialled
+                                  * (!tls_verify_server_name) */
 } rmq_tls_client_conf_t;
 
 /* Server side (tls.server.*; the development broker). */
@@ -77,11 +79,16 @@ typedef struct rmq_tls_io {
 } rmq_tls_io_t;
 
 /*
- * A session on stream (which must outlive it). host_name: sent as SNI when not NULL (a name, not
- * an address). Returns the session, or NULL with errstr.
+ * A session on stream (which must outlive it). host: client side, the host dialled, a name or
+ * an IP literal (IPv6 without brackets), or NULL. A name is sent as SNI. When the context
+ * verifies the server and its name check is on, the certificate must name host: a name matches
+ * its subjectAltName DNS entries (a wildcard as the whole left-most label; the CN only when
+ * there is no DNS entry), an IP its subjectAltName IP entries; a mismatch fails the handshake
+ * with an error naming host, the certificate's names and tls_verify_server_name.
+ * Returns the session, or NULL with errstr.
  */
 rmq_tls_t *rmq__tls_new(rmq_tls_ctx_t *ctx, uv_stream_t *stream, const rmq_tls_io_t *io, void *ud,
-                        const char *host_name, char *errstr, size_t errstr_size);
+                        const char *host, char *errstr, size_t errstr_size);
 /* Free the session once the stream's handle is closed; writes still held for the handshake
  * complete with UV_ECANCELED first. */
 void rmq__tls_free(rmq_tls_t *s);
@@ -93,8 +100,9 @@ void rmq__tls_read_buf(rmq_tls_t *s, char **base, size_t *len);
 /*
  * n bytes of ciphertext arrived. Decrypts what it can and hands it to io (established first,
  * once, then commit). Returns 0 (also when io asked to stop), or RMQ_ERR_TRANSPORT with
- * OpenSSL's reason (handshake failure, bad record, the peer's alert) in errstr: the caller
- * closes the connection.
+ * OpenSSL's reason (handshake failure, bad record, the peer's alert; a client whose server
+ * answered in plaintext is told it may not speak TLS) in errstr: the caller closes the
+ * connection.
  */
 int rmq__tls_feed(rmq_tls_t *s, const char *data, size_t n, char *errstr, size_t errstr_size);
 /*

@@ -19,36 +19,63 @@ local function sh(cmd)
   return out
 end
 
--- In dir: a CA (ca.pem), a server certificate it signed (server.pem/.key), a client certificate
--- it signed (client.pem/.key, and client_enc.key: the same key encrypted with password
--- "key-pass"), and a second CA nobody trusts with a server certificate of its own
--- (rogue_ca.pem, rogue.pem/.key). EC P-256 keys: quick to make.
+-- In dir: a CA (ca.pem), a server certificate it signed (server.pem/.key, for IP 127.0.0.1 and
+-- ::1 and DNS localhost, as a server on loopback needs with the identity check), a client
+-- certificate it signed (client.pem/.key, and client_enc.key: the same key encrypted with
+-- password "key-pass"), and a second CA nobody trusts with a server certificate of its own
+-- (rogue_ca.pem, rogue.pem/.key). Then server certificates for the identity checks, all signed
+-- by ca: wrong (DNS wrong.example), dnsonly (DNS localhost only), named (DNS
+-- rmq-tls-broker.test only), wild (DNS *.rmq.test and IP 127.0.0.1). EC P-256 keys: quick to
+-- make.
 function M.make_certs(dir)
   local ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
   local function ca(name, cn)
     sh(("cd %s && openssl req -x509 %s -keyout %s.key -out %s.pem -days 2 -subj %s 2>&1")
       :format(shq(dir), ec, name, name, shq("/CN=" .. cn)))
   end
-  local function leaf(name, cn, signer)
-    sh(("cd %s && openssl req %s -keyout %s.key -out %s.csr -subj %s 2>&1 && "
+  -- san: the subjectAltName ("IP:127.0.0.1,DNS:localhost"), or nil for none.
+  local function leaf(name, cn, signer, san)
+    local ext = san and ("-addext " .. shq("subjectAltName=" .. san)) or ""
+    sh(("cd %s && openssl req %s -keyout %s.key -out %s.csr -subj %s %s 2>&1 && "
       .. "openssl x509 -req -in %s.csr -CA %s.pem -CAkey %s.key -CAcreateserial -out %s.pem "
-      .. "-days 2 2>&1 && rm -f %s.csr")
-      :format(shq(dir), ec, name, name, shq("/CN=" .. cn), name, signer, signer, name, name))
+      .. "-days 2 -copy_extensions copy 2>&1 && rm -f %s.csr")
+      :format(shq(dir), ec, name, name, shq("/CN=" .. cn), ext, name, signer, signer, name, name))
   end
+  local loopback = "IP:127.0.0.1,IP:::1,DNS:localhost"
   ca("ca", "rmqlua spec CA")
   ca("rogue_ca", "nobody trusts this CA")
-  leaf("server", "127.0.0.1", "ca")
+  leaf("server", "127.0.0.1", "ca", loopback)
   leaf("client", "rmqlua spec client", "ca")
-  leaf("rogue", "127.0.0.1", "rogue_ca")
+  leaf("rogue", "127.0.0.1", "rogue_ca", loopback)
+  leaf("wrong", "wrong.example", "ca", "DNS:wrong.example")
+  leaf("dnsonly", "127.0.0.1", "ca", "DNS:localhost")
+  leaf("named", "rmq-tls-broker.test", "ca", "DNS:rmq-tls-broker.test")
+  leaf("wild", "rmq.test", "ca", "DNS:*.rmq.test,IP:127.0.0.1")
   sh(("cd %s && openssl pkcs8 -topk8 -in client.key -out client_enc.key -passout pass:key-pass "
     .. "-v2 aes-256-cbc 2>&1"):format(shq(dir)))
-  return {
+  local certs = {
     dir = dir, ca = dir .. "/ca.pem", rogue_ca = dir .. "/rogue_ca.pem",
-    server = dir .. "/server.pem", server_key = dir .. "/server.key",
     client = dir .. "/client.pem", client_key = dir .. "/client.key",
     client_enc_key = dir .. "/client_enc.key",
-    rogue = dir .. "/rogue.pem", rogue_key = dir .. "/rogue.key",
   }
+  for _, n in ipairs { "server", "rogue", "wrong", "dnsonly", "named", "wild" } do
+    certs[n], certs[n .. "_key"] = dir .. "/" .. n .. ".pem", dir .. "/" .. n .. ".key"
+  end
+  return certs
+end
+
+-- The command prefix ("env ...", for helpers.run / helpers.spawn) under which the names of
+-- hosts ({ "127.0.0.1 name", ... }) resolve as listed, through nss_wrapper and a hosts file in
+-- dir; nil when libnss_wrapper is not installed.
+function M.hosts_env(dir, hosts)
+  local rc0, out0 = helpers.run("LD_PRELOAD=libnss_wrapper.so true")
+  if rc0 ~= 0 or out0:find("cannot be preloaded", 1, true) then return nil end
+  local f = assert(io.open(dir .. "/hosts", "w"))
+  f:write(table.concat(hosts, "\n"), "\n")
+  f:close()
+  local pre = os.getenv("LD_PRELOAD")
+  return ("env LD_PRELOAD=%s NSS_WRAPPER_HOSTS=%s "):format(
+    shq((pre and pre ~= "" and (pre .. ":") or "") .. "libnss_wrapper.so"), shq(dir .. "/hosts"))
 end
 
 -- A development broker in-process: db, name server address.

@@ -200,6 +200,8 @@ static void test_security_checks(void)
         {"security_token", "tok", NULL, NULL, "security_token is set but access_key is not"},
         {"tls_client_cert_path", "/c.pem", NULL, NULL, "tls_client_cert_path is set but use_tls"},
         {"tls_test_mode_enable", "true", NULL, NULL, "tls_test_mode_enable is set but use_tls"},
+        {"tls_verify_server_name", "false", NULL, NULL,
+         "tls_verify_server_name is set but use_tls"},
         {"use_tls", "true", "tls_client_cert_path", "/c.pem", "tls_client_key_path is not"},
         {"use_tls", "true", "tls_client_key_password", "pw", "tls_client_key_path is not"},
         {"tls_test_mode_enable", "true", "tls_client_trust_cert_path", "/ca.pem", "no effect"},

@@ -4,8 +4,12 @@
  * folder: TLS requests and responses (big bodies across many records, many small frames in one
  * write, lent response buffers), a permissive listener serving a plain and a TLS client, an
  * enforcing one refusing the plain client, a server certificate nobody trusts (the handshake
- * fails naming the address and OpenSSL's reason, and the address backs off), certificate files
- * that do not load, and every request signed with the access key (responses never).
+ * fails naming the address and OpenSSL's reason, and the address backs off), the server's
+ * identity (a certificate for another name, or naming only a DNS name when an IP is dialled, is
+ * refused naming the address, the certificate's names and the option; IPv4 and IPv6 literals
+ * match IP entries; the check can be turned off), a TLS client told that a server answering in
+ * plaintext or closing at once may not speak TLS, certificate files that do not load, and
+ * every request signed with the access key (responses never).
  *
  * Leak checking: the ASan build runs C tests with detect_leaks=1.
  */
@@ -14,6 +18,7 @@
 #include "net/remoting.h"
 #include "net/tls.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,20 +47,26 @@ static const char *path(const char *name)
     return buf[k];
 }
 
-/* A CA, a server certificate it signed, and a second CA with its own server certificate. */
+/* A CA, server certificates it signed (server: IP 127.0.0.1 and ::1, DNS localhost; wrong:
+ * DNS wrong.example; dnsonly: DNS localhost only), and a second CA with its own server
+ * certificate. */
 static int make_certs(void)
 {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/rmq-test-tls-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) return -1;
     const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    const char *lo = "IP:127.0.0.1,IP:::1,DNS:localhost";
     return sh("cd '%s' && for ca in ca rogue_ca; do openssl req -x509 %s -keyout $ca.key -out $ca.pem "
               "-days 2 -subj /CN=$ca >/dev/null 2>&1 || exit 1; done && "
-              "for s in server:ca rogue:rogue_ca; do n=${s%%:*}; c=${s#*:}; "
-              "openssl req %s -keyout $n.key -out $n.csr -subj /CN=127.0.0.1 >/dev/null 2>&1 && "
+              "for s in server:ca:%s rogue:rogue_ca:%s wrong:ca:DNS:wrong.example "
+              "dnsonly:ca:DNS:localhost; do n=${s%%%%:*}; r=${s#*:}; c=${r%%%%:*}; san=${r#*:}; "
+              "openssl req %s -keyout $n.key -out $n.csr -subj /CN=127.0.0.1 "
+              "-addext subjectAltName=$san >/dev/null 2>&1 && "
               "openssl x509 -req -in $n.csr -CA $c.pem -CAkey $c.key -CAcreateserial -out $n.pem "
-              "-days 2 >/dev/null 2>&1 || exit 1; done && echo junk > junk.pem",
-              dir, ec, ec);
+              "-days 2 -copy_extensions copy >/dev/null 2>&1 || exit 1; done && "
+              "echo junk > junk.pem",
+              dir, ec, lo, lo, ec);
 }
 
 /* ---- responses and servers ------------------------------------------------------------------ */
@@ -138,7 +149,7 @@ static void h_echo(rmq_conn_t *c, rmq_cmd_t *req, void *ud)
     rmq__cmd_free(&resp);
 }
 
-static void server_start(server_t *s, rmq_tls_ctx_t *tls, int enforcing)
+static void server_start_on(server_t *s, rmq_tls_ctx_t *tls, int enforcing, const char *ip)
 {
     char err[256];
     memset(s, 0, sizeof *s);
@@ -150,9 +161,14 @@ static void server_start(server_t *s, rmq_tls_ctx_t *tls, int enforcing)
     o.tls_enforcing = enforcing;
     CHECK(rmq__remoting_new(&o, &s->t, err, sizeof err) == 0);
     rmq__remoting_set_handler(s->t, RMQ_REQ_HEART_BEAT, h_echo, s);
-    CHECK(rmq__remoting_listen(s->t, "127.0.0.1", 0, err, sizeof err) == 0);
+    CHECK(rmq__remoting_listen(s->t, ip, 0, err, sizeof err) == 0);
     s->port = rmq__remoting_port(s->t);
-    snprintf(s->addr, sizeof s->addr, "127.0.0.1:%d", s->port);
+    snprintf(s->addr, sizeof s->addr, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, s->port);
+}
+
+static void server_start(server_t *s, rmq_tls_ctx_t *tls, int enforcing)
+{
+    server_start_on(s, tls, enforcing, "127.0.0.1");
 }
 
 static void on_destroyed(void *ud)
@@ -209,15 +225,21 @@ static rmq_tls_ctx_t *server_ctx(const char *cert, const char *key)
     return ctx;
 }
 
-static rmq_tls_ctx_t *client_ctx(const char *ca, int test_mode)
+static rmq_tls_ctx_t *client_ctx_ex(const char *ca, int test_mode, int skip_name_check)
 {
     char err[512];
     rmq_tls_ctx_t *ctx = NULL;
     rmq_tls_client_conf_t cc = {.test_mode = test_mode, .auth_server = 1,
-                                .trust_cert_path = ca ? path(ca) : NULL};
+                                .trust_cert_path = ca ? path(ca) : NULL,
+                                .skip_name_check = skip_name_check};
     CHECK(rmq__tls_ctx_client(&cc, &ctx, err, sizeof err) == 0);
     if (!ctx) fprintf(stderr, "client ctx: %s\n", err);
     return ctx;
+}
+
+static rmq_tls_ctx_t *client_ctx(const char *ca, int test_mode)
+{
+    return client_ctx_ex(ca, test_mode, 0);
 }
 
 static int count_done(const result_t *r, int n)
@@ -325,6 +347,149 @@ static void test_untrusted_server(void)
     rmq__tls_ctx_release(test_mode);
 }
 
+/* One request from a fresh client transport with cctx to s; r holds the outcome. */
+static void one_request(rmq_tls_ctx_t *cctx, const server_t *s, result_t *r)
+{
+    rmq_remoting_t *t = client_new(cctx, NULL, NULL);
+    memset(r, 0, sizeof *r);
+    CHECK(send_req(t, s->addr, 10, r) == 0);
+    WAIT_UNTIL(r->done, 5000);
+    transport_destroy(t);
+}
+
+static void test_server_identity(void)
+{
+    rmq_tls_ctx_t *cctx = client_ctx("ca.pem", 0), *nocheck = client_ctx_ex("ca.pem", 0, 1);
+    rmq_tls_ctx_t *wrong = server_ctx("wrong.pem", "wrong.key");
+    rmq_tls_ctx_t *dnsonly = server_ctx("dnsonly.pem", "dnsonly.key");
+    rmq_tls_ctx_t *good = server_ctx("server.pem", "server.key");
+    server_t s;
+    result_t r;
+    char want[400];
+    /* Signed by the trusted CA, but for another name: refused, saying what to do. */
+    server_start(&s, wrong, 1);
+    one_request(cctx, &s, &r);
+    CHECK(r.err == RMQ_ERR_TRANSPORT);
+    snprintf(want, sizeof want,
+             "TLS handshake with %s failed: certificate verify failed: the server's certificate "
+             "does not name 127.0.0.1, the IP dialled (it names DNS:wrong.example); "
+             "tls_verify_server_name = false turns this check off", s.addr);
+    CHECKF(strstr(r.errmsg, want) != NULL, "%s", r.errmsg);
+    /* The check turned off: the chain alone is verified. */
+    one_request(nocheck, &s, &r);
+    CHECKF(r.err == 0 && r.body_ok, "%s", r.errmsg);
+    transport_destroy(s.t);
+    /* A DNS name only, dialled by IP: refused (no fallback to the CN 127.0.0.1 either). */
+    server_start(&s, dnsonly, 1);
+    one_request(cctx, &s, &r);
+    CHECK(r.err == RMQ_ERR_TRANSPORT);
+    CHECKF(strstr(r.errmsg, "does not name 127.0.0.1, the IP dialled (it names DNS:localhost)"),
+           "%s", r.errmsg);
+    transport_destroy(s.t);
+    /* IP entries match the IPv4 and the IPv6 literal dialled. */
+    server_start(&s, good, 1);
+    one_request(cctx, &s, &r);
+    CHECKF(r.err == 0 && r.body_ok, "%s", r.errmsg);
+    transport_destroy(s.t);
+    char err[256];
+    rmq_remoting_t *probe = client_new(NULL, NULL, NULL);
+    int v6 = rmq__remoting_listen(probe, "::1", 0, err, sizeof err) == 0;
+    transport_destroy(probe);
+    if (v6) {
+        server_start_on(&s, good, 1, "::1");
+        one_request(cctx, &s, &r);
+        CHECKF(r.err == 0 && r.body_ok, "%s", r.errmsg);
+        transport_destroy(s.t);
+        server_start_on(&s, wrong, 1, "::1");
+        one_request(cctx, &s, &r);
+        CHECKF(strstr(r.errmsg, "does not name ::1, the IP dialled (it names DNS:wrong.example)"),
+               "%s", r.errmsg);
+        transport_destroy(s.t);
+    } else {
+        fprintf(stderr, "test_tls: no IPv6 loopback, the ::1 cases are skipped\n");
+    }
+    rmq__tls_ctx_release(cctx);
+    rmq__tls_ctx_release(nocheck);
+    rmq__tls_ctx_release(wrong);
+    rmq__tls_ctx_release(dnsonly);
+    rmq__tls_ctx_release(good);
+}
+
+/* A raw TCP server that answers every connection with 8 plaintext bytes (a RocketMQ frame's
+ * length and header length), as a plain server answering something would. */
+typedef struct plain_srv {
+    uv_tcp_t tcp;
+    int port;
+    int accepted;
+} plain_srv_t;
+
+static void on_plain_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* The answer is out: close the connection. */
+static void on_plain_written(uv_write_t *w, int status)
+{
+    (void)status;
+    uv_close((uv_handle_t *)w->handle, on_plain_closed);
+    free(w);
+}
+
+static void on_plain_conn(uv_stream_t *srv, int status)
+{
+    static char answer[8] = {0, 0, 0, 4, 0, 0, 0, 0};
+    plain_srv_t *ps = srv->data;
+    if (status < 0) return;
+    uv_tcp_t *c = malloc(sizeof *c);
+    uv_tcp_init(loop, c);
+    uv_write_t *w = malloc(sizeof *w);
+    uv_buf_t b = uv_buf_init(answer, sizeof answer);
+    if (uv_accept(srv, (uv_stream_t *)c) == 0 &&
+        uv_write(w, (uv_stream_t *)c, &b, 1, on_plain_written) == 0) {
+        ps->accepted++;
+        return;
+    }
+    free(w);
+    uv_close((uv_handle_t *)c, on_plain_closed);
+}
+
+static void test_not_tls(void)
+{
+    rmq_tls_ctx_t *cctx = client_ctx("ca.pem", 0);
+    result_t r;
+    /* A plain RocketMQ server: it cannot read a ClientHello and closes the connection. */
+    server_t s;
+    server_start(&s, NULL, 0);
+    one_request(cctx, &s, &r);
+    CHECK(r.err == RMQ_ERR_TRANSPORT);
+    CHECKF(strstr(r.errmsg, "it may not speak TLS (use_tls = false for a plain server)"), "%s",
+           r.errmsg);
+    transport_destroy(s.t);
+    /* A server answering in plaintext. */
+    plain_srv_t ps;
+    memset(&ps, 0, sizeof ps);
+    struct sockaddr_in sa;
+    struct sockaddr_storage bound;
+    int blen = sizeof bound;
+    uv_ip4_addr("127.0.0.1", 0, &sa);
+    CHECK(uv_tcp_init(loop, &ps.tcp) == 0);
+    ps.tcp.data = &ps;
+    CHECK(uv_tcp_bind(&ps.tcp, (struct sockaddr *)&sa, 0) == 0);
+    CHECK(uv_listen((uv_stream_t *)&ps.tcp, 16, on_plain_conn) == 0);
+    CHECK(uv_tcp_getsockname(&ps.tcp, (struct sockaddr *)&bound, &blen) == 0);
+    snprintf(s.addr, sizeof s.addr, "127.0.0.1:%d", ntohs(((struct sockaddr_in *)&bound)->sin_port));
+    one_request(cctx, &s, &r);
+    CHECK(ps.accepted >= 1);
+    CHECK(r.err == RMQ_ERR_TRANSPORT);
+    CHECKF(strstr(r.errmsg, "the server answered in plaintext, not TLS: it may not speak TLS "
+                            "(use_tls = false for a plain server)"),
+           "%s", r.errmsg);
+    uv_close((uv_handle_t *)&ps.tcp, NULL);
+    run_for(20);
+    rmq__tls_ctx_release(cctx);
+}
+
 static void test_bad_files(void)
 {
     char err[512];
@@ -357,6 +522,8 @@ int main(void)
     test_tls_requests();
     test_permissive_and_enforcing();
     test_untrusted_server();
+    test_server_identity();
+    test_not_tls();
     test_bad_files();
     uv_close((uv_handle_t *)&guard, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
