@@ -56,7 +56,9 @@ static const char usage_text[] =
     "                            defaultGroupPerm, topicPerms, groupPerms, whiteRemoteAddress;\n"
     "                            globalWhiteRemoteAddresses), as PlainAccessValidator does;\n"
     "                            refusals are answered SYSTEM_ERROR with the AclException text\n"
-    "  --tls-cert FILE           serve TLS with this PEM certificate chain (with --tls-key)\n"
+    "  --tls-cert FILE           serve TLS with this PEM certificate chain (with --tls-key);\n"
+    "                            clients check that it names the address they dial (IP\n"
+    "                            127.0.0.1 on loopback: subjectAltName IP:127.0.0.1)\n"
     "  --tls-key FILE            its PEM private key\n"
     "  --tls-key-password P      the key's password\n"
     "  --tls-mode MODE           permissive (default: plain and TLS clients on one port, told\n"
@@ -563,6 +565,13 @@ static int node_up(db_node_t *node, char *errstr, size_t errstr_size)
         snprintf(node->addr, sizeof(node->addr), "[%s]:%d", adv, node->port);
     else
         snprintf(node->addr, sizeof(node->addr), "%s:%d", adv, node->port);
+    char names[256];
+    if (node->db->tls && !rmq__tls_ctx_names_host(node->db->tls, adv, names, sizeof names))
+        rmq_log_warn(ro.name,
+                     "%s: the --tls-cert certificate does not name %s (it names %s): clients "
+                     "that check the server's name (rmqlua by default) refuse it; give it "
+                     "subjectAltName IP:%s",
+                     node->addr, adv, names, adv);
     return 0;
 }
 

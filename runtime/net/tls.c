@@ -373,6 +373,19 @@ int rmq__tls_ctx_from_conf(const rmq_conf_t *conf, rmq_tls_ctx_t **out, char *er
     return rmq__tls_ctx_client(&cf, out, errstr, n);
 }
 
+int rmq__tls_ctx_names_host(const rmq_tls_ctx_t *c, const char *host, char *names, size_t n)
+{
+    X509 *x = SSL_CTX_get0_certificate(c->ssl);
+    names[0] = '\0';
+    if (!x) return 0;
+    unsigned char ip[16];
+    int ok = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1
+                 ? X509_check_ip_asc(x, host, 0) == 1
+                 : X509_check_host(x, host, 0, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS, NULL) == 1;
+    if (!ok) cert_names(x, names, n);
+    return ok;
+}
+
 rmq_tls_ctx_t *rmq__tls_ctx_keep(rmq_tls_ctx_t *c)
 {
     __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);

@@ -6,8 +6,9 @@
 -- names and the option (retried, the process lives on); a host name matched (resolving to
 -- loopback through nss_wrapper) while the broker's IP is not; a wildcard as the left-most label
 -- only; the option off accepting the mismatch (and `check` warning); the system CA file
--- (SSL_CERT_FILE) checked the same way. And the hints when the two sides disagree about TLS: a
--- plain client of a TLS-only server, a TLS client of a plain server.
+-- (SSL_CERT_FILE) checked the same way; the development broker warning about a certificate
+-- that does not name its address. And the hints when the two sides disagree about TLS: a plain
+-- client of a TLS-only server, a TLS client of a plain server.
 local helpers = require "helpers"
 local sec = dofile(helpers.root .. "/spec/02-integration/06-security/sec.lua")
 local ffi = require "ffi"
@@ -182,6 +183,21 @@ describe("TLS server identity", function()
     rc, out = send(ns, "IdSysT", "", prefix)
     assert.equal(0, rc, out)
     assert.matches("sent 3, failed 0", out, 1, true)
+  end)
+
+  it("has the development broker warn when its certificate does not name its address", function()
+    for _, c in ipairs { { cert = "wrong", warns = true }, { cert = "server", warns = false } } do
+      local pid, log = helpers.spawn_broker(("--listen 127.0.0.1:0 --tls-cert %s --tls-key %s")
+        :format(shq(certs[c.cert]), shq(certs[c.cert .. "_key"])))
+      helpers.wait_until(function() return sec.read(log):find("rmqlua broker: broker", 1, true) end,
+        30, "the broker's start in " .. log)
+      helpers.kill(pid)
+      local text = sec.read(log)
+      local warned = text:find("the --tls-cert certificate does not name 127.0.0.1 (it names "
+        .. "DNS:wrong.example): clients that check the server's name (rmqlua by default) refuse "
+        .. "it; give it subjectAltName IP:127.0.0.1", 1, true)
+      assert.equal(c.warns, warned ~= nil, text)
+    end
   end)
 
   it("tells a plain client, once, that a server closing every connection may require TLS", function()
