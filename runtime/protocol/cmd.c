@@ -287,38 +287,14 @@ static int json_put_str(rmq_buf_t *b, const char *str, size_t n)
         size_t skip = 0;
         char esc = 0;
         if (c >= 0x20 && c != '"' && c != '\\' && c < 0x7f) continue;
-        switch (c) {
-        case '\b':
-            esc = 'b';
-            break;
-        case '\t':
-            esc = 't';
-            break;
-        case '\n':
-            esc = 'n';
-            break;
-        case '\f':
-            esc = 'f';
-            break;
-        case '\r':
-            esc = 'r';
-            break;
-        case '"':
-            esc = '"';
-            break;
-        case '\\':
-            esc = '\\';
-            break;
-        default:
-            if (c < 0x20 || c == 0x7f)
-                cp = c, skip = 1;
-            else if (c == 0xc2 && i + 1 < n && s[i + 1] >= 0x80 && s[i + 1] <= 0x9f)
-                cp = s[i + 1], skip = 2;
-            else if (c == 0xe2 && i + 2 < n && s[i + 1] == 0x80 &&
-                     (s[i + 2] == 0xa8 || s[i + 2] == 0xa9))
-                cp = 0x2000u | (s[i + 2] == 0xa8 ? 0x28u : 0x29u), skip = 3;
-            break;
-        }
+        esc = rmq__json_escape_letter((unsigned char)c);
+        if (!esc && (c < 0x20 || c == 0x7f))
+            cp = c, skip = 1;
+        else if (!esc && c == 0xc2 && i + 1 < n && s[i + 1] >= 0x80 && s[i + 1] <= 0x9f)
+            cp = s[i + 1], skip = 2;
+        else if (!esc && c == 0xe2 && i + 2 < n && s[i + 1] == 0x80 &&
+                 (s[i + 2] == 0xa8 || s[i + 2] == 0xa9))
+            cp = 0x2000u | (s[i + 2] == 0xa8 ? 0x28u : 0x29u), skip = 3;
         if (!esc && !skip) continue;
         /* Flush the plain run before this character. */
         memcpy(o, str + run, i - run);

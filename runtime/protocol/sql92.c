@@ -342,7 +342,8 @@ static int nfe(char *err, size_t size, const val_t *s)
 static int to_int(val_t *v, char *err, size_t size)
 {
     int64_t x;
-    if (rmq__sql92_parse_long(v->u.s.p, v->u.s.n, INT32_MIN, INT32_MAX, &x)) return nfe(err, size, v);
+    if (rmq__sql92_parse_long(v->u.s.p, v->u.s.n, INT32_MIN, INT32_MAX, &x))
+        return nfe(err, size, v);
     v->t = V_INT;
     v->u.i = (int32_t)x;
     return 0;
@@ -351,7 +352,8 @@ static int to_int(val_t *v, char *err, size_t size)
 static int to_long(val_t *v, char *err, size_t size)
 {
     int64_t x;
-    if (rmq__sql92_parse_long(v->u.s.p, v->u.s.n, INT64_MIN, INT64_MAX, &x)) return nfe(err, size, v);
+    if (rmq__sql92_parse_long(v->u.s.p, v->u.s.n, INT64_MIN, INT64_MAX, &x))
+        return nfe(err, size, v);
     v->t = V_LONG;
     v->u.l = x;
     return 0;
