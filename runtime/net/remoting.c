@@ -249,6 +249,35 @@ static int conn_write(rmq_conn_t *c, uv_write_t *req, const uv_buf_t *bufs, unsi
     return uv_write(req, (uv_stream_t *)&c->tcp, bufs, n, cb);
 }
 
+/*
+ * A uv_write on c (one frame, or a batch) completed with status: run its callbacks through
+ * finish(arg, 0 or RMQ_ERR_TRANSPORT), close c when the write failed while it was OPEN, and drop
+ * the reference the write held.
+ */
+static void write_ended(rmq_conn_t *c, int status, void (*finish)(void *arg, int status),
+                        void *arg)
+{
+    if (status < 0 && status != UV_ECANCELED && c->state == RMQ_CONN_OPEN) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "write to %s failed: %s", c->addr, uv_strerror(status));
+        rmq_log_warn(c->t ? SUB(c->t) : "remoting", "%s", msg);
+        finish(arg, RMQ_ERR_TRANSPORT);
+        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
+    } else {
+        finish(arg, status < 0 ? RMQ_ERR_TRANSPORT : 0);
+    }
+    rmq__conn_release(c);
+}
+
+/* A uv_write on c failed synchronously (rc): c is closed at the next timer run. */
+static void write_refused(rmq_conn_t *c, int rc)
+{
+    snprintf(c->doom_why, sizeof c->doom_why, "write failed: %s", uv_strerror(rc));
+    rmq_log_warn(SUB(c->t), "write to %s failed: %s", c->addr, uv_strerror(rc));
+    c->doomed = 1;
+    arm_timer(c->t, 0);
+}
+
 static void wreq_done(wreq_t *w, int status)
 {
     if (w->written) w->written(w->wud, status);
@@ -256,21 +285,15 @@ static void wreq_done(wreq_t *w, int status)
     free(w);
 }
 
+static void wreq_finish(void *w, int status)
+{
+    wreq_done(w, status);
+}
+
 static void on_write(uv_write_t *req, int status)
 {
     wreq_t *w = CONTAINER_OF(req, wreq_t, req);
-    rmq_conn_t *c = w->conn;
-    if (status < 0 && status != UV_ECANCELED && c->state == RMQ_CONN_OPEN) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "write to %s failed: %s", c->addr, uv_strerror(status));
-        rmq_log_warn(c->t ? SUB(c->t) : "remoting", "%s", msg);
-        wreq_done(w, RMQ_ERR_TRANSPORT);
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
-        rmq__conn_release(c);
-        return;
-    }
-    wreq_done(w, status < 0 ? RMQ_ERR_TRANSPORT : 0);
-    rmq__conn_release(c);
+    write_ended(w->conn, status, wreq_finish, w);
 }
 
 /* Hand w to libuv; on a synchronous failure the connection is closed at the next timer run. */
@@ -278,10 +301,7 @@ static int wreq_issue(rmq_conn_t *c, wreq_t *w)
 {
     int rc = conn_write(c, &w->req, w->bufs, w->nbufs, on_write);
     if (rc < 0) {
-        snprintf(c->doom_why, sizeof c->doom_why, "write failed: %s", uv_strerror(rc));
-        rmq_log_warn(SUB(c->t), "write to %s failed: %s", c->addr, uv_strerror(rc));
-        c->doomed = 1;
-        arm_timer(c->t, 0);
+        write_refused(c, rc);
         return RMQ_ERR_TRANSPORT;
     }
     rmq__conn_keep(c);
@@ -322,21 +342,15 @@ static void batch_finish(rmq_conn_t *c, wbatch_t *b, int status)
     }
 }
 
+static void batch_written(void *b, int status)
+{
+    batch_finish(((wbatch_t *)b)->conn, b, status);
+}
+
 static void on_batch_write(uv_write_t *req, int status)
 {
     wbatch_t *b = CONTAINER_OF(req, wbatch_t, req);
-    rmq_conn_t *c = b->conn;
-    if (status < 0 && status != UV_ECANCELED && c->state == RMQ_CONN_OPEN) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "write to %s failed: %s", c->addr, uv_strerror(status));
-        rmq_log_warn(c->t ? SUB(c->t) : "remoting", "%s", msg);
-        batch_finish(c, b, RMQ_ERR_TRANSPORT);
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
-        rmq__conn_release(c);
-        return;
-    }
-    batch_finish(c, b, status < 0 ? RMQ_ERR_TRANSPORT : 0);
-    rmq__conn_release(c);
+    write_ended(b->conn, status, batch_written, b);
 }
 
 /* Hand c's open batch to libuv (one uv_write); on a synchronous failure the connection is
@@ -359,10 +373,7 @@ static void batch_flush(rmq_conn_t *c)
     }
     int rc = conn_write(c, &b->req, b->bufs, b->nsegs, on_batch_write);
     if (rc < 0) {
-        snprintf(c->doom_why, sizeof c->doom_why, "write failed: %s", uv_strerror(rc));
-        rmq_log_warn(SUB(c->t), "write to %s failed: %s", c->addr, uv_strerror(rc));
-        c->doomed = 1;
-        arm_timer(c->t, 0);
+        write_refused(c, rc);
         batch_finish(c, b, RMQ_ERR_TRANSPORT);
         return;
     }
@@ -402,6 +413,28 @@ static void batch_own(wbatch_t *b, size_t off)
     sg->len = b->data.len - off;
 }
 
+/*
+ * Encode cmd's header into out, its frame length counting the body and every extra buffer;
+ * copy: the body and the extra buffers follow it in out. *body_len gets that frame's body
+ * length. Returns 0 or an error (out may hold part of the frame).
+ */
+static int encode_frame(const rmq_cmd_t *cmd, int copy, const uv_buf_t *extra, unsigned n_extra,
+                        rmq_buf_t *out, size_t *body_len)
+{
+    rmq_cmd_t tmp = *cmd;
+    for (unsigned i = 0; i < n_extra; i++)
+        tmp.body_len += extra[i].len;
+    *body_len = tmp.body_len;
+    int rc = rmq__cmd_encode_header(&tmp, out);
+    if (!rc && copy) {
+        rc = rmq__buf_reserve(out, tmp.body_len);
+        if (!rc && cmd->body_len) rc = rmq__buf_append(out, cmd->body, cmd->body_len);
+        for (unsigned i = 0; !rc && i < n_extra; i++)
+            rc = rmq__buf_append(out, extra[i].base, extra[i].len);
+    }
+    return rc;
+}
+
 /* OPEN: append the frame to c's open batch. Same contract as conn_send. */
 static int batch_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_buf_t *extra,
                       unsigned n_extra, rmq_written_cb written, void *wud)
@@ -419,17 +452,8 @@ static int batch_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_bu
         }
         b->conn = c;
     }
-    size_t start = b->data.len;
-    rmq_cmd_t tmp = *cmd;
-    for (unsigned i = 0; i < n_extra; i++)
-        tmp.body_len += extra[i].len;
-    int rc = rmq__cmd_encode_header(&tmp, &b->data);
-    if (!rc && copy) {
-        rc = rmq__buf_reserve(&b->data, tmp.body_len);
-        if (!rc && cmd->body_len) rc = rmq__buf_append(&b->data, cmd->body, cmd->body_len);
-        for (unsigned i = 0; !rc && i < n_extra; i++)
-            rc = rmq__buf_append(&b->data, extra[i].base, extra[i].len);
-    }
+    size_t start = b->data.len, body_len;
+    int rc = encode_frame(cmd, copy, extra, n_extra, &b->data, &body_len);
     if (!rc && written && b->ndone == b->donecap) {
         b->donecap = b->donecap ? 2 * b->donecap : 16;
         b->done = realloc(b->done, b->donecap * sizeof(*b->done));
@@ -459,7 +483,7 @@ static int batch_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_bu
         b->done[b->ndone].cb = written;
         b->done[b->ndone++].ud = wud;
     }
-    t->st.bytes_out += (b->data.len - start) + (copy ? 0 : tmp.body_len);
+    t->st.bytes_out += (b->data.len - start) + (copy ? 0 : body_len);
     c->last_io = now_ms(t);
     if (!c->out) {
         c->out = b;
@@ -490,17 +514,8 @@ int rmq__remoting_conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, in
     w->opaque = cmd->opaque;
     rmq__buf_init(&w->hdr);
     list_init(&w->link);
-    /* The frame length counts the body and every extra buffer. */
-    rmq_cmd_t tmp = *cmd;
-    for (unsigned i = 0; i < n_extra; i++)
-        tmp.body_len += extra[i].len;
-    int rc = rmq__cmd_encode_header(&tmp, &w->hdr);
-    if (!rc && copy) {
-        rc = rmq__buf_reserve(&w->hdr, tmp.body_len);
-        if (!rc && cmd->body_len) rc = rmq__buf_append(&w->hdr, cmd->body, cmd->body_len);
-        for (unsigned i = 0; !rc && i < n_extra; i++)
-            rc = rmq__buf_append(&w->hdr, extra[i].base, extra[i].len);
-    }
+    size_t body_len;
+    int rc = encode_frame(cmd, copy, extra, n_extra, &w->hdr, &body_len);
     if (rc) {
         rmq_log_warn(SUB(c->t), "cannot encode %d for %s: %s", cmd->code, c->addr, rmq_err_str(rc));
         rmq__buf_free(&w->hdr);
@@ -645,6 +660,16 @@ void rmq__remoting_plain_closed(uv_handle_t *h)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
+/* A frame from c does not decode (err says why): c is closed. */
+static void frame_malformed(rmq_conn_t *c, const char *err)
+{
+    char why[300];
+    snprintf(why, sizeof why, "malformed frame: %s", err);
+    rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr, err);
+    c->t->st.malformed++;
+    conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
+}
+
 static void on_frame(void *ud, rmq_rbuf_t *frame)
 {
     rmq_conn_t *c = ud;
@@ -657,12 +682,7 @@ static void on_frame(void *ud, rmq_rbuf_t *frame)
     int rc = rmq__cmd_decode(frame, &cmd, err, sizeof err);
     rmq__rbuf_release(frame);
     if (rc) {
-        char why[300];
-        snprintf(why, sizeof why, "malformed frame: %s", err);
-        rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
-                      err);
-        c->t->st.malformed++;
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
+        frame_malformed(c, err);
         return;
     }
     if (RMQ_UNLIKELY(rmq__log_debug & RMQ_DBG_REMOTING)) {
@@ -689,16 +709,10 @@ static void tls_alloc(void *ud, char **base, size_t *len)
 static int tls_commit(void *ud, char *base, size_t n)
 {
     rmq_conn_t *c = ud;
-    char err[200], why[300];
+    char err[200];
     if (c->state != RMQ_CONN_OPEN) return 1;
     int rc = rmq__framer_commit(&c->framer, base, n, on_frame, c, err, sizeof err);
-    if (rc && c->state == RMQ_CONN_OPEN) {
-        snprintf(why, sizeof why, "malformed frame: %s", err);
-        rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
-                      err);
-        c->t->st.malformed++;
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
-    }
+    if (rc && c->state == RMQ_CONN_OPEN) frame_malformed(c, err);
     return c->state != RMQ_CONN_OPEN;
 }
 
@@ -809,13 +823,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         c->t->st.bytes_in += (uint64_t)nread;
         int rc =
             rmq__framer_commit(&c->framer, buf->base, (size_t)nread, on_frame, c, err, sizeof err);
-        if (rc && c->state == RMQ_CONN_OPEN) {
-            snprintf(why, sizeof why, "malformed frame: %s", err);
-            rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
-                          err);
-            c->t->st.malformed++;
-            conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
-        }
+        if (rc && c->state == RMQ_CONN_OPEN) frame_malformed(c, err);
     } else {
         if (nread == UV_EOF)
             snprintf(why, sizeof why, "closed by peer");
