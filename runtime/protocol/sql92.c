@@ -571,33 +571,24 @@ static int eval(const node_t *n, const ectx_t *c, val_t *out)
             set_bool(out, lv.t == V_BOOL && lv.u.b);
         return 0;
     case N_OR:
+    case N_AND: {
+        /* The side that decides alone (TRUE for OR, FALSE for AND) wins, the right side unread
+         * when the left one decides; else NULL when a side is NULL. */
+        int decides = n->k == N_OR;
         if ((x = eval_bool(n->l, c)) < 0) return -1;
-        if (x == 1) {
-            set_bool(out, 1);
+        if (x == decides) {
+            set_bool(out, decides);
             return 0;
         }
         if ((y = eval_bool(n->r, c)) < 0) return -1;
-        if (y == 1)
-            set_bool(out, 1);
+        if (y == decides)
+            set_bool(out, decides);
         else if (x == 2 || y == 2)
             out->t = V_NULL;
         else
-            set_bool(out, 0);
+            set_bool(out, !decides);
         return 0;
-    case N_AND:
-        if ((x = eval_bool(n->l, c)) < 0) return -1;
-        if (x == 0) {
-            set_bool(out, 0);
-            return 0;
-        }
-        if ((y = eval_bool(n->r, c)) < 0) return -1;
-        if (y == 0)
-            set_bool(out, 0);
-        else if (x == 2 || y == 2)
-            out->t = V_NULL;
-        else
-            set_bool(out, 1);
-        return 0;
+    }
     case N_EQ:
         /* doCreateEqual: both sides first, then null rules, equals, compare. */
         if (eval(n->l, c, &lv) || eval(n->r, c, &rv)) return -1;

@@ -824,36 +824,32 @@ static node_t *equality_expr(parser_t *p)
     return NULL;
 }
 
-static node_t *and_expr(parser_t *p)
+/* Operands joined by the keyword tk (AND, OR), each made a boolean expression, built left to
+ * right into nk nodes (LogicExpression.createAND / createOR). */
+static node_t *logic_expr(parser_t *p, tk_t tk, nk_t nk, node_t *(*operand)(parser_t *))
 {
-    node_t *left = equality_expr(p);
+    node_t *left = operand(p);
     while (left) {
         int k = peek_kind(p, 0);
         if (k < 0) return NULL;
-        if (k != T_AND) return left;
+        if (k != (int)tk) return left;
         take(p);
-        node_t *right = equality_expr(p);
+        node_t *right = operand(p);
         if (!right) return NULL;
         node_t *l = as_boolean(p, left), *r = l ? as_boolean(p, right) : NULL;
-        left = r ? mk(p, N_AND, l, r) : NULL;
+        left = r ? mk(p, nk, l, r) : NULL;
     }
     return NULL;
 }
 
+static node_t *and_expr(parser_t *p)
+{
+    return logic_expr(p, T_AND, N_AND, equality_expr);
+}
+
 static node_t *or_expr(parser_t *p)
 {
-    node_t *left = and_expr(p);
-    while (left) {
-        int k = peek_kind(p, 0);
-        if (k < 0) return NULL;
-        if (k != T_OR) return left;
-        take(p);
-        node_t *right = and_expr(p);
-        if (!right) return NULL;
-        node_t *l = as_boolean(p, left), *r = l ? as_boolean(p, right) : NULL;
-        left = r ? mk(p, N_OR, l, r) : NULL;
-    }
-    return NULL;
+    return logic_expr(p, T_OR, N_OR, and_expr);
 }
 
 /* ---- API ------------------------------------------------------------------------------------- */
