@@ -221,13 +221,7 @@ static rmq_fj_t *parse_container(parser_t *ps, int depth, int is_obj)
         }
         val = parse_value(ps, depth + 1);
         if (!val) return NULL;
-        val->key = key;
-        if (v->last)
-            v->last->next = val;
-        else
-            v->child = val;
-        v->last = val;
-        v->len++;
+        rmq__fj_obj_add(v, key, val); /* key NULL in an array */
         skip_ws(ps);
         if (ps->p >= ps->end)
             return fail(ps, is_obj ? "unterminated object" : "unterminated array");
