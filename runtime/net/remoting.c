@@ -254,8 +254,7 @@ static int conn_write(rmq_conn_t *c, uv_write_t *req, const uv_buf_t *bufs, unsi
  * finish(arg, 0 or RMQ_ERR_TRANSPORT), close c when the write failed while it was OPEN, and drop
  * the reference the write held.
  */
-static void write_ended(rmq_conn_t *c, int status, void (*finish)(void *arg, int status),
-                        void *arg)
+static void write_ended(rmq_conn_t *c, int status, void (*finish)(void *arg, int status), void *arg)
 {
     if (status < 0 && status != UV_ECANCELED && c->state == RMQ_CONN_OPEN) {
         char msg[200];

@@ -125,19 +125,19 @@ struct rmq_conn {
     int doomed; /* close at the next timer run (a failure found where closing is unsafe) */
     int connect_failed;
     char doom_why[160];
-    link_t live;    /* t->conns while state < CLOSING */
-    link_t all;     /* t->all_conns while allocated */
-    link_t pending; /* pending_t.by_conn */
-    link_t queued;  /* wreq_t written once OPEN */
-    link_t dirty;   /* t->dirty while out holds frames */
-    wbatch_t *out;  /* frames not yet handed to libuv (OPEN only), or NULL */
+    link_t live;     /* t->conns while state < CLOSING */
+    link_t all;      /* t->all_conns while allocated */
+    link_t pending;  /* pending_t.by_conn */
+    link_t queued;   /* wreq_t written once OPEN */
+    link_t dirty;    /* t->dirty while out holds frames */
+    wbatch_t *out;   /* frames not yet handed to libuv (OPEN only), or NULL */
     wbatch_t *spare; /* finished batches kept for reuse (next_spare), up to BATCH_SPARES */
     int nspare;
     size_t npending;
     peer_t *peer; /* client side: its address entry (NULL once detached) */
     uv_connect_t connect_req;
     struct rmq_dial *dial; /* host name being resolved and dialled (counted in t->handles) */
-    int host_name; /* host is a name: resolved (asynchronously) before each connect */
+    int host_name;         /* host is a name: resolved (asynchronously) before each connect */
     int port;
     char host[256];
     struct sockaddr_storage sa;
@@ -147,8 +147,8 @@ struct rmq_conn {
     char addr[80];
     rmq_framer_t framer;
     struct rmq_tls *tls; /* the TLS session (remoting.c, "TLS"), or NULL: plain */
-    int sniff;      /* accepted by a TLS listener: the first byte read decides */
-    int reading;    /* uv_read_start done */
+    int sniff;           /* accepted by a TLS listener: the first byte read decides */
+    int reading;         /* uv_read_start done */
 };
 
 typedef struct handler_slot {
@@ -161,7 +161,7 @@ struct rmq_remoting {
     char name[32];
     rmq_remoting_opts_t opts;
     uv_timer_t timer;
-    int64_t timer_at; /* deadline the timer is armed for, or -1 */
+    int64_t timer_at;  /* deadline the timer is armed for, or -1 */
     uv_idle_t flusher; /* hands the open batches of t->dirty to libuv */
     link_t dirty;      /* connections with an open batch */
     int in_scan;
@@ -194,7 +194,6 @@ struct rmq_remoting {
 
     char *acl_ak, *acl_sk, *acl_token; /* copies of the opts' ACL keys (acl_ak NULL: unsigned) */
 };
-
 
 static inline int64_t now_ms(rmq_remoting_t *t)
 {

@@ -112,8 +112,7 @@ static int request_on(rmq_remoting_t *t, rmq_conn_t *c, rmq_cmd_t *req, int64_t 
     if (oneway ? cb != NULL : (cb == NULL || timeout_ms <= 0)) return RMQ_ERR_INVALID;
     if (c->state >= RMQ_CONN_CLOSING) return RMQ_ERR_TRANSPORT;
     /* AclClientRPCHook.doBeforeRequest: every request, sync, async or oneway. */
-    if (t->acl_ak && rmq__acl_sign(req, t->acl_ak, t->acl_sk, t->acl_token))
-        return RMQ_ERR_NOMEM;
+    if (t->acl_ak && rmq__acl_sign(req, t->acl_ak, t->acl_sk, t->acl_token)) return RMQ_ERR_NOMEM;
     req->opaque = (int32_t)t->next_opaque++;
     req->flag &= ~(RMQ_FLAG_RESPONSE | RMQ_FLAG_ONEWAY);
     if (oneway) req->flag |= RMQ_FLAG_ONEWAY;

@@ -31,8 +31,7 @@ int rmq__ns_system_topic(const char *topic)
 /* A system topic, "rmq_sys_...", or MixAll.isSysConsumerGroup. */
 static int is_system(const char *r)
 {
-    return rmq__ns_system_topic(r) || !strncmp(r, "rmq_sys_", 8) ||
-           !strncmp(r, "CID_RMQ_SYS_", 12);
+    return rmq__ns_system_topic(r) || !strncmp(r, "rmq_sys_", 8) || !strncmp(r, "CID_RMQ_SYS_", 12);
 }
 
 char *rmq__ns_wrap(const char *ns, const char *r)
