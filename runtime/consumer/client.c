@@ -5,12 +5,14 @@
  * every heartbeat_broker_interval and when a route changes, the broker-initiated requests
  * (NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_RUNNING_INFO, GET_CONSUMER_STATUS_FROM_CLIENT,
  * RESET_CONSUMER_CLIENT_OFFSET, CONSUME_MESSAGE_DIRECTLY), offsets persisted every
- * persist_consumer_offset_interval, the stats snapshot, and the shutdown sequence.
+ * persist_consumer_offset_interval, the stats snapshot, and the shutdown sequence. The state the
+ * engine's parts share (addresses, subscriptions, state names, stop) is instance.c's.
  *
  * Ownership: the consumer owns its loop, transport, producer, pool, control script, routes and
  * queues (see consumer_int.h). The conf given to rmq__consumer_new is copied.
  * Threads: rmq__consumer_new/run/destroy on the caller's thread (which becomes the loop thread);
- * rmq__consumer_stop and rmq__consumer_stats from any thread; everything else on the loop.
+ * rmq__consumer_reload and rmq__consumer_stats from any thread (rmq__consumer_stop too:
+ * instance.c); everything else on the loop.
  */
 #include "consumer_int.h"
 #include "net/dial.h"
@@ -28,157 +30,6 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- client state machine ------------------------------------------------------------------- */
-
-static const char *client_state_names[] = {"CREATED", "STARTING", "RUNNING",
-                                           "DRAINING", "CLOSING", "STOPPED"};
-
-const char *rmq__client_state_name(rmq_client_state_t s)
-{
-    return (unsigned)s < RMQ_ARRAY_SIZE(client_state_names) ? client_state_names[s] : "?";
-}
-
-void rmq__client_set_state(rmq_consumer_t *c, rmq_client_state_t s)
-{
-    if (c->state == s) return;
-    rmq_dbg(RMQ_DBG_ALL, "client", "%s: %s -> %s", c->client_id,
-            rmq__client_state_name(c->state), rmq__client_state_name(s));
-    c->state = s;
-}
-
-/* ---- namespaces (PROTOCOL.md 9, namespace.c) -------------------------------------------------- */
-
-/*
- * Before the handler runs: NamespaceUtil.withoutNamespace(msg.getTopic(), namespace), as
- * ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService do in
- * resetRetryAndNamespace after the retry topic was restored: "ns%T" -> "T",
- * "%RETRY%ns%G" -> "%RETRY%G". m->store_topic is left as stored.
- */
-void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m)
-{
-    rmq__ns_strip_msg(c->conf->namespace, m);
-}
-
-char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m)
-{
-    char *t = rmq__xstrndup(m->topic, m->topic_len);
-    char *w = rmq__ns_wrap(c->conf->namespace, t);
-    free(t);
-    return w;
-}
-
-/* ---- subscriptions and addresses -------------------------------------------------------------- */
-
-
-int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out, int *n_out,
-                      char *errstr, size_t errstr_size)
-{
-    rmq_csub_t *subs = rmq__xcalloc((size_t)cf->n_subs + 1, sizeof(rmq_csub_t));
-    int n = 0, retry = 0;
-    for (int i = 0; i < cf->n_subs; i++) {
-        char *t = rmq__ns_wrap(cf->namespace, cf->subs[i].topic);
-        int rc = rmq__sub_build(t, cf->subs[i].expression, cf->subs[i].type, &subs[n].sd, errstr,
-                                errstr_size);
-        free(t);
-        if (rc) {
-            for (int k = 0; k < n; k++) rmq__sub_destroy(subs[k].sd);
-            free(subs);
-            return RMQ_ERR_CONFIG;
-        }
-        if (!strcmp(subs[n].sd->topic, c->retry_topic)) retry = 1;
-        n++;
-    }
-    if (cf->message_model == RMQ_MODEL_CLUSTERING && !retry) {
-        rmq__sub_build(c->retry_topic, "*", NULL, &subs[n].sd, errstr, errstr_size);
-        n++;
-    }
-    *out = subs;
-    *n_out = n;
-    return 0;
-}
-
-rmq_csub_t *rmq__c_sub(rmq_consumer_t *c, const char *topic)
-{
-    for (int i = 0; i < c->n_subs; i++)
-        if (!strcmp(c->subs[i].sd->topic, topic)) return &c->subs[i];
-    return NULL;
-}
-
-int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m)
-{
-    return rmq__sub_match_tags(s->sd, m->tags_len ? m->tags : NULL, m->tags_len);
-}
-
-static rmq_route_t **routes_of(rmq_consumer_t *c) { return c->routes; }
-
-const char *rmq__c_master_addr(rmq_consumer_t *c, const char *broker_name)
-{
-    rmq_route_t **rt = routes_of(c);
-    for (int i = 0; i < c->n_subs; i++) {
-        if (!rt[i]) continue;
-        const char *a = rmq__route_master_addr(rt[i], broker_name);
-        if (a) return a;
-    }
-    return NULL;
-}
-
-const char *rmq__c_sub_addr(rmq_consumer_t *c, const char *broker_name, int64_t id, int *slave)
-{
-    rmq_route_t **rt = routes_of(c);
-    const rmq_broker_data_t *bd = NULL;
-    for (int i = 0; i < c->n_subs && !bd; i++)
-        if (rt[i]) bd = rmq__route_broker(rt[i], broker_name);
-    *slave = 0;
-    if (!bd || bd->n_addrs == 0) return NULL;
-    /* MQClientInstance.findBrokerAddressInSubscribe: the id, else id + 1 for a slave id (Java's
-     * long wraps past Long.MAX_VALUE, where no broker is: nothing to look for then). */
-    for (int k = 0; k < 2; k++) {
-        if (k == 1 && (id == 0 || id == INT64_MAX)) break;
-        int64_t want = k == 0 ? id : id + 1;
-        for (int j = 0; j < bd->n_addrs; j++)
-            if (bd->addrs[j].id == want) {
-                *slave = want != 0;
-                return bd->addrs[j].addr;
-            }
-    }
-    *slave = bd->addrs[0].id != 0;
-    return bd->addrs[0].addr;
-}
-
-const char *rmq__c_topic_addr(rmq_consumer_t *c, const char *topic)
-{
-    rmq_route_t **rt = routes_of(c);
-    for (int i = 0; i < c->n_subs; i++) {
-        if (strcmp(c->subs[i].sd->topic, topic) || !rt[i] || rt[i]->n_bds == 0) continue;
-        const rmq_broker_data_t *bd = &rt[i]->bds[rand() % rt[i]->n_bds];
-        const char *a = rmq__route_any_addr(rt[i], bd->broker_name);
-        if (a) return a;
-    }
-    return NULL;
-}
-
-/* Every distinct broker address over all routes. Returns the count; *out is malloc'ed. */
-static int all_addrs(rmq_consumer_t *c, const char ***out)
-{
-    rmq_route_t **rt = routes_of(c);
-    int n = 0, cap = 8;
-    const char **v = rmq__xmalloc(sizeof(*v) * (size_t)cap);
-    for (int i = 0; i < c->n_subs; i++) {
-        if (!rt[i]) continue;
-        for (int b = 0; b < rt[i]->n_bds; b++)
-            for (int a = 0; a < rt[i]->bds[b].n_addrs; a++) {
-                const char *addr = rt[i]->bds[b].addrs[a].addr;
-                int dup = 0;
-                for (int k = 0; k < n && !dup; k++) dup = !strcmp(v[k], addr);
-                if (dup) continue;
-                if (n == cap) v = realloc(v, sizeof(*v) * (size_t)(cap *= 2));
-                v[n++] = addr;
-            }
-    }
-    *out = v;
-    return n;
-}
 
 /* ---- heartbeat ---------------------------------------------------------------------------------- */
 
@@ -247,7 +98,7 @@ static void heartbeat_round(rmq_consumer_t *c, int wake)
 {
     if (c->state != RMQ_CLIENT_RUNNING) return;
     const char **addrs;
-    int n = all_addrs(c, &addrs);
+    int n = rmq__c_all_addrs(c, &addrs);
     rmq_buf_t body;
     rmq__buf_init(&body);
     heartbeat_json(c, &body);
@@ -332,7 +183,7 @@ static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
         rmq_log_error("client", "bad route of %s: %s", s->sd->topic, errstr);
         return;
     }
-    rmq_route_t **rt = routes_of(c);
+    rmq_route_t **rt = c->routes;
     if (rt[i] && s->have_route && rmq__route_equal(rt[i], r)) {
         rmq__route_free(r);
         return;
@@ -442,25 +293,6 @@ const char *rmq__consumer_client_id(const rmq_consumer_t *c) { return c->client_
 
 /* ---- broker -> client requests ------------------------------------------------------------- */
 
-static void reply_error(rmq_conn_t *conn, rmq_cmd_t *req, int code, const char *remark)
-{
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, code, remark);
-    rmq__conn_reply(conn, &resp);
-    rmq__cmd_free(&resp);
-}
-
-static void reply_body(rmq_conn_t *conn, rmq_cmd_t *req, rmq_buf_t *body)
-{
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, RMQ_RESP_SUCCESS, NULL);
-    resp.body = body->data;
-    resp.body_len = body->len;
-    rmq__conn_reply(conn, &resp);
-    resp.body = NULL;
-    rmq__cmd_free(&resp);
-}
-
 static void h_notify(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 {
     rmq_consumer_t *c = ud;
@@ -468,17 +300,6 @@ static void h_notify(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     const char *g = rmq__cmd_ext(req, "consumerGroup");
     rmq_dbg(RMQ_DBG_REBALANCE, "client", "NOTIFY_CONSUMER_IDS_CHANGED for %s", g ? g : "?");
     if (c->state == RMQ_CLIENT_RUNNING) rmq__rb_wakeup(c);
-}
-
-static int group_is_ours(rmq_consumer_t *c, rmq_conn_t *conn, rmq_cmd_t *req, const char *key)
-{
-    const char *g = rmq__cmd_ext(req, key);
-    if (g && !strcmp(g, c->group)) return 1;
-    char remark[512];
-    snprintf(remark, sizeof(remark), "The Consumer Group <%s> not exist in this consumer",
-             g ? g : "");
-    if (!(req->flag & RMQ_FLAG_ONEWAY)) reply_error(conn, req, RMQ_RESP_SYSTEM_ERROR, remark);
-    return 0;
 }
 
 /* A Java double as fastjson writes it for these stats: at least one decimal ("0.0", "12.5"). */
@@ -494,7 +315,7 @@ static rmq_fj_t *fj_num_d(rmq_fjdoc_t *d, double v)
 static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 {
     rmq_consumer_t *c = ud;
-    if (!group_is_ours(c, conn, req, "consumerGroup")) return;
+    if (!rmq__c_group_is_ours(c, conn, req, "consumerGroup")) return;
     rmq_fjdoc_t *d = rmq__fj_new();
     rmq_fj_t *root = rmq__fj_new_obj(d);
     rmq__fj_set_root(d, root);
@@ -631,7 +452,7 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     }
     if (sd) rmq__fj_free(sd);
     rmq__buf_free(&subs);
-    reply_body(conn, req, &body);
+    rmq__c_reply_body(conn, req, &body);
     rmq__buf_free(&body);
     rmq__fj_free(d);
 }
@@ -649,7 +470,7 @@ static uint32_t mq_bin(const rmq_mq_t *mq, uint32_t cap)
 static void h_consumer_status(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 {
     rmq_consumer_t *c = ud;
-    if (!group_is_ours(c, conn, req, "group")) return;
+    if (!rmq__c_group_is_ours(c, conn, req, "group")) return;
     const char *topic = rmq__cmd_ext(req, "topic");
     rmq_fjdoc_t *d = rmq__fj_new();
     rmq_fj_t *root = rmq__fj_new_obj(d);
@@ -693,7 +514,7 @@ static void h_consumer_status(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     rmq_buf_t body;
     rmq__buf_init(&body);
     rmq__fj_write(&body, root, 0);
-    reply_body(conn, req, &body);
+    rmq__c_reply_body(conn, req, &body);
     rmq__buf_free(&body);
     rmq__fj_free(d);
 }
@@ -843,7 +664,7 @@ void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb)
         rmq__buf_appendf(&body, "\"remark\":\"the handler raised an error (see the consumer log)\",");
     rmq__buf_appendf(&body, "\"spentTimeMills\":%" PRId64 "}", rmq__now_ms() - d->start_ms);
     rmq__pool_batch_release(b);
-    reply_body(d->conn, &d->req, &body);
+    rmq__c_reply_body(d->conn, &d->req, &body);
     rmq__buf_free(&body);
     rmq__conn_release(d->conn);
     rmq__msg_release(cb->msgs[0]);
@@ -855,9 +676,9 @@ void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb)
 static void h_consume_directly(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 {
     rmq_consumer_t *c = ud;
-    if (!group_is_ours(c, conn, req, "consumerGroup")) return;
+    if (!rmq__c_group_is_ours(c, conn, req, "consumerGroup")) return;
     if (c->state != RMQ_CLIENT_RUNNING || !c->pool) {
-        reply_error(conn, req, RMQ_RESP_SYSTEM_ERROR, "the consumer is not running");
+        rmq__c_reply_error(conn, req, RMQ_RESP_SYSTEM_ERROR, "the consumer is not running");
         return;
     }
     char err[256] = "";
@@ -871,7 +692,7 @@ static void h_consume_directly(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
         snprintf(remark, sizeof(remark), "cannot decode the message: %s",
                  *err ? err : rmq_err_str(rc));
         if (set) rmq__msgset_release(set);
-        reply_error(conn, req, RMQ_RESP_SYSTEM_ERROR, remark);
+        rmq__c_reply_error(conn, req, RMQ_RESP_SYSTEM_ERROR, remark);
         return;
     }
     for (int i = 1; i < set->n; i++) rmq__msg_release(&set->msgs[i]);
@@ -1041,12 +862,6 @@ static void on_stop_async(uv_async_t *a)
     }
     if (c->stop_requested && c->state == RMQ_CLIENT_RUNNING) shutdown_begin(c);
     else if (c->stop_requested && c->state == RMQ_CLIENT_CREATED) uv_close((uv_handle_t *)a, NULL);
-}
-
-void rmq__consumer_stop(rmq_consumer_t *c)
-{
-    c->stop_requested = 1;
-    uv_async_send(&c->stop_async);
 }
 
 void rmq__consumer_reload(rmq_consumer_t *c)
@@ -1265,7 +1080,7 @@ static void shutdown_persist(rmq_consumer_t *c)
     rmq__offset_persist_all(c);
     while (c->queues) rmq__rb_drop_queue(c, c->queues, 0);
     const char **addrs;
-    int n = all_addrs(c, &addrs);
+    int n = rmq__c_all_addrs(c, &addrs);
     unreg_round_t *r = rmq__xcalloc(1, sizeof(*r));
     r->c = c;
     r->pending = 1;

@@ -1,7 +1,7 @@
 /*
- * consumer_int.h -- private state of the push consumer engine, shared by client.c (instance,
- * routes, heartbeats, broker requests, start/stop), rebalance.c, pull.c, undecodable.c,
- * consume.c and offset_store.c.
+ * consumer_int.h -- private state of the push consumer engine, shared by client.c (routes,
+ * heartbeats, broker requests, start/stop), instance.c (the state the parts share),
+ * rebalance.c, pull.c, undecodable.c, consume.c and offset_store.c.
  *
  * Ownership: the consumer owns everything reachable from rmq_consumer_t. An owned queue
  * (rmq_qent_t) is reference-counted: one reference for the queue table, one per pull in flight,
@@ -231,7 +231,7 @@ struct rmq_consumer {
     rmq_cstats_t stats;     /* stats.c: metrics, on_stats, health */
 };
 
-/* client.c */
+/* instance.c: the state the engine's parts share; it calls no other file of the engine */
 const char *rmq__client_state_name(rmq_client_state_t s);
 void rmq__client_set_state(rmq_consumer_t *c, rmq_client_state_t s);
 rmq_csub_t *rmq__c_sub(rmq_consumer_t *c, const char *topic);
@@ -241,23 +241,35 @@ const char *rmq__c_master_addr(rmq_consumer_t *c, const char *broker_name);
 const char *rmq__c_sub_addr(rmq_consumer_t *c, const char *broker_name, int64_t id, int *slave);
 /* Any address of some broker serving topic (random BrokerData, master preferred), or NULL. */
 const char *rmq__c_topic_addr(rmq_consumer_t *c, const char *topic);
-void rmq__c_heartbeat_all(rmq_consumer_t *c);
+/* Every distinct broker address over all routes. Returns the count; *out is malloc'ed (the
+ * addresses are the routes'). */
+int rmq__c_all_addrs(rmq_consumer_t *c, const char ***out);
 /* resetRetryAndNamespace's second half: strip the namespace from m->topic (loop thread, before
  * the message is handed to a consume thread). */
 void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m);
 /* The topic a message is sent back under: m->topic wrapped with the namespace again (Java's
  * sendMessageBack: msg.setTopic(withNamespace(msg.getTopic()))). A new string. */
 char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m);
-/* Heartbeat every broker, then rebalance (a subscription changed). */
-void rmq__c_heartbeat_rebalance(rmq_consumer_t *c);
 /* The subscriptions of cf as rmq_csub_t entries (namespace-wrapped; %RETRY%<group> added in
  * CLUSTERING), new SubscriptionData each. 0 or RMQ_ERR_CONFIG with errstr. */
 int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out, int *n,
                       char *errstr, size_t errstr_size);
+int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
+/* Answers to a broker's request: an error with remark, or success with body (borrowed). */
+void rmq__c_reply_error(rmq_conn_t *conn, rmq_cmd_t *req, int code, const char *remark);
+void rmq__c_reply_body(rmq_conn_t *conn, rmq_cmd_t *req, rmq_buf_t *body);
+/* 1 when the request's ext field key names our group; else answers SYSTEM_ERROR (unless
+ * oneway) and returns 0. */
+int rmq__c_group_is_ours(rmq_consumer_t *c, rmq_conn_t *conn, rmq_cmd_t *req, const char *key);
+/* (rmq__consumer_stop, consumer.h, is instance.c's too.) */
+
+/* client.c */
+void rmq__c_heartbeat_all(rmq_consumer_t *c);
+/* Heartbeat every broker, then rebalance (a subscription changed). */
+void rmq__c_heartbeat_rebalance(rmq_consumer_t *c);
 /* Shutdown: go on once the consume threads (and any pool a reload retired) are done. */
 void rmq__c_shutdown_resume(rmq_consumer_t *c);
 void rmq__c_refresh_routes(rmq_consumer_t *c);
-int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
 
 /* check_client.c: CHECK_CLIENT_CONFIG for a non-TAG subscription whose route just arrived.
  * Returns 1 when the check is on its way (its answer sends the heartbeat and wakes the
