@@ -1,7 +1,7 @@
 /*
- * consumer_int.h -- private state of the push consumer engine, shared by client.c (routes,
- * heartbeats, broker requests, start/stop), instance.c (the state the parts share),
- * rebalance.c, pull.c, undecodable.c, consume.c and offset_store.c.
+ * consumer_int.h -- private state of the push consumer engine, shared by client.c (broker
+ * requests, start/stop), instance.c (the state the parts share), routes.c (routes,
+ * heartbeats), rebalance.c, pull.c, undecodable.c, consume.c and offset_store.c.
  *
  * Ownership: the consumer owns everything reachable from rmq_consumer_t. An owned queue
  * (rmq_qent_t) is reference-counted: one reference for the queue table, one per pull in flight,
@@ -229,6 +229,11 @@ struct rmq_consumer {
     uv_mutex_t stats_mu;
     rmq_consumer_stats_t snap;
     rmq_cstats_t stats;     /* stats.c: metrics, on_stats, health */
+
+    /* Hooks: what a lower part asks of a higher one, as a call through these (set by
+     * rmq__consumer_new) instead of a call up the files. */
+    void (*hook_rb_wakeup)(rmq_consumer_t *c); /* rmq__rb_wakeup: a heartbeat round after a
+                                                * route change (routes.c) */
 };
 
 /* instance.c: the state the engine's parts share; it calls no other file of the engine */
@@ -264,17 +269,22 @@ int rmq__c_group_is_ours(rmq_consumer_t *c, rmq_conn_t *conn, rmq_cmd_t *req, co
 /* (rmq__consumer_stop, consumer.h, is instance.c's too.) */
 
 /* client.c */
+/* Shutdown: go on once the consume threads (and any pool a reload retired) are done. */
+void rmq__c_shutdown_resume(rmq_consumer_t *c);
+
+/* check_client.c: CHECK_CLIENT_CONFIG for a non-TAG subscription whose route just arrived.
+ * Returns 1 when the check is on its way (its answer calls then(c), or stops the consumer when
+ * the broker refuses), 0 when none is needed. */
+int rmq__check_client_config(rmq_consumer_t *c, rmq_csub_t *s, void (*then)(rmq_consumer_t *c));
+
+/* routes.c: routes and heartbeats */
 void rmq__c_heartbeat_all(rmq_consumer_t *c);
 /* Heartbeat every broker, then rebalance (a subscription changed). */
 void rmq__c_heartbeat_rebalance(rmq_consumer_t *c);
-/* Shutdown: go on once the consume threads (and any pool a reload retired) are done. */
-void rmq__c_shutdown_resume(rmq_consumer_t *c);
 void rmq__c_refresh_routes(rmq_consumer_t *c);
-
-/* check_client.c: CHECK_CLIENT_CONFIG for a non-TAG subscription whose route just arrived.
- * Returns 1 when the check is on its way (its answer sends the heartbeat and wakes the
- * rebalance, or stops the consumer when the broker refuses), 0 when none is needed. */
-int rmq__check_client_config(rmq_consumer_t *c, rmq_csub_t *s);
+/* The periodic timers (timer data = consumer). */
+void rmq__c_route_timer(uv_timer_t *t);
+void rmq__c_heartbeat_timer(uv_timer_t *t);
 
 /* rebalance.c */
 void rmq__rb_wakeup(rmq_consumer_t *c);
