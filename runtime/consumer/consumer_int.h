@@ -1,7 +1,7 @@
 /*
  * consumer_int.h -- private state of the push consumer engine, shared by client.c (broker
  * requests, start/stop), instance.c (the state the parts share), routes.c (routes,
- * heartbeats), rebalance.c, pull.c, undecodable.c, consume.c and offset_store.c.
+ * heartbeats), direct.c, rebalance.c, pull.c, undecodable.c, consume.c and offset_store.c.
  *
  * Ownership: the consumer owns everything reachable from rmq_consumer_t. An owned queue
  * (rmq_qent_t) is reference-counted: one reference for the queue table, one per pull in flight,
@@ -358,7 +358,9 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
 void rmq__reload_request(rmq_consumer_t *c);
 void rmq__reload_close(rmq_consumer_t *c);
 
-/* client.c: the result of a CONSUME_MESSAGE_DIRECTLY batch (answers the broker, frees it). */
+/* direct.c: CONSUME_MESSAGE_DIRECTLY, the request (a remoting handler, ud = consumer) and the
+ * result of its batch (answers the broker, frees it). */
+void rmq__direct_request(rmq_conn_t *conn, rmq_cmd_t *req, void *ud);
 void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb);
 
 /* stats.c (stats.h): the live counters, where things happen; one call each */
