@@ -545,6 +545,7 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     c->thr_size_queue = cf->pull_threshold_size_for_queue;
     /* What the lower parts ask of the rebalance (consumer_int.h, "hooks"). */
     c->hook_rb_wakeup = rmq__rb_wakeup;
+    c->hook_drop_queue = rmq__rb_drop_queue;
     if (uv_loop_init(&c->loop)) {
         rmq__seterr(errstr, errstr_size, "cannot create the event loop");
         rmq__consumer_destroy(c);

@@ -1,7 +1,8 @@
 /*
  * consumer_int.h -- private state of the push consumer engine, shared by client.c (broker
  * requests, start/stop), instance.c (the state the parts share), routes.c (routes,
- * heartbeats), direct.c, rebalance.c, pull.c, undecodable.c, consume.c and offset_store.c.
+ * heartbeats), direct.c, queue.c, rebalance.c, pull.c, undecodable.c, consume.c and
+ * offset_store.c.
  *
  * Ownership: the consumer owns everything reachable from rmq_consumer_t. An owned queue
  * (rmq_qent_t) is reference-counted: one reference for the queue table, one per pull in flight,
@@ -234,6 +235,8 @@ struct rmq_consumer {
      * rmq__consumer_new) instead of a call up the files. */
     void (*hook_rb_wakeup)(rmq_consumer_t *c); /* rmq__rb_wakeup: a heartbeat round after a
                                                 * route change (routes.c) */
+    void (*hook_drop_queue)(rmq_consumer_t *c, rmq_qent_t *q, int persist);
+                                               /* rmq__rb_drop_queue: OFFSET_ILLEGAL (pull.c) */
 };
 
 /* instance.c: the state the engine's parts share; it calls no other file of the engine */
@@ -296,7 +299,9 @@ void rmq__rb_drop_queue(rmq_consumer_t *c, rmq_qent_t *q, int persist);
  * (RebalancePushImpl.messageQueueChanged); loop thread. */
 void rmq__rb_flow_thresholds(rmq_consumer_t *c);
 
-/* qent lifetime (rebalance.c) */
+/* queue.c: an owned queue's entry, from rmq__qent_new (it enters the queue table; one
+ * reference, the table's) to the free after its last rmq__qent_release */
+rmq_qent_t *rmq__qent_new(rmq_consumer_t *c, const rmq_mq_t *mq);
 rmq_qent_t *rmq__qent_keep(rmq_qent_t *q);
 void rmq__qent_release(rmq_qent_t *q);
 
