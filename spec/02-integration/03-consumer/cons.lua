@@ -19,6 +19,16 @@ end
 -- A development broker in-process: db, name server address.
 M.start_broker = rh.start_broker
 
+-- The development broker of a describe block, started (args as M.start_broker) in its
+-- lazy_setup and stopped in its lazy_teardown: returns the table the setup fills, with db, ns,
+-- and dir (M.tmpdir(tmpname)) when tmpname is given.
+function M.broker_fixture(args, tmpname)
+  return helpers.describe_fixture(function(t)
+    t.db, t.ns = M.start_broker(args)
+    if tmpname then t.dir = M.tmpdir(tmpname) end
+  end, function(t) if t.db then lib.rmq_devbroker_stop(t.db) end end)
+end
+
 -- Store n messages on topic, spread round robin over queues; bodies "<prefix><i>".
 M.produce = rh.produce_n
 

@@ -120,11 +120,7 @@ local function join_group(db, group, topic)
 end
 
 describe("consumer engine interplay", function()
-  local db, ns
-  lazy_setup(function()
-    db, ns = cons.start_broker("--delay-scale 0.01")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--delay-scale 0.01")
 
   -- A queue revoked while its batch runs lives on (outside the queue table) until that batch
   -- comes back. A reload that changes the subscriptions meanwhile replaces the array its
@@ -132,14 +128,14 @@ describe("consumer engine interplay", function()
   it("a reload that changes subscriptions while a revoked queue's batch still runs", function()
     local dir = helpers.tmpdir("interplay-subs")
     local TOPIC, GROUP = "IpSubsA", "g_ip_subs"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
-    lib.rmq_devbroker_create_topic(db, cons.ALL, "IpSubsB", 1)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, "IpSubsB", 1)
     -- Queue 1 is the one the second member will take: its only message is a slow one.
     local b = "slow"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, b, #b) >= 0)
+    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 1, nil, nil, b, #b) >= 0)
     local out, revoked = dir .. "/out.txt", dir .. "/revoked.txt"
     local function version(extra_sub)
-      return timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      return timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
         options = "consume_thread_min = 1, consume_thread_max = 1," .. extra_sub,
         hooks = string.format([[
   on_revoke = function(mqs)
@@ -156,7 +152,7 @@ describe("consumer engine interplay", function()
     local script = version("")
     local h = run(script, dir .. "/run.log")
     h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch started")
-    join_group(db, GROUP, TOPIC)
+    join_group(fx.db, GROUP, TOPIC)
     h.wait_until(function() return cons.read(revoked):find(TOPIC .. " 1") end, "queue 1 revoked")
     assert.is_nil(cons.read(out):find("end slow"), "the slow batch ended before the reload")
     -- The same file, one more subscription (the rest of the script unchanged).
@@ -177,12 +173,12 @@ describe("consumer engine interplay", function()
   it("a stop while a reload waits for the previous version: the handed-over batches run", function()
     local dir = helpers.tmpdir("interplay-stop")
     local TOPIC, GROUP = "IpStop", "g_ip_stop"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     for _, body in ipairs({ "slow", "f1", "f2", "f3" }) do
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
     end
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1, " ..
         "consume_message_batch_max_size = 1, await_termination_millis_when_shutdown = 20000,",
       handler = [[
@@ -217,11 +213,11 @@ describe("consumer engine interplay", function()
   it("a handler that comes back after its retired thread was given up on", function()
     local dir = helpers.tmpdir("interplay-abandon")
     local TOPIC, GROUP = "IpAbandon", "g_ip_abandon"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     local body = "stuck"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1, consume_timeout_millis = 1000,"
         .. " shared = { d = '64k' },",
       handler = [[
@@ -246,7 +242,7 @@ describe("consumer engine interplay", function()
     h.wait_for("came back late", "the late failure logged", 20)
     helpers.sleep(0.5)
     h.stop_clean()
-    helpers.wait_until(function() return cons.all_committed(db, GROUP, TOPIC, 1) end, 10,
+    helpers.wait_until(function() return cons.all_committed(fx.db, GROUP, TOPIC, 1) end, 10,
       "the offset committed past the batch")
   end)
 
@@ -258,20 +254,20 @@ describe("consumer engine interplay", function()
   it("an orderly batch whose queue lost its lock while it waited for a thread", function()
     local dir = helpers.tmpdir("interplay-ordlock")
     local TOPIC, GROUP, LOCK = "IpOrdLock", "g_ip_ordlock", 41
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
     local slow = "slow"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, slow, #slow) >= 0)
+    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, slow, #slow) >= 0)
     local out, go = dir .. "/out.txt", dir .. "/go"
-    local script = gated_orderly(dir, ns, GROUP, TOPIC, out, go)
+    local script = gated_orderly(dir, fx.ns, GROUP, TOPIC, out, go)
     local h = run(script, dir .. "/run.log")
-    helpers.defer(function() lib.rmq_devbroker_clear_errors(db) end)
+    helpers.defer(function() lib.rmq_devbroker_clear_errors(fx.db) end)
     h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
     -- Queue 1's message comes while the only thread is busy: its batch waits in the pool.
     local x = "x"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, x, #x) >= 0)
+    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 1, nil, nil, x, #x) >= 0)
     helpers.sleep(2 * helpers.scale)
     -- Every lock request fails from now on: the next round of locks (every 20 s) loses them.
-    assert.equal(0, lib.rmq_devbroker_push_error(db, cons.ALL, LOCK, 1, 100000))
+    assert.equal(0, lib.rmq_devbroker_push_error(fx.db, cons.ALL, LOCK, 1, 100000))
     h.wait_for("IpOrdLock@[^ ]*#1: lock lost", "queue 1's lock lost", 40)
     assert.is_nil(cons.read(out):find("start x"), cons.read(out))
     io.open(go, "w"):close()
@@ -281,7 +277,7 @@ describe("consumer engine interplay", function()
     helpers.sleep(1.5 * helpers.scale)
     assert.is_nil(cons.read(out):find("start x"),
       "queue 1's batch ran while its lock was lost:\n" .. cons.read(out) .. "\n" .. h.out())
-    lib.rmq_devbroker_clear_errors(db)
+    lib.rmq_devbroker_clear_errors(fx.db)
     h.wait_until(function() return cons.read(out):find("end x") end,
       "queue 1's batch once locked again", 30)
     h.stop_clean()
@@ -294,27 +290,27 @@ describe("consumer engine interplay", function()
   it("an orderly queue revoked while its lock request is on its way", function()
     local dir = helpers.tmpdir("interplay-lockrevoke")
     local TOPIC, GROUP, LOCK = "IpLockRevoke", "g_ip_lockrevoke", 41
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
-    lib.rmq_devbroker_reset_counts(db)
-    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
-    helpers.defer(function() lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0) end)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_reset_counts(fx.db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 500))
+    helpers.defer(function() lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 0) end)
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
       handler = [[ rec("msg " .. msgs[1].body) ]] })
     local h = run(script, dir .. "/run.log")
     -- The queues' first lock requests reach the broker (answered 500 ms later): a second member
     -- joins now, and takes queue 1.
-    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 2, math.floor(20000 * helpers.scale)) >= 2,
+    assert(lib.rmq_devbroker_wait(fx.db, cons.ALL, LOCK, 2, math.floor(20000 * helpers.scale)) >= 2,
       "the first lock requests")
-    join_group(db, GROUP, TOPIC)
+    join_group(fx.db, GROUP, TOPIC)
     h.wait_for("IpLockRevoke@[^ ]*#1: revoked", "queue 1 revoked")
     -- The delayed requests are answered: queue 0's lock is granted, and queue 1's with it.
-    helpers.wait_until(function() return lock_owner(db, GROUP, TOPIC, 0) ~= nil end, 20,
+    helpers.wait_until(function() return lock_owner(fx.db, GROUP, TOPIC, 0) ~= nil end, 20,
       "queue 0 locked")
     h.wait_for("IpLockRevoke@[^ ]*#0: assigned", "queue 0 assigned")
-    assert.truthy(lib.rmq_devbroker_count(db, cons.ALL, LOCK) >= 3)
-    assert_lock_given_back(db, GROUP, TOPIC, h)
+    assert.truthy(lib.rmq_devbroker_count(fx.db, cons.ALL, LOCK) >= 3)
+    assert_lock_given_back(fx.db, GROUP, TOPIC, h)
     h.stop_clean()
   end)
 
@@ -323,36 +319,36 @@ describe("consumer engine interplay", function()
   it("an orderly queue revoked while its lock is asked for again", function()
     local dir = helpers.tmpdir("interplay-relockrevoke")
     local TOPIC, GROUP, LOCK = "IpRelockRevoke", "g_ip_relockrevoke", 41
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
     local slow = "slow"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, slow, #slow) >= 0)
+    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 1, nil, nil, slow, #slow) >= 0)
     local out, go = dir .. "/out.txt", dir .. "/go"
-    local script = gated_orderly(dir, ns, GROUP, TOPIC, out, go)
+    local script = gated_orderly(dir, fx.ns, GROUP, TOPIC, out, go)
     local h = run(script, dir .. "/run.log")
     helpers.defer(function()
-      lib.rmq_devbroker_clear_errors(db)
-      lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0)
+      lib.rmq_devbroker_clear_errors(fx.db)
+      lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 0)
     end)
     h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
     -- A second message of queue 1 waits in its process queue behind the running batch.
     local m2 = "m2"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, m2, #m2) >= 0)
+    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 1, nil, nil, m2, #m2) >= 0)
     helpers.sleep(2 * helpers.scale)
     -- The next round of locks (every 20 s) fails: the locks are lost.
-    assert.equal(0, lib.rmq_devbroker_push_error(db, cons.ALL, LOCK, 1, 1))
+    assert.equal(0, lib.rmq_devbroker_push_error(fx.db, cons.ALL, LOCK, 1, 1))
     h.wait_for("IpRelockRevoke@[^ ]*#1: lock lost", "queue 1's lock lost", 40)
     -- Lock requests from now on are answered 500 ms late; the slow batch ends, queue 1's next
     -- batch asks for the lock again, and a second member joins while that request is on its way.
-    lib.rmq_devbroker_reset_counts(db)
-    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
+    lib.rmq_devbroker_reset_counts(fx.db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 500))
     io.open(go, "w"):close()
-    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 1, math.floor(20000 * helpers.scale)) >= 1,
+    assert(lib.rmq_devbroker_wait(fx.db, cons.ALL, LOCK, 1, math.floor(20000 * helpers.scale)) >= 1,
       "queue 1's lock asked for again")
-    join_group(db, GROUP, TOPIC)
+    join_group(fx.db, GROUP, TOPIC)
     h.wait_for("IpRelockRevoke@[^ ]*#1: revoked", "queue 1 revoked")
     -- The delayed request is answered (the lock granted), then given back.
     helpers.sleep(1.5 * helpers.scale)
-    assert_lock_given_back(db, GROUP, TOPIC, h)
+    assert_lock_given_back(fx.db, GROUP, TOPIC, h)
     h.stop_clean()
   end)
 
@@ -363,26 +359,26 @@ describe("consumer engine interplay", function()
   it("an orderly queue revoked while the periodic lock round is on its way", function()
     local dir = helpers.tmpdir("interplay-lockall")
     local TOPIC, GROUP, LOCK = "IpLockAll", "g_ip_lockall", 41
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
       handler = [[ rec("msg " .. msgs[1].body) ]] })
     local h = run(script, dir .. "/run.log")
-    helpers.defer(function() lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0) end)
+    helpers.defer(function() lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 0) end)
     h.wait_for("IpLockAll@[^ ]*#0: assigned", "queue 0 assigned")
     h.wait_for("IpLockAll@[^ ]*#1: assigned", "queue 1 assigned")
     -- From now on lock requests are answered 500 ms late: the next lock round (within 20 s) is
     -- on its way when a second member joins and takes queue 1.
-    lib.rmq_devbroker_reset_counts(db)
-    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
-    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 1, math.floor(30000 * helpers.scale)) >= 1,
+    lib.rmq_devbroker_reset_counts(fx.db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 500))
+    assert(lib.rmq_devbroker_wait(fx.db, cons.ALL, LOCK, 1, math.floor(30000 * helpers.scale)) >= 1,
       "the periodic lock round")
-    join_group(db, GROUP, TOPIC)
+    join_group(fx.db, GROUP, TOPIC)
     h.wait_for("IpLockAll@[^ ]*#1: revoked", "queue 1 revoked")
     -- The delayed round is answered (queue 1's lock granted again), then given back.
     helpers.sleep(1.5 * helpers.scale)
-    assert_lock_given_back(db, GROUP, TOPIC, h)
+    assert_lock_given_back(fx.db, GROUP, TOPIC, h)
     h.stop_clean()
   end)
 
@@ -393,13 +389,13 @@ describe("consumer engine interplay", function()
   it("two reloads while a long handler runs: every batch once, the offset committed", function()
     local dir = helpers.tmpdir("interplay-twohup")
     local TOPIC, GROUP = "IpTwoHup", "g_ip_twohup"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     local bodies = { "slow", "f1", "f2", "f3", "f4" }
     for _, body in ipairs(bodies) do
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
     end
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1, " ..
         "consume_message_batch_max_size = 1,",
       handler = [[
@@ -422,7 +418,7 @@ describe("consumer engine interplay", function()
       end
       return true
     end, "every batch consumed")
-    helpers.wait_until(function() return cons.all_committed(db, GROUP, TOPIC, 1) end, 20,
+    helpers.wait_until(function() return cons.all_committed(fx.db, GROUP, TOPIC, 1) end, 20,
       "the offset committed past every message")
     local rc = h.stop()
     local got = cons.read(out)
@@ -442,13 +438,13 @@ describe("consumer engine interplay", function()
   it("a stop right behind a reload: every batch once, the offset committed", function()
     local dir = helpers.tmpdir("interplay-hupterm")
     local TOPIC, GROUP = "IpHupTerm", "g_ip_hupterm"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     local bodies = { "slow", "f1", "f2", "f3" }
     for _, body in ipairs(bodies) do
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
     end
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1, " ..
         "consume_message_batch_max_size = 1, await_termination_millis_when_shutdown = 20000,",
       handler = [[
@@ -468,6 +464,6 @@ describe("consumer engine interplay", function()
       local n = select(2, got:gsub("end " .. body .. "\n", ""))
       assert.are.equal(1, n, body .. " consumed " .. n .. " time(s):\n" .. got .. "\n" .. h.out())
     end
-    assert.truthy(cons.all_committed(db, GROUP, TOPIC, 1), "the offset committed:\n" .. h.out())
+    assert.truthy(cons.all_committed(fx.db, GROUP, TOPIC, 1), "the offset committed:\n" .. h.out())
   end)
 end)
