@@ -3,15 +3,10 @@
 -- form (MessageQueue objects as map keys) with the key order of a Java 4.9.4 consumer
 -- (spec/fixtures/wire/04_consumer_status).
 local helpers = require "helpers"
-local ffi = require "ffi"
 local cjson = require "cjson"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 local lib = cons.lib
-
-pcall(ffi.cdef, [[
-const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx);
-]])
 
 local TOPIC, GROUP, N = "AdmTopic", "g_admin", 100
 
@@ -54,7 +49,7 @@ describe("consumer: GET_CONSUMER_RUNNING_INFO", function()
     helpers.wait_until(function() return cons.count_lines(out) >= N end, 60, "consumed")
     local cid = helpers.wait_until(function() return cons.read(log):match("started as (%S+)") end,
       10, "clientId in the log")
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(db)
     local r
     helpers.wait_until(function()
       r = assert(raw.request(baddr, 307, { consumerGroup = GROUP, clientId = cid,

@@ -3,6 +3,7 @@
 -- subprocesses.
 local helpers = require "helpers"
 local rh = require "run_helpers"
+local ffi = require "ffi"
 
 require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
 
@@ -27,6 +28,11 @@ function M.broker_fixture(args, tmpname)
     t.db, t.ns = M.start_broker(args)
     if tmpname then t.dir = M.tmpdir(tmpname) end
   end, function(t) if t.db then lib.rmq_devbroker_stop(t.db) end end)
+end
+
+-- The address of broker idx (0 when not given) of a development broker.
+function M.broker_addr(db, idx)
+  return ffi.string(lib.rmq_devbroker_broker_addr(db, idx or 0))
 end
 
 -- Store n messages on topic, spread round robin over queues; bodies "<prefix><i>".

@@ -4,13 +4,10 @@
 -- against the broker's own view (GET_CONSUME_STATS, what mqadmin consumerProgress shows);
 -- on_stats. (The ConsumeStatus figures of GET_CONSUMER_RUNNING_INFO: consume_status_spec.lua.)
 local helpers = require "helpers"
-local ffi = require "ffi"
 local cjson = require "cjson"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 local lib = cons.lib
-
-pcall(ffi.cdef, [[ const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx); ]])
 
 local scrape, base_url = cons.scrape, cons.metrics_url
 
@@ -186,7 +183,7 @@ describe("metrics endpoint", function()
     assert.equal(404, nf.status)
 
     -- The broker's view of the lag (mqadmin consumerProgress) agrees once offsets persisted.
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(db)
     helpers.wait_until(function() return broker_lag(baddr, GROUP, TOPIC) == 0 end, 20,
       "the committed offsets on the broker")
 
@@ -217,7 +214,7 @@ describe("metrics endpoint", function()
       { log = log, rc = log .. ".rc" })
     helpers.defer(function() io.open(flag, "w"):close() end)
     local url = base_url(log)
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(db)
     helpers.wait_until(function() return cons.count_lines(out) >= 40 end, 60, "deliveries")
     -- s7 sits on queue 0 at offset 3 (round robin over 2 queues): that queue's committed offset
     -- stays at 3 while the 16 messages after it are consumed, so its lag is 20 - 3.

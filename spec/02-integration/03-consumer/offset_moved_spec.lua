@@ -2,14 +2,9 @@
 -- to the broker's nextBeginOffset after 10 s (with minOffset 0 a 4.9.4 broker answers 0), the
 -- queue is taken again by the next rebalance and consumption continues from there.
 local helpers = require "helpers"
-local ffi = require "ffi"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 local lib = cons.lib
-
-pcall(ffi.cdef, [[
-const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx);
-]])
 
 local TOPIC, GROUP = "MovedTopic", "g_moved"
 
@@ -26,7 +21,7 @@ describe("consumer: offset moved", function()
 
   it("corrects an offset beyond the queue to the broker's nextBeginOffset", function()
     cons.produce(db, TOPIC, 10, "old")
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(db)
     local r = assert(raw.request(baddr, 15, { consumerGroup = GROUP, topic = TOPIC,
       queueId = "0", commitOffset = "1000" }))
     assert.equal(0, r.code)
