@@ -8,8 +8,7 @@ local R = require "02-integration.04-lua.runner"
 local example = rh.example
 
 describe("examples against the development broker", function()
-  lazy_setup(function() R.start_broker("--delay-scale 0.01 --enable-property-filter") end)
-  lazy_teardown(function() R.stop_broker() end)
+  R.broker_fixture("--delay-scale 0.01 --enable-property-filter")
 
   it("hello prints every message", function()
     for i = 1, 3 do R.produce("TopicTest", "hello " .. i, "TagA", "k" .. i) end
@@ -49,7 +48,7 @@ describe("examples against the development broker", function()
   end)
 
   it("allocate owns the queues its strategy chose and consumes from them", function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "AllocTopic", 4)
+    R.create_topic("AllocTopic", 4)
     R.produce("AllocTopic", "alloc-1")
     local h = R.run(example("allocate"))
     helpers.defer(function() h.stop() end)
@@ -126,7 +125,7 @@ describe("examples against the development broker", function()
   end)
 
   it("forward sends transformed messages to OutTopic", function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "OutTopic", 4)
+    R.create_topic("OutTopic", 4)
     R.produce("InTopic", "abc", "TagA")
     R.produce("InTopic", "def", "TagB")
     local h = R.run(example("forward"))

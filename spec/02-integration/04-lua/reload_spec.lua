@@ -21,13 +21,11 @@ local function lines(out, pattern)
 end
 
 describe("hot reload", function()
-  lazy_setup(function() R.start_broker("--delay-scale 0.01") end)
-  lazy_teardown(function() R.stop_broker() end)
+  R.broker_fixture("--delay-scale 0.01")
 
   it("under load: every message once, across versions and thread counts", function()
     local N, Q = 3000, 8
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "LoadTopic", Q)
-    for i = 1, N do R.produce("LoadTopic", "m" .. i, nil, nil, i % Q) end
+    R.fill_topic("LoadTopic", Q, N, "m")
     local function version(v, threads)
       return string.format([[
 local rmq = require "rmq"
@@ -180,8 +178,8 @@ return {
 
   it("applies new subscriptions, expressions and allocate hooks; the new control hooks see them",
     function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "SubA", 4)
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "SubB", 4)
+    R.create_topic("SubA", 4)
+    R.create_topic("SubB", 4)
     local function version(v, subscribe, allocate)
       return string.format([[
 return {
@@ -243,8 +241,7 @@ return {
 
   it("applies a new consume_tps_limit to the queues already waiting for tokens", function()
     local N = 400
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "PacedTopic", 2)
-    for i = 1, N do R.produce("PacedTopic", "p" .. i, nil, nil, i % 2) end
+    R.fill_topic("PacedTopic", 2, N, "p")
     local function version(limit)
       return string.format([[
 local rmq = require "rmq"
@@ -332,9 +329,9 @@ return {
     function()
     local ffi = require "ffi"
     local NS, ROUTE = -1, 105
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "ProdOptIn", 1)
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "ProdOptOut", 1)
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "ProdOptLate", 1)
+    R.create_topic("ProdOptIn", 1)
+    R.create_topic("ProdOptOut", 1)
+    R.create_topic("ProdOptLate", 1)
     helpers.defer(function() R.lib.rmq_devbroker_set_latency(R.db, NS, ROUTE, 0) end)
     local function version(v, extra)
       return string.format([[
