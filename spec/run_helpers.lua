@@ -6,8 +6,13 @@
 --   local rh = require "run_helpers"
 local ffi = require "ffi"
 local helpers = require "helpers"
+local luassert = require "luassert"
 
 local M = {}
+
+-- The targets of the development broker's controls besides a broker's index: every broker,
+-- the name server.
+M.ALL, M.NAMESRV = -2, -1
 
 -- Write text to dir/name; returns the path.
 function M.write(dir, name, text)

@@ -4,13 +4,9 @@
 local helpers = require "helpers"
 local rh = require "run_helpers"
 local ffi = require "ffi"
+local lib = require "devbroker_ffi"
 
-require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
-
-local M = {}
-local lib = helpers.lib()
-M.lib = lib
-M.ALL, M.NAMESRV = -2, -1
+local M = { lib = lib, ALL = rh.ALL, NAMESRV = rh.NAMESRV }
 
 -- A fresh temp directory for one test (removed when the test ends).
 function M.tmpdir(name)
