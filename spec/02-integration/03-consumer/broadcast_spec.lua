@@ -13,8 +13,8 @@ describe("consumer: broadcasting", function()
     cons.produce(fx.db, TOPIC, N, "b")
     local function script(i, out)
       return cons.script(fx.dir, { name = "bc" .. i, group = GROUP, ns = fx.ns, topic = TOPIC,
-        out = out, extra = string.format('message_model = "BROADCASTING", instance_name = "inst%d", '
-          .. 'local_offset_store_dir = %q,', i, fx.dir .. "/offsets") })
+        out = out, extra = string.format('message_model = "BROADCASTING", '
+          .. 'instance_name = "inst%d", local_offset_store_dir = %q,', i, fx.dir .. "/offsets") })
     end
     local outs, pids, logs = {}, {}, {}
     helpers.defer(function()

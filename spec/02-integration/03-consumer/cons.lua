@@ -31,6 +31,11 @@ function M.broker_addr(db, idx)
   return ffi.string(lib.rmq_devbroker_broker_addr(db, idx or 0))
 end
 
+-- Store one message with body on queue q of topic (broker 0).
+function M.put(db, topic, q, body)
+  assert(lib.rmq_devbroker_produce(db, 0, topic, q, nil, nil, body, #body) >= 0)
+end
+
 -- Store n messages on topic, spread round robin over queues; bodies "<prefix><i>".
 M.produce = rh.produce_n
 

@@ -27,24 +27,6 @@ local function assert_lock_given_back(db, group, topic, h)
     " after its revocation:\n" .. h.out())
 end
 
--- An orderly one-thread script (name server ns) whose handler records start/end of each body and
--- holds a batch whose body is "slow" until the file `go` exists.
-local function gated_orderly(dir, ns, group, topic, out, go)
-  return timed.script(dir, { group = group, ns = ns, topic = topic, out = out,
-    orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
-    handler = string.format([[
-    rec("start " .. msgs[1].body)
-    if msgs[1].body == "slow" then
-      while true do
-        local f = io.open(%q)
-        if f then f:close() break end
-        sleep_ms(50)
-      end
-    end
-    rec("end " .. msgs[1].body)
-    ]], go) })
-end
-
 local function no_sanitizer_report(out)
   assert.is_nil(out:find("AddressSanitizer", 1, true), "the sanitizer reported:\n" .. out)
   assert.is_nil(out:find("runtime error:", 1, true), "UBSan reported:\n" .. out)
@@ -57,18 +39,8 @@ local function run(script, log)
     { log = log, rc = rc })
   local h = { pid = pid, log = log }
   function h.out() return cons.read(log) end
-  -- Wait for pattern in the log; an exit meanwhile fails at once, with the log.
-  function h.wait_for(pattern, what, timeout)
-    helpers.wait_until(function()
-      if h.out():find(pattern) then return true end
-      local f = io.open(rc)
-      if f then
-        f:close()
-        error("rmqlua run exited while waiting for " .. (what or pattern) .. ":\n" .. h.out(), 0)
-      end
-    end, timeout or 30, (what or pattern) .. " (log " .. log .. ")")
-  end
-  -- Wait for fn() (a condition on the script's own output) while the process runs.
+  -- Wait for fn() (a condition on the script's own output) while the process runs; an exit
+  -- meanwhile fails at once, with the log.
   function h.wait_until(fn, what, timeout)
     helpers.wait_until(function()
       if fn() then return true end
@@ -78,6 +50,10 @@ local function run(script, log)
         error("rmqlua run exited while waiting for " .. what .. ":\n" .. h.out(), 0)
       end
     end, timeout or 30, what .. " (log " .. log .. ")")
+  end
+  -- Wait for pattern in the log.
+  function h.wait_for(pattern, what, timeout)
+    h.wait_until(function() return h.out():find(pattern) end, what or pattern, timeout)
   end
   function h.signal(sig) os.execute(string.format("kill -%s %d 2>/dev/null", sig, pid)) end
   function h.exit_code()
@@ -99,6 +75,32 @@ local function run(script, log)
     assert.are.equal(0, rc, h.out())
   end
   return h
+end
+
+-- Topic (2 queues, made on every broker of db) with a "slow" message on queue slow_q, consumed
+-- by an orderly one-thread script of group (name server ns, files in dir) whose handler records
+-- start/end of each body and holds the "slow" batch until the file `go` exists. Returns once
+-- that batch started: the run's handle, the output file and the go file.
+local function start_gated(db, ns, dir, group, topic, slow_q)
+  lib.rmq_devbroker_create_topic(db, cons.ALL, topic, 2)
+  cons.put(db, topic, slow_q, "slow")
+  local out, go = dir .. "/out.txt", dir .. "/go"
+  local script = timed.script(dir, { group = group, ns = ns, topic = topic, out = out,
+    orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
+    handler = string.format([[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then
+      while true do
+        local f = io.open(%q)
+        if f then f:close() break end
+        sleep_ms(50)
+      end
+    end
+    rec("end " .. msgs[1].body)
+    ]], go) })
+  local h = run(script, dir .. "/run.log")
+  h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
+  return h, out, go
 end
 
 -- A raw client joins the group with one heartbeat (it sorts after every rmqlua client id, so
@@ -131,8 +133,7 @@ describe("consumer engine interplay", function()
     lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
     lib.rmq_devbroker_create_topic(fx.db, cons.ALL, "IpSubsB", 1)
     -- Queue 1 is the one the second member will take: its only message is a slow one.
-    local b = "slow"
-    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 1, nil, nil, b, #b) >= 0)
+    cons.put(fx.db, TOPIC, 1, "slow")
     local out, revoked = dir .. "/out.txt", dir .. "/revoked.txt"
     local function version(extra_sub)
       return timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
@@ -175,7 +176,7 @@ describe("consumer engine interplay", function()
     local TOPIC, GROUP = "IpStop", "g_ip_stop"
     lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     for _, body in ipairs({ "slow", "f1", "f2", "f3" }) do
-      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+      cons.put(fx.db, TOPIC, 0, body)
     end
     local out = dir .. "/out.txt"
     local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
@@ -214,8 +215,7 @@ describe("consumer engine interplay", function()
     local dir = helpers.tmpdir("interplay-abandon")
     local TOPIC, GROUP = "IpAbandon", "g_ip_abandon"
     lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
-    local body = "stuck"
-    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+    cons.put(fx.db, TOPIC, 0, "stuck")
     local out = dir .. "/out.txt"
     local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1, consume_timeout_millis = 1000,"
@@ -254,17 +254,10 @@ describe("consumer engine interplay", function()
   it("an orderly batch whose queue lost its lock while it waited for a thread", function()
     local dir = helpers.tmpdir("interplay-ordlock")
     local TOPIC, GROUP, LOCK = "IpOrdLock", "g_ip_ordlock", 41
-    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
-    local slow = "slow"
-    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, slow, #slow) >= 0)
-    local out, go = dir .. "/out.txt", dir .. "/go"
-    local script = gated_orderly(dir, fx.ns, GROUP, TOPIC, out, go)
-    local h = run(script, dir .. "/run.log")
+    local h, out, go = start_gated(fx.db, fx.ns, dir, GROUP, TOPIC, 0)
     helpers.defer(function() lib.rmq_devbroker_clear_errors(fx.db) end)
-    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
     -- Queue 1's message comes while the only thread is busy: its batch waits in the pool.
-    local x = "x"
-    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 1, nil, nil, x, #x) >= 0)
+    cons.put(fx.db, TOPIC, 1, "x")
     helpers.sleep(2 * helpers.scale)
     -- Every lock request fails from now on: the next round of locks (every 20 s) loses them.
     assert.equal(0, lib.rmq_devbroker_push_error(fx.db, cons.ALL, LOCK, 1, 100000))
@@ -319,20 +312,13 @@ describe("consumer engine interplay", function()
   it("an orderly queue revoked while its lock is asked for again", function()
     local dir = helpers.tmpdir("interplay-relockrevoke")
     local TOPIC, GROUP, LOCK = "IpRelockRevoke", "g_ip_relockrevoke", 41
-    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
-    local slow = "slow"
-    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 1, nil, nil, slow, #slow) >= 0)
-    local out, go = dir .. "/out.txt", dir .. "/go"
-    local script = gated_orderly(dir, fx.ns, GROUP, TOPIC, out, go)
-    local h = run(script, dir .. "/run.log")
+    local h, out, go = start_gated(fx.db, fx.ns, dir, GROUP, TOPIC, 1)
     helpers.defer(function()
       lib.rmq_devbroker_clear_errors(fx.db)
       lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 0)
     end)
-    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
     -- A second message of queue 1 waits in its process queue behind the running batch.
-    local m2 = "m2"
-    assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 1, nil, nil, m2, #m2) >= 0)
+    cons.put(fx.db, TOPIC, 1, "m2")
     helpers.sleep(2 * helpers.scale)
     -- The next round of locks (every 20 s) fails: the locks are lost.
     assert.equal(0, lib.rmq_devbroker_push_error(fx.db, cons.ALL, LOCK, 1, 1))
@@ -392,7 +378,7 @@ describe("consumer engine interplay", function()
     lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     local bodies = { "slow", "f1", "f2", "f3", "f4" }
     for _, body in ipairs(bodies) do
-      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+      cons.put(fx.db, TOPIC, 0, body)
     end
     local out = dir .. "/out.txt"
     local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
@@ -441,7 +427,7 @@ describe("consumer engine interplay", function()
     lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     local bodies = { "slow", "f1", "f2", "f3" }
     for _, body in ipairs(bodies) do
-      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+      cons.put(fx.db, TOPIC, 0, body)
     end
     local out = dir .. "/out.txt"
     local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,

@@ -17,7 +17,8 @@ describe("consumer: orderly", function()
     cons.produce(fx.db, TOPIC, N, "o")
     local out = fx.dir .. "/out.txt"
     local s = cons.script(fx.dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
-      orderly = true, extra = "max_reconsume_times = " .. MAX .. ", suspend_current_queue_time_millis = 20,",
+      orderly = true,
+      extra = "max_reconsume_times = " .. MAX .. ", suspend_current_queue_time_millis = 20,",
       body = [[
       local m = msgs[1]
       if m.body == "o10" and m.reconsume_times < 2 then
