@@ -6,7 +6,6 @@
 --   local rh = require "run_helpers"
 local ffi = require "ffi"
 local helpers = require "helpers"
-local luassert = require "luassert"
 
 local M = {}
 
@@ -29,6 +28,16 @@ function M.replace(dir, name, text)
   local path = dir .. "/" .. name
   assert(os.rename(M.write(dir, name .. ".tmp", text), path))
   return path
+end
+
+-- run(args) (a spec's function that runs a command: rc, output) must exit with want and print
+-- each of the strings given (plain text). Returns the output.
+function M.expect(run, args, want, ...)
+  local luassert = require "luassert"
+  local rc, out = run(args)
+  luassert.are.equal(want, rc, out)
+  for i = 1, select("#", ...) do luassert.matches(select(i, ...), out, 1, true) end
+  return out
 end
 
 -- A file's whole text, "" while it does not exist (a run that has not written it yet).

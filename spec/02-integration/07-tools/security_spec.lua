@@ -122,6 +122,7 @@ describe("rmqlua tail and redrive with ACL", function()
     if db then lib.rmq_devbroker_stop(db) end
     helpers.run_deferred()
   end)
+  local function tool(args) return cmd(ns, args) end
 
   it("tail reads with the right keys; every request is signed, name server and broker", function()
     reset_counts(db)
@@ -187,18 +188,16 @@ describe("rmqlua tail and redrive with ACL", function()
   it("redrive moves dead letters with the right keys; every request is signed", function()
     for i = 1, 4 do produce_props(db, "%DLQ%SecG", 0, "d" .. i, { RETRY_TOPIC = "SecT" }) end
     reset_counts(db)
-    local rc, out = cmd(ns, "redrive --group SecG " .. KEYS)
-    assert.equal(0, rc, out)
-    assert.matches("4 moved to %RETRY%SecG, 0 passed over by --where, 0 failed", out, 1, true)
+    rh.expect(tool, "redrive --group SecG " .. KEYS, 0,
+      "4 moved to %RETRY%SecG, 0 passed over by --where, 0 failed")
     assert.equal(4, max_offset(db, "%RETRY%SecG"))
     assert.equal(4, tonumber(lib.rmq_devbroker_committed_offset(db, 0, "%REDRIVE%SecG", "%DLQ%SecG", 0)))
     all_signed(db)
     signed_codes(db, sec.NAMESRV, { ROUTE })
     signed_codes(db, 0, { QUERY_OFFSET, GET_MAX, PULL, SEND_V2, UPDATE_OFFSET })
     -- --to-origin: SecT takes PUB too
-    rc, out = cmd(ns, "redrive --group SecG --to-origin --progress-group SecG " .. KEYS)
-    assert.equal(0, rc, out)
-    assert.matches("4 moved to their original topics", out, 1, true)
+    rh.expect(tool, "redrive --group SecG --to-origin --progress-group SecG " .. KEYS, 0,
+      "4 moved to their original topics")
   end)
 
   it("redrive exits 3 on a wrong secret, naming the access key", function()
@@ -226,9 +225,8 @@ describe("rmqlua tail and redrive with ACL", function()
   it("redrive --set namespace=ns1 moves %DLQ%ns1%G to %RETRY%ns1%G, progress in %REDRIVE%ns1%G", function()
     for i = 1, 3 do produce_props(db, "%DLQ%ns1%SecNsG", 0, "g" .. i, { RETRY_TOPIC = "ns1%SecNsT" }) end
     reset_counts(db)
-    local rc, out = cmd(ns, "redrive --group SecNsG --set namespace=ns1 " .. KEYS)
-    assert.equal(0, rc, out)
-    assert.matches("%DLQ%ns1%SecNsG: 3 moved to %RETRY%ns1%SecNsG", out, 1, true)
+    rh.expect(tool, "redrive --group SecNsG --set namespace=ns1 " .. KEYS, 0,
+      "%DLQ%ns1%SecNsG: 3 moved to %RETRY%ns1%SecNsG")
     assert.equal(3, max_offset(db, "%RETRY%ns1%SecNsG"))
     assert.equal(3, tonumber(lib.rmq_devbroker_committed_offset(db, 0, "%REDRIVE%ns1%SecNsG",
       "%DLQ%ns1%SecNsG", 0)))
