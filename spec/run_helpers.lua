@@ -30,6 +30,16 @@ function M.replace(dir, name, text)
   return path
 end
 
+-- Lua source of statements that create the file marker and then keep the CPU busy for 0.5 s:
+-- the start of a handler (or predicate) that says it started and is still at work.
+function M.busy_after_marker(marker)
+  return string.format([[
+  local mk = io.open(%q, "w"); mk:write("x"); mk:close()
+  local t = os.clock() + 0.5
+  while os.clock() < t do end
+]], marker)
+end
+
 -- run(args) (a spec's function that runs a command: rc, output) must exit with want and print
 -- each of the strings given (plain text). Returns the output.
 function M.expect(run, args, want, ...)

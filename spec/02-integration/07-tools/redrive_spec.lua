@@ -273,14 +273,8 @@ describe("rmqlua redrive", function()
     local dir = helpers.tmpdir("redrive-stop")
     local marker = dir .. "/started"
     -- the predicate says it started, then takes a while over each message
-    local where = rh.write(dir, "slow.lua", string.format([[
-return function(m)
-  local mk = io.open(%q, "w"); mk:write("x"); mk:close()
-  local t = os.clock() + 0.5
-  while os.clock() < t do end
-  return true
-end
-]], marker))
+    local where = rh.write(dir, "slow.lua",
+      "return function(m)\n" .. rh.busy_after_marker(marker) .. "  return true\nend\n")
     local function stopped_run(name)
       os.remove(marker)
       return rh.term_when_started(string.format("%s redrive --namesrv %s --group RsG --where %s",

@@ -249,14 +249,8 @@ return {
   it("reports a --handler batch that fails while tail is being stopped (SIGTERM)", function()
     local dir = helpers.tmpdir("tail-handler-stop")
     local marker = dir .. "/started"
-    local script = rh.write(dir, "h.lua", string.format([[
-return function(msgs)
-  local mk = io.open(%q, "w"); mk:write("x"); mk:close()
-  local t = os.clock() + 0.5
-  while os.clock() < t do end
-  error("handler gives up")
-end
-]], marker))
+    local script = rh.write(dir, "h.lua", "return function(msgs)\n" ..
+      rh.busy_after_marker(marker) .. '  error("handler gives up")\nend\n')
     local rc, text = rh.term_when_started(string.format("%s tail %s --namesrv %s --from first "
       .. "--handler %s", helpers.bin, TOPIC, ns, script), marker, dir .. "/tail.log")
     assert.are.equal(1, rc, text) -- the batch that ran failed: reported, exit 1
