@@ -45,7 +45,6 @@ describe("consumer: GET_CONSUMER_RUNNING_INFO", function()
     local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out })
     local log = dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out) >= N end, 60, "consumed")
     local cid = helpers.wait_until(function() return cons.read(log):match("started as (%S+)") end,
       10, "clientId in the log")

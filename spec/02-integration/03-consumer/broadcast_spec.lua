@@ -17,9 +17,6 @@ describe("consumer: broadcasting", function()
           .. 'instance_name = "inst%d", local_offset_store_dir = %q,', i, fx.dir .. "/offsets") })
     end
     local outs, pids, logs = {}, {}, {}
-    helpers.defer(function()
-      for _, pid in pairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
-    end)
     for i = 1, 2 do
       outs[i] = fx.dir .. "/out" .. i .. ".txt"
       logs[i] = fx.dir .. "/run" .. i .. ".log"

@@ -29,7 +29,6 @@ describe("consumer: kill -9 and restart", function()
     local s1 = cons.script(fx.dir, { name = "c1", group = "g_crash", ns = fx.ns,
       topic = "CrashTopic", out = out1, extra = extra, body = "for _ = 1, 2000 do end" })
     local pid = cons.spawn(s1, fx.dir .. "/run1.log")
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out1) >= N / 4 end, 60,
       "part of the messages consumed")
     cons.stop(pid, "KILL")
@@ -78,10 +77,7 @@ describe("consumer: broker restart mid-run", function()
       body = "for _ = 1, 5000 do end" })
     local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function()
-      lib.rmq_devbroker_set_down(fx.db, 0, 0)
-      if cons.alive(pid) then cons.stop(pid, "KILL") end
-    end)
+    helpers.defer(function() lib.rmq_devbroker_set_down(fx.db, 0, 0) end)
     helpers.wait_until(function() return cons.count_lines(out) >= N / 5 end, 60, "progress")
     assert.equal(0, lib.rmq_devbroker_set_down(fx.db, 0, 1))
     local at_down = cons.count_lines(out)

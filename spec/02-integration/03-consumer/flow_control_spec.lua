@@ -32,7 +32,6 @@ describe("consumer: flow control", function()
       ]] })
     local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out) >= N end, 120,
       "all consumed (log " .. log .. ")")
     cons.stop(pid)

@@ -20,7 +20,6 @@ describe("consumer: name-server failover and rmq.send", function()
       ]], OUT_TOPIC) })
     local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out) >= N end, 60,
       "consumed through the second name server (log " .. log .. ")")
     local function forwarded()

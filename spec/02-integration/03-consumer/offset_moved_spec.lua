@@ -30,7 +30,6 @@ describe("consumer: offset moved", function()
     local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out })
     local log = dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     cons.produce(db, TOPIC, 5, "new")
     helpers.wait_until(function() return cons.count_lines(out) >= 15 end, 60,
       "every message after the correction (log " .. log .. ")")

@@ -29,7 +29,6 @@ describe("consumer: orderly", function()
       ]] })
     local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return (cons.all_committed(fx.db, GROUP, TOPIC, QUEUES)) end, 120,
       "every queue committed (log " .. log .. ")")
     -- Every queue is locked by this consumer.
@@ -80,9 +79,6 @@ describe("consumer: orderly", function()
     lib.rmq_devbroker_create_topic(fx.db, 0, topic, QUEUES)
     cons.produce(fx.db, topic, 2000, "p")
     local outs, pids, logs = {}, {}, {}
-    helpers.defer(function()
-      for _, pid in pairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
-    end)
     local function start(i)
       outs[i] = fx.dir .. "/two" .. i .. ".txt"
       logs[i] = fx.dir .. "/two" .. i .. ".log"

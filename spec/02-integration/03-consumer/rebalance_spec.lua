@@ -12,9 +12,6 @@ describe("consumer: rebalance among three consumers", function()
   it("splits the queues and consumes everything", function()
     cons.produce(fx.db, TOPIC, N, "w")
     local outs, pids = {}, {}
-    helpers.defer(function()
-      for _, pid in ipairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
-    end)
     local function start(i)
       outs[i] = fx.dir .. "/out" .. i .. ".txt"
       local s = cons.script(fx.dir, { name = "c" .. i, group = GROUP, ns = fx.ns, topic = TOPIC,

@@ -49,7 +49,6 @@ describe("consumer: offsets reset by the broker", function()
     local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out })
     local log = dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out) >= N end, 60, "consumed once")
     helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, QUEUES)) end, 30,
       "offsets committed")

@@ -23,7 +23,6 @@ describe("consumer: failed messages", function()
       ]] })
     local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     local dlq = "%DLQ%" .. GROUP
     helpers.wait_until(function()
       return lib.rmq_devbroker_max_offset(fx.db, 0, dlq, 0) >= 3
@@ -80,7 +79,6 @@ describe("consumer: failed messages", function()
     helpers.defer(function() lib.rmq_devbroker_clear_errors(fx.db) end)
     local log = fx.dir .. "/fb.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     assert(lib.rmq_devbroker_produce(fx.db, 0, topic, 0, nil, nil, "fb1", 3) >= 0)
     local recs
     helpers.wait_until(function()
@@ -110,7 +108,6 @@ describe("consumer: failed messages", function()
       ]] })
     local log = fx.dir .. "/lr.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return lib.rmq_devbroker_group_size(fx.db, 0, group) == 1 end, 30,
       "consumer registered")
     -- Refuse the send-back and every attempt of the producer's re-send (1 + 2 retries).

@@ -31,7 +31,6 @@ describe("consumer: tag subscription", function()
       tags = "TagA || TagB" })
     local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     local n = 0
     for _ in pairs(want) do n = n + 1 end
     helpers.wait_until(function() return cons.count_lines(out) >= n end, 60, "tagged messages")

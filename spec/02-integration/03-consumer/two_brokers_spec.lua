@@ -17,9 +17,6 @@ describe("consumer: two brokers", function()
       end
     end
     local outs, pids = {}, {}
-    helpers.defer(function()
-      for _, pid in pairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
-    end)
     for i = 1, 2 do
       outs[i] = fx.dir .. "/out" .. i .. ".txt"
       local s = cons.script(fx.dir, { name = "c" .. i, group = GROUP, ns = fx.ns, topic = TOPIC,
