@@ -40,15 +40,23 @@ function M.busy_after_marker(marker)
 ]], marker)
 end
 
--- run(args) (a spec's function that runs a command: rc, output) must exit with want and print
--- each of the strings given (plain text). Returns the output.
-function M.expect(run, args, want, ...)
+local function expect(plain, run, args, want, ...)
   local luassert = require "luassert"
   local rc, out = run(args)
   luassert.are.equal(want, rc, out)
-  for i = 1, select("#", ...) do luassert.matches(select(i, ...), out, 1, true) end
+  for i = 1, select("#", ...) do
+    if plain then luassert.matches(select(i, ...), out, 1, true)
+    else luassert.matches(select(i, ...), out) end
+  end
   return out
 end
+
+-- run(args) (a spec's function that runs a command: rc, output) must exit with want and print
+-- each of the strings given (plain text). Returns the output.
+function M.expect(run, args, want, ...) return expect(true, run, args, want, ...) end
+
+-- The same with Lua patterns to match.
+function M.expect_pattern(run, args, want, ...) return expect(false, run, args, want, ...) end
 
 -- A file's whole text, "" while it does not exist (a run that has not written it yet).
 function M.read(path)
