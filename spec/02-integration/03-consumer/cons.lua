@@ -26,6 +26,14 @@ function M.broker_fixture(args, tmpname)
   end, function(t) if t.db then lib.rmq_devbroker_stop(t.db) end end)
 end
 
+-- A development broker for one test (args as M.start_broker), stopped when the test ends: db,
+-- name server address.
+function M.test_broker(args)
+  local db, ns = M.start_broker(args)
+  helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+  return db, ns
+end
+
 -- The address of broker idx (0 when not given) of a development broker.
 function M.broker_addr(db, idx)
   return ffi.string(lib.rmq_devbroker_broker_addr(db, idx or 0))

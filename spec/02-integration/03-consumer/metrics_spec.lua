@@ -339,8 +339,7 @@ describe("metrics endpoint", function()
   end)
 
   it("calls on_stats every stats_interval_ms with the snapshot as a table", function()
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":2")
     cons.produce(db, TOPIC, 30, "o")
     local dir = helpers.tmpdir("metrics-onstats")
     local out, log, snaps = dir .. "/out.txt", dir .. "/run.log", dir .. "/snaps.txt"
@@ -377,8 +376,7 @@ describe("metrics endpoint", function()
 
   it("takes a new on_stats and stats_interval_ms on a reload, not a new metrics_listen",
     function()
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":2")
     local dir = helpers.tmpdir("metrics-reload")
     local log, snaps, path = dir .. "/run.log", dir .. "/snaps.txt", dir .. "/reload.lua"
     local function version(listen, hook)
@@ -429,8 +427,7 @@ return {
     assert.equal(2, rc)
     assert.matches("expected host:port", txt, 1, true)
     -- A port already taken: the consumer does not start.
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":2")
     local dir = helpers.tmpdir("metrics-busy")
     local s = script(dir, { group = "g_metrics_busy", ns = ns, topic = TOPIC, out = dir .. "/o" })
     local taken = ns:match(":(%d+)$") -- the name server's own port
