@@ -34,6 +34,28 @@ function M.test_broker(args)
   return db, ns
 end
 
+-- A raw client joins group (on topic) with one heartbeat to broker 0: it sorts after every
+-- rmqlua client id, so the allocation gives it the last queues. Returns a function that makes it
+-- leave (UNREGISTER_CLIENT; the response, or nil once it left) and that runs anyway when the
+-- test ends.
+function M.join_group(db, group, topic)
+  local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
+  local c = assert(wire.connect(wire.broker_addr(db, 0)))
+  local cid = "zzz-member@spec"
+  require("luassert").equal(0, assert(c:request(34 --[[HEART_BEAT]], nil,
+    wire.heartbeat_body(cid, group, { { topic = topic } }))).code)
+  local left = false
+  local function leave()
+    if left then return nil end
+    left = true
+    local r = c:request(35 --[[UNREGISTER_CLIENT]], { clientID = cid, consumerGroup = group })
+    c:close()
+    return r
+  end
+  helpers.defer(leave)
+  return leave
+end
+
 -- The address of broker idx (0 when not given) of a development broker.
 function M.broker_addr(db, idx)
   return ffi.string(lib.rmq_devbroker_broker_addr(db, idx or 0))

@@ -4,10 +4,7 @@
 local helpers = require "helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
-local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
-local lib = cons.lib
 
-local HEARTBEAT, UNREGISTER = 34, 35
 local TOPIC, GROUP, PER_QUEUE = "DropTopic", "g_drop", 150
 
 describe("consumer: a revoked queue", function()
@@ -40,11 +37,7 @@ describe("consumer: a revoked queue", function()
 
     -- A second member joins the group (a raw client's heartbeat): the broker notifies the
     -- consumer, whose rebalance hands one of its two queues over.
-    local c = assert(wire.connect(wire.broker_addr(fx.db, 0)))
-    helpers.defer(function() c:close() end)
-    local cid = "zzz-member@spec"
-    assert.equal(0, assert(c:request(HEARTBEAT, nil,
-      wire.heartbeat_body(cid, GROUP, { { topic = TOPIC } }))).code)
+    local leave = cons.join_group(fx.db, GROUP, TOPIC)
     local rq, rt
     helpers.wait_until(function()
       local r = timed.rows(revoked)[1]
@@ -68,7 +61,7 @@ describe("consumer: a revoked queue", function()
     -- At most the one batch that may have been taken in the instant of the revocation.
     assert.is_true(late <= 1, late .. " batch(es) of the revoked queue ran after the revocation")
     assert.is_true(before < PER_QUEUE, "the revoked queue was consumed to its end before")
-    assert(c:request(UNREGISTER, { clientID = cid, consumerGroup = GROUP }))
+    assert(leave())
     helpers.kill(pid)
   end)
 end)

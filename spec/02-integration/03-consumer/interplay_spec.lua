@@ -6,10 +6,8 @@ local ffi = require "ffi"
 local helpers = require "helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
-local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
 local lib = cons.lib
 
-local HEARTBEAT, UNREGISTER = 34, 35
 
 -- Who holds queue qid's lock of group/topic at broker 0 (its client id), or nil.
 local owner_buf = ffi.new("char[256]")
@@ -103,23 +101,7 @@ local function start_gated(db, ns, dir, group, topic, slow_q)
   return h, out, go
 end
 
--- A raw client joins the group with one heartbeat (it sorts after every rmqlua client id, so
--- the allocation gives it the last queues); returns a function that makes it leave.
-local function join_group(db, group, topic)
-  local c = assert(wire.connect(wire.broker_addr(db, 0)))
-  local cid = "zzz-member@spec"
-  assert.equal(0, assert(c:request(HEARTBEAT, nil,
-    wire.heartbeat_body(cid, group, { { topic = topic } }))).code)
-  local left = false
-  local function leave()
-    if left then return end
-    left = true
-    c:request(UNREGISTER, { clientID = cid, consumerGroup = group })
-    c:close()
-  end
-  helpers.defer(leave)
-  return leave
-end
+local join_group = cons.join_group
 
 describe("consumer engine interplay", function()
   local fx = cons.broker_fixture("--delay-scale 0.01")

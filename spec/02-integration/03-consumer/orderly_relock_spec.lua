@@ -7,10 +7,9 @@ local helpers = require "helpers"
 local ffi = require "ffi"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
-local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
 local lib = cons.lib
 
-local HEARTBEAT, UNREGISTER, UNLOCK = 34, 35, 42
+local UNLOCK = 42
 local TOPIC, GROUP, QUEUES, PER_QUEUE = "OrdRelock", "g_ord_relock", 2, 5
 
 describe("consumer: orderly queue revoked and given back while its batch runs", function()
@@ -52,11 +51,7 @@ describe("consumer: orderly queue revoked and given back while its batch runs", 
     assert.is_truthy(cid)
 
     -- A second member joins: one queue is revoked while its batch runs (the unlock waits).
-    local c = assert(wire.connect(wire.broker_addr(fx.db, 0)))
-    helpers.defer(function() c:close() end)
-    local other = "zzz-member@spec"
-    assert.equal(0, assert(c:request(HEARTBEAT, nil,
-      wire.heartbeat_body(other, GROUP, { { topic = TOPIC } }))).code)
+    local leave = cons.join_group(fx.db, GROUP, TOPIC)
     local name
     helpers.wait_until(function()
       name = cons.read(log):match("(" .. TOPIC .. "@%S+#%d+): revoked")
@@ -64,7 +59,7 @@ describe("consumer: orderly queue revoked and given back while its batch runs", 
     end, 30, "a queue revoked (log " .. log .. ")")
     local qid = tonumber(name:match("#(%d+)$"))
     -- It leaves again: the queue comes back to the consumer, under the lock it still holds.
-    assert(c:request(UNREGISTER, { clientID = other, consumerGroup = GROUP }))
+    assert(leave())
     helpers.wait_until(function()
       local n = 0
       for _ in cons.read(log):gmatch(name:gsub("%p", "%%%0") .. ": assigned") do n = n + 1 end

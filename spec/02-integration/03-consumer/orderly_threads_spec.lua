@@ -5,7 +5,6 @@
 local helpers = require "helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
-local lib = cons.lib
 
 -- With 16 threads, a queue-name hash would put these 16 queues on only 10 threads.
 local TOPIC, GROUP, QUEUES, PER_QUEUE, THREADS = "OrdAny", "g_ord_any", 16, 10, 16
