@@ -66,8 +66,7 @@ return {
   end,
 }
 ]], tag, ctl, data, call))
-  local h = R.run(script)
-  helpers.defer(function() h.stop() end)
+  local h = R.start(script)
   R.produce(data, "d0")
   h.wait_for("data d0", "consumption before the pause")
   R.produce(ctl, "pause")
@@ -110,8 +109,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     local function consumed()
       local n = 0
       for v in h.out():gmatch("total (%d+)") do
@@ -170,8 +168,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("on_assign paused")
     h.wait_for("by rmq.pause%(%) in the control state")
     h.wait_for("pause over: pulling again", "the end of the control state's pause")
@@ -203,8 +200,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("got before")
     assert.are.equal(0, h.wait_exit(30, "rmqlua to exit by itself"))
     local out = h.out()

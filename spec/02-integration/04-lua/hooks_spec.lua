@@ -33,8 +33,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     for t = 1, 3 do h.wait_for("init thread=" .. t .. " of 3 inits=1 top=1") end
     require("helpers").wait_until(function() return h.count("consumed m%d+ by") >= 40 end, 30,
       "40 messages consumed")
@@ -63,8 +62,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("attempt 0 ")
     local id = h.out():match("attempt 0 (%w+)")
     h.wait_for("handler exploded")
@@ -96,8 +94,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("ordered o2")
     assert.are.equal(0, h.stop())
     local out = h.out()
@@ -121,8 +118,7 @@ return {
   consume = function(msgs) print("got " .. msgs[1].body) end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("not one of mq_all", "the allocate error")
     h.wait_for("got still consumed", "consumption through the averagely fallback")
     assert.are.equal(0, h.stop())

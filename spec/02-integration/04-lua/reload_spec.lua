@@ -67,8 +67,7 @@ return {
 ]], threads, threads, v, v, N, v)
     end
     local path = put("load.lua", version("v1", 4))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     local function total()
       local n = 0
       for v in h.out():gmatch("total (%d+)") do n = math.max(n, tonumber(v)) end
@@ -138,8 +137,7 @@ return {
 ]], extra_init or "", v)
     end
     local path = put("broken.lua", version("v1"))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     R.produce("BrokenTopic", "one")
     h.wait_for("v1 got one")
     local esc = path:gsub("%p", "%%%0")
@@ -198,8 +196,7 @@ return {
 ]], subscribe, allocate or "", v, v, v)
     end
     local path = put("subs.lua", version("v1", 'SubA = "*"'))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     for q = 0, 3 do h.wait_for("v1 assigned SubA#" .. q) end
     R.produce("SubA", "a1", nil, nil, 1)
     h.wait_for("v1 got SubA a1")
@@ -261,8 +258,7 @@ return {
 ]], limit, N)
     end
     local path = put("paced.lua", version(20))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     h.wait_for("paced 20", "the first second at 20 messages/s")
     local before = 0
     for v in h.out():gmatch("paced (%d+)") do before = math.max(before, tonumber(v)) end
@@ -289,8 +285,7 @@ return {
 ]], extra or "", v)
     end
     local path = put("fixed.lua", version("v1"))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     R.produce("FixedTopic", "one")
     h.wait_for("v1 got one")
     put("fixed.lua", (version("v2"):gsub('"reload_fixed"', '"another_group"')))
@@ -362,8 +357,7 @@ return {
       return n
     end
     local path = put("prodopt.lua", version("v1"))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     R.lib.rmq_devbroker_reset_counts(R.db)
     R.produce("ProdOptIn", "ProdOptOut")
     h.wait_for("v1 got ProdOptOut")
@@ -411,8 +405,7 @@ return {
 ]], v, v)
     end
     local path = put("watch.lua", version("s1"))
-    local h = R.run(path, "--watch")
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path, "--watch")
     h.wait_for("watching [^\n]*watch%.lua and 1 module%(s%) beside it")
     R.produce("WatchTopic", "one")
     h.wait_for("s1/m1 got one born=s1")

@@ -114,4 +114,11 @@ function M.run(script, extra)
   return h
 end
 
+-- M.run, and the process stopped with SIGINT (h.stop) when the test ends.
+function M.start(script, extra)
+  local h = M.run(script, extra)
+  helpers.defer(function() h.stop() end)
+  return h
+end
+
 return M

@@ -53,8 +53,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("TOTAL REACHED", "all messages counted")
     helpers.sleep(0.4) -- the TTL of 0.3 s set in init has passed
     R.produce("SharedTopic", "probe")
