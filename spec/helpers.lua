@@ -128,9 +128,11 @@ local function busted_finally() return busted_fn("finally") end
 -- A fixture of the describe block this is called in: setup() runs in its lazy_setup and fills
 -- the table returned (setup(t)), teardown(t) in its lazy_teardown.
 function M.describe_fixture(setup, teardown)
+  local lazy_setup, lazy_teardown = busted_fn("lazy_setup"), busted_fn("lazy_teardown")
+  assert(lazy_setup and lazy_teardown, "a describe fixture is made inside a describe block")
   local t = {}
-  busted_fn("lazy_setup")(function() setup(t) end)
-  busted_fn("lazy_teardown")(function() teardown(t) end)
+  lazy_setup(function() setup(t) end)
+  lazy_teardown(function() teardown(t) end)
   return t
 end
 
