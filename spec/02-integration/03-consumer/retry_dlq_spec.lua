@@ -63,28 +63,40 @@ describe("consumer: failed messages", function()
     assert.is_true((cons.all_committed(fx.db, GROUP, TOPIC, 4)))
   end)
 
-  it("re-sends through the producer when CONSUMER_SEND_MSG_BACK fails", function()
-    local topic, group = "FallbackTopic", "g_fallback"
+  -- A consumer script (files fx.dir/<name>.*) of group on topic (one queue, made now) whose
+  -- handler fails the message <name>1 on its first delivery: script, output file, log file.
+  local function fails_first(name, topic, group)
     lib.rmq_devbroker_create_topic(fx.db, 0, topic, 1)
-    local out = fx.dir .. "/fb.txt"
-    local s = cons.script(fx.dir, { name = "fb", group = group, ns = fx.ns, topic = topic,
+    local out = fx.dir .. "/" .. name .. ".txt"
+    local s = cons.script(fx.dir, { name = name, group = group, ns = fx.ns, topic = topic,
       out = out,
-      body = [[
-      if msgs[1].body == "fb1" and msgs[1].reconsume_times == 0 then
+      body = string.format([[
+      if msgs[1].body == %q and msgs[1].reconsume_times == 0 then
         return rmq.RECONSUME_LATER
       end
-      ]] })
-    -- The next CONSUMER_SEND_MSG_BACK (36) is refused with SYSTEM_ERROR (1).
-    assert.equal(0, lib.rmq_devbroker_push_error(fx.db, 0, 36, 1, 1))
-    helpers.defer(function() lib.rmq_devbroker_clear_errors(fx.db) end)
-    local log = fx.dir .. "/fb.log"
-    local pid = cons.spawn(s, log)
-    assert(lib.rmq_devbroker_produce(fx.db, 0, topic, 0, nil, nil, "fb1", 3) >= 0)
+      ]], name .. "1") })
+    return s, out, fx.dir .. "/" .. name .. ".log"
+  end
+
+  -- The records in out once there are two (the first delivery and the next).
+  local function two_records(out, what)
     local recs
     helpers.wait_until(function()
       recs = cons.records(out)
       return #recs >= 2
-    end, 60, "fb1 delivered again (log " .. log .. ")")
+    end, 60, what)
+    return recs
+  end
+
+  it("re-sends through the producer when CONSUMER_SEND_MSG_BACK fails", function()
+    local topic, group = "FallbackTopic", "g_fallback"
+    local s, out, log = fails_first("fb", topic, group)
+    -- The next CONSUMER_SEND_MSG_BACK (36) is refused with SYSTEM_ERROR (1).
+    assert.equal(0, lib.rmq_devbroker_push_error(fx.db, 0, 36, 1, 1))
+    helpers.defer(function() lib.rmq_devbroker_clear_errors(fx.db) end)
+    local pid = cons.spawn(s, log)
+    assert(lib.rmq_devbroker_produce(fx.db, 0, topic, 0, nil, nil, "fb1", 3) >= 0)
+    local recs = two_records(out, "fb1 delivered again (log " .. log .. ")")
     cons.stop(pid)
     assert.equal(2, #recs)
     assert.equal(0, recs[1].rt)
@@ -97,16 +109,7 @@ describe("consumer: failed messages", function()
 
   it("consumes the message again locally when both send-back paths fail", function()
     local topic, group = "LocalTopic", "g_local"
-    lib.rmq_devbroker_create_topic(fx.db, 0, topic, 1)
-    local out = fx.dir .. "/lr.txt"
-    local s = cons.script(fx.dir, { name = "lr", group = group, ns = fx.ns, topic = topic,
-      out = out,
-      body = [[
-      if msgs[1].body == "lr1" and msgs[1].reconsume_times == 0 then
-        return rmq.RECONSUME_LATER
-      end
-      ]] })
-    local log = fx.dir .. "/lr.log"
+    local s, out, log = fails_first("lr", topic, group)
     local pid = cons.spawn(s, log)
     helpers.wait_until(function() return lib.rmq_devbroker_group_size(fx.db, 0, group) == 1 end, 30,
       "consumer registered")
@@ -115,11 +118,7 @@ describe("consumer: failed messages", function()
     assert.equal(0, lib.rmq_devbroker_push_error(fx.db, 0, 310, 1, 3))
     helpers.defer(function() lib.rmq_devbroker_clear_errors(fx.db) end)
     assert(lib.rmq_devbroker_produce(fx.db, 0, topic, 0, nil, nil, "lr1", 3) >= 0)
-    local recs
-    helpers.wait_until(function()
-      recs = cons.records(out)
-      return #recs >= 2
-    end, 60, "lr1 consumed again (log " .. log .. ")")
+    local recs = two_records(out, "lr1 consumed again (log " .. log .. ")")
     -- The offset never passed the unresolved message; after success it does.
     helpers.wait_until(function() return (cons.all_committed(fx.db, group, topic, 1)) end, 30,
       "offset committed after the local retry")
