@@ -10,8 +10,6 @@
  */
 #include "tls.h"
 
-#include "consumer/conf.h"
-
 #include <errno.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -255,21 +253,6 @@ int rmq__tls_ctx_server(const rmq_tls_server_conf_t *cf, rmq_tls_ctx_t **out, ch
 fail:
     rmq__tls_ctx_release(c);
     return RMQ_ERR_CONFIG;
-}
-
-int rmq__tls_ctx_from_conf(const rmq_conf_t *conf, rmq_tls_ctx_t **out, char *errstr, size_t n)
-{
-    *out = NULL;
-    if (!conf->use_tls) return 0;
-    rmq_tls_client_conf_t cf = {
-        .test_mode = conf->tls_test_mode_enable,
-        .auth_server = conf->tls_client_auth_server,
-        .cert_path = conf->tls_client_cert_path,
-        .key_path = conf->tls_client_key_path,
-        .key_password = conf->tls_client_key_password,
-        .trust_cert_path = conf->tls_client_trust_cert_path,
-    };
-    return rmq__tls_ctx_client(&cf, out, errstr, n);
 }
 
 rmq_tls_ctx_t *rmq__tls_ctx_keep(rmq_tls_ctx_t *c)
