@@ -18,14 +18,13 @@
 #include "allocate.h"
 #include "base/codes.h"
 #include "conf.h"
-#include "luahost/consume_pool.h"
 #include "consumer.h"
 #include "flow.h"
+#include "handler.h"
 #include "protocol/message.h"
 #include "process_queue.h"
 #include "producer/producer.h"
 #include "net/remoting.h"
-#include "luahost/script.h"
 #include "stats.h"
 #include "protocol/subscription.h"
 #include "net/tls.h"
@@ -154,11 +153,12 @@ typedef struct rmq_cbatch {
 
 struct rmq_consumer {
     rmq_conf_t *conf;       /* own copy */
-    char *script_path;
-    rmq_script_t *script;   /* control state (allocate / on_assign / on_revoke hooks) */
-    rmq_shdicts_t *shdicts; /* the script's shared dictionaries (every state, any thread) */
+    /* What runs the handlers (handler.h; borrowed): its consume side is pool, its control
+     * side gives the allocate / on_assign / on_revoke / on_stats hooks. */
+    const rmq_handler_ops_t *hops;
+    void *himpl;
     rmq_flow_t *flow;       /* rmq.pause/resume/stop and consume_tps_limit (flow.c) */
-    struct rmq_reload *reload; /* hot reload of the script (reload.c) */
+    struct rmq_reconf *reconf; /* a reload's new version taking over (reconf.c) */
     uint32_t subs_gen;      /* bumped when a reload replaces subs: replies asked for with an
                              * older value (route, consumer list) are ignored */
     int n_retiring;         /* pools a reload replaced, still finishing their batches */
@@ -169,7 +169,7 @@ struct rmq_consumer {
     volatile int reload_requested; /* any thread (SIGHUP) */
     rmq_remoting_t *rt;
     rmq_producer_t *producer;
-    rmq_pool_t *pool;
+    rmq_runner_t *pool;     /* the handler's runner (consume threads) */
     rmq_client_state_t state;
     int exit_code;
     rmq_tls_ctx_t *tls;     /* use_tls: the client context (built in rmq__consumer_new) */
@@ -332,9 +332,11 @@ void rmq__orderly_dispatch(rmq_qent_t *q);
  * (RMQ_CONSUME_NOT_RUN, RMQ_CONSUME_SKIPPED). Frees cb. */
 void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
 
-/* reload.c (hot reload, reload.h) */
-void rmq__reload_request(rmq_consumer_t *c);
-void rmq__reload_close(rmq_consumer_t *c);
+/* reconf.c (a reload's new version, handler.h rmq__consumer_adopt) */
+struct rmq_reconf *rmq__reconf_new(void);
+void rmq__reconf_free(struct rmq_reconf *r);
+/* Shutdown: runners a reload retired get what a shutdown gives their handlers. */
+void rmq__reconf_close(rmq_consumer_t *c);
 
 /* client.c: the result of a CONSUME_MESSAGE_DIRECTLY batch (answers the broker, frees it). */
 void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb);
