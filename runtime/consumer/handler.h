@@ -14,6 +14,11 @@
  * done() is called for it.
  * Threads: every op is called on the loop thread, except bind (the thread of
  * rmq__consumer_new) and the callbacks marked otherwise (begin, ran: a consume thread).
+ *
+ * Required: bind, name, start, submit, submit_to, hold, flush, nthreads, batch_release, stop.
+ * The others may be NULL: the control hooks and memory (then not used), run / reload / close
+ * (nothing to do); attach, go, retire and hurry are used only for runners a handler hands over
+ * with rmq__consumer_adopt.
  */
 #ifndef RMQ_HANDLER_H
 #define RMQ_HANDLER_H
