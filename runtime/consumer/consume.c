@@ -580,7 +580,7 @@ static void start_sends(rmq_consumer_t *c, rmq_cbatch_t *cb)
 }
 
 /*
- * The pool gave up on the thread running b (consume_pool.h, opts.abandoned): that thread may come
+ * The runner gave up on the thread running b (handler.h, abandoned): that thread may come
  * back any time later and write into b, and its views read b's messages. b and those messages
  * are left to it for good (the batch is never freed, each message's set keeps one reference
  * more); a copy over the same messages takes b's place (its queue reference, its place among

@@ -294,11 +294,11 @@ void rmq__undecodable_abandon(rmq_consumer_t *c);
  * references (duplicates are released). */
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n);
 void rmq__consume_done(void *ud, rmq_batch_t *b);
-/* The pool's begin callback (consume_pool.h), on a consume thread: skips a batch of a dropped
+/* The runner's begin callback (handler.h), on a consume thread: skips a batch of a dropped
  * queue, or an orderly one whose queue's broker lock is no longer held, else publishes the
  * handler's start time. */
 int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms);
-/* The pool's abandoned callback (consume_pool.h): a copy of b in its place, b left to its
+/* The runner's abandoned callback (handler.h): a copy of b in its place, b left to its
  * thread for good. */
 rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b);
 void rmq__consume_retry_timer(uv_timer_t *t);
