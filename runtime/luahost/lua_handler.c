@@ -9,11 +9,11 @@
  */
 #include "lua_handler.h"
 
-#include "consumer/conf.h"
 #include "reload.h"
 #include "shdict.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- lifecycle --------------------------------------------------------------------------------- */
 

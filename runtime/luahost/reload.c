@@ -17,7 +17,6 @@
 #include "reload.h"
 
 #include "consumer/conf.h"
-#include "consumer/consumer.h"
 #include "lua_handler.h"
 
 #include <stdio.h>
