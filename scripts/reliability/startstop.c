@@ -1,9 +1,9 @@
 /*
  * startstop.c -- the reliability suite's start/stop cycler (scripts/reliability.sh, scenario
  * "start/stop"): N start/stop cycles of one push consumer in one process through the library's
- * C API (consumer.h), with the process's file descriptors, threads and resident memory measured
- * after the first cycle and after the last. Built by CMake as `reliability_startstop` (never
- * installed); not a test of its own.
+ * C API (consumer.h, with the Lua handler of luahost/lua_handler.h), with the process's file
+ * descriptors, threads and resident memory measured after the first cycle and after the last.
+ * Built by CMake as `reliability_startstop` (never installed); not a test of its own.
  *
  *   reliability_startstop --namesrv ADDR --script PATH [--cycles N] [--max-wait-ms MS]
  *                         [--set KEY=VALUE]...
