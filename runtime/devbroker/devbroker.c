@@ -280,53 +280,6 @@ bad:
 
 /* ---- loop thread: the request gate ----------------------------------------------------------- */
 
-void rmq__db_reply(rmq_conn_t *conn, rmq_cmd_t *resp)
-{
-    int rc = rmq__conn_reply(conn, resp);
-    if (rc)
-        rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "reply to %s failed: %s", rmq__conn_peer(conn),
-                rmq_err_str(rc));
-}
-
-void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark)
-{
-    if (req->flag & RMQ_FLAG_ONEWAY) return;
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, code, remark);
-    rmq__db_reply(conn, &resp);
-    rmq__cmd_free(&resp);
-}
-
-const char *rmq__db_need_ext(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key)
-{
-    const char *v = rmq__cmd_ext(req, key);
-    if (!v) {
-        char msg[200];
-        snprintf(msg, sizeof(msg),
-                 "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom "
-                 "field <%s> is null",
-                 key);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
-    }
-    return v;
-}
-
-void rmq__db_reply_body(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark,
-                        const rmq_buf_t *body)
-{
-    if (req->flag & RMQ_FLAG_ONEWAY) return;
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, code, remark);
-    if (body) {
-        resp.body = body->data;
-        resp.body_len = body->len;
-    }
-    rmq__db_reply(conn, &resp);
-    resp.body = NULL; /* borrowed */
-    resp.body_len = 0;
-    rmq__cmd_free(&resp);
-}
-
 static void rec_free(db_rec_t *r);
 
 /* What a record keeps of req: a reference on a small frame, else a copy of its header. */
@@ -503,20 +456,6 @@ static void unsupported(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
                      name ? name : "unknown code", rmq__conn_peer(conn));
     }
     rmq__db_reply_code(conn, req, RMQ_RESP_REQUEST_CODE_NOT_SUPPORTED, remark);
-}
-
-void rmq__db_set_handler(db_node_t *node, int code, db_handler_fn fn)
-{
-    int i;
-    for (i = 0; i < node->nh; i++)
-        if (node->h[i].code == code) break;
-    if (i == node->nh) {
-        if (node->nh >= (int)RMQ_ARRAY_SIZE(node->h)) abort();
-        node->nh++;
-    }
-    node->h[i].code = code;
-    node->h[i].fn = fn;
-    if (node->t) rmq__remoting_set_handler(node->t, code, gate, node);
 }
 
 static void node_on_close(rmq_conn_t *conn, int err, const char *why, void *ud)

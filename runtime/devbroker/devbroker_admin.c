@@ -23,7 +23,7 @@
  * commit-log end at deletion) so that its messages are not recovered at the next start.
  *
  * Ownership: b->admin (created on first use) owns the producer groups (pointers to the client
- * records of devbroker_broker.c, dropped when their connection closes) and the deleted-topic
+ * records of devbroker_client.c, dropped when their connection closes) and the deleted-topic
  * table. Threads: the broker thread only.
  */
 #include "devbroker_int.h"

@@ -5,9 +5,10 @@
  * UPDATE_AND_CREATE_SUBSCRIPTIONGROUP / DELETE_SUBSCRIPTIONGROUP (mqadmin updateSubGroup /
  * deleteSubGroup) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (the Dashboard's group list).
  *
- * What a config changes (devbroker_broker.c reads it): retryMaxTimes decides when a sent-back
- * message (or one sent to %RETRY%<group>) goes to %DLQ%<group> unless the client sends its own
- * maxReconsumeTimes (SendMessageProcessor); retryQueueNums 0 turns send-back into a no-op;
+ * What a config changes (devbroker_broker.c and devbroker_pull.c read it): retryMaxTimes
+ * decides when a sent-back message (or one sent to %RETRY%<group>) goes to %DLQ%<group> unless
+ * the client sends its own maxReconsumeTimes (SendMessageProcessor); retryQueueNums 0 turns
+ * send-back into a no-op;
  * consumeEnable false refuses pulls (NO_PERMISSION "subscription group no permission, G");
  * consumeBroadcastEnable false refuses pulls of a BROADCASTING group (PullMessageProcessor).
  * consumeFromMinEnable, brokerId, whichBrokerWhenConsumeSlowly and
