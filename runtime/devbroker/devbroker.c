@@ -960,13 +960,15 @@ static void push_error_one(db_node_t *node, const ctl_args_t *a)
     *pp = f;
 }
 
-static void op_push_error(rmq_devbroker_t *db, void *arg)
+/* fn on the node a->target names, or on every node for RMQ_DEVBROKER_ALL; RMQ_ERR_INVALID in
+ * a->rc when there is no such node. */
+static void on_target(rmq_devbroker_t *db, ctl_args_t *a,
+                      void (*fn)(db_node_t *node, const ctl_args_t *a))
 {
-    ctl_args_t *a = arg;
     if (a->target == RMQ_DEVBROKER_ALL) {
-        if (db->has_ns) push_error_one(&db->ns, a);
+        if (db->has_ns) fn(&db->ns, a);
         for (int i = 0; i < db->n_brokers; i++)
-            push_error_one(&db->brokers[i]->node, a);
+            fn(&db->brokers[i]->node, a);
         return;
     }
     db_node_t *node = node_of(db, a->target);
@@ -974,7 +976,12 @@ static void op_push_error(rmq_devbroker_t *db, void *arg)
         a->rc = RMQ_ERR_INVALID;
         return;
     }
-    push_error_one(node, a);
+    fn(node, a);
+}
+
+static void op_push_error(rmq_devbroker_t *db, void *arg)
+{
+    on_target(db, arg, push_error_one);
 }
 
 RMQ_EXPORT int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code,
@@ -1072,19 +1079,7 @@ static void latency_one(db_node_t *node, const ctl_args_t *a)
 
 static void op_latency(rmq_devbroker_t *db, void *arg)
 {
-    ctl_args_t *a = arg;
-    if (a->target == RMQ_DEVBROKER_ALL) {
-        if (db->has_ns) latency_one(&db->ns, a);
-        for (int i = 0; i < db->n_brokers; i++)
-            latency_one(&db->brokers[i]->node, a);
-        return;
-    }
-    db_node_t *node = node_of(db, a->target);
-    if (!node) {
-        a->rc = RMQ_ERR_INVALID;
-        return;
-    }
-    latency_one(node, a);
+    on_target(db, arg, latency_one);
 }
 
 RMQ_EXPORT int rmq_devbroker_set_latency(rmq_devbroker_t *db, int target, int req_code, int ms)

@@ -44,30 +44,27 @@ static void offset_line(const char *key, void *val, void *ud)
     rmq__buf_appendf(ud, "%lld %s\n", (long long)*(int64_t *)val, key);
 }
 
+/* Rewrite DIR/<broker>/name from the lines fn writes for each entry of m, when *dirty. */
+static void save_table(db_broker_t *b, const char *name, const db_map_t *m,
+                       void (*fn)(const char *key, void *val, void *ud), int *dirty)
+{
+    if (!*dirty) return;
+    rmq_buf_t o;
+    rmq__buf_init(&o);
+    rmq__dbmap_each(m, fn, &o);
+    if (rmq__db_file_save(b, name, &o) == 0)
+        *dirty = 0;
+    else
+        rmq_log_error(DB_LOG, "%s: cannot save %s in %s: %s", b->name, name, b->dir,
+                      strerror(errno));
+    rmq__buf_free(&o);
+}
+
 void rmq__db_file_flush(db_broker_t *b)
 {
     if (b->log_fd < 0) return;
-    rmq_buf_t o;
-    if (b->topics_dirty) {
-        rmq__buf_init(&o);
-        rmq__dbmap_each(&b->topics, topic_line, &o);
-        if (rmq__db_file_save(b, "topics", &o) == 0)
-            b->topics_dirty = 0;
-        else
-            rmq_log_error(DB_LOG, "%s: cannot save topics in %s: %s", b->name, b->dir,
-                          strerror(errno));
-        rmq__buf_free(&o);
-    }
-    if (b->offsets_dirty) {
-        rmq__buf_init(&o);
-        rmq__dbmap_each(&b->offsets, offset_line, &o);
-        if (rmq__db_file_save(b, "offsets", &o) == 0)
-            b->offsets_dirty = 0;
-        else
-            rmq_log_error(DB_LOG, "%s: cannot save offsets in %s: %s", b->name, b->dir,
-                          strerror(errno));
-        rmq__buf_free(&o);
-    }
+    save_table(b, "topics", &b->topics, topic_line, &b->topics_dirty);
+    save_table(b, "offsets", &b->offsets, offset_line, &b->offsets_dirty);
     rmq__db_subgroups_flush(b);
 }
 
