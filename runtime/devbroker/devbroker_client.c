@@ -387,20 +387,9 @@ static void h_connection_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     }
     rmq_buf_t o;
     rmq__buf_init(&o);
-    rmq__buf_appendf(&o, "{\"connectionSet\":[");
-    for (int i = 0; i < g->n_members; i++) {
-        db_client_t *c = g->members[i];
-        const char *lang = rmq_language_name(c->language);
-        rmq__buf_appendf(&o, "%s{\"clientAddr\":", i ? "," : "");
-        rmq__fj_write_str(&o, c->addr, strlen(c->addr), 0);
-        rmq__buf_appendf(&o, ",\"clientId\":");
-        rmq__fj_write_str(&o, c->client_id ? c->client_id : "",
-                          c->client_id ? strlen(c->client_id) : 0, 0);
-        rmq__buf_appendf(&o, ",\"language\":\"%s\",\"version\":%d}", lang ? lang : "OTHER",
-                         c->version);
-    }
+    rmq__db_conn_set_json(&o, g->members, g->n_members);
     rmq__buf_appendf(&o,
-                     "],\"consumeFromWhere\":\"%s\",\"consumeType\":\"%s\",\"messageModel\":"
+                     ",\"consumeFromWhere\":\"%s\",\"consumeType\":\"%s\",\"messageModel\":"
                      "\"%s\",\"subscriptionTable\":{",
                      g->consume_from_where, g->consume_type, g->message_model);
     rmq__dbmap_each(&g->subs, write_sub_entry, &o);
@@ -412,27 +401,6 @@ static void h_connection_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 /* ---- GET_CONSUME_STATS
  * --------------------------------------------------------------------------- */
 
-typedef struct {
-    const char *group;
-    size_t glen;
-    char *topics[256];
-    int n;
-} topics_of_t;
-
-static void collect_topics(const char *key, void *val, void *ud)
-{
-    topics_of_t *to = ud;
-    if (strncmp(key, to->group, to->glen) != 0 || key[to->glen] != '\001') return;
-    const char *t = key + to->glen + 1;
-    const char *end = strchr(t, '\001');
-    if (!end) return;
-    for (int i = 0; i < to->n; i++)
-        if (strlen(to->topics[i]) == (size_t)(end - t) &&
-            !memcmp(to->topics[i], t, (size_t)(end - t)))
-            return;
-    if (to->n < 256) to->topics[to->n++] = rmq__xstrndup(t, (size_t)(end - t));
-}
-
 static void h_consume_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = rmq__db_broker_of(node);
@@ -440,18 +408,19 @@ static void h_consume_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     const char *group = rmq__db_hdr_str(&h, "consumerGroup");
     if (h.failed) return;
     const char *topic = rmq__cmd_ext(req, "topic");
-    topics_of_t to = {.group = group, .glen = strlen(group)};
+    char *topics[256];
+    int ntopics = 0;
     if (topic && *topic)
-        to.topics[to.n++] = rmq__xstrdup(topic);
+        topics[ntopics++] = rmq__xstrdup(topic);
     else
-        rmq__dbmap_each(&b->offsets, collect_topics, &to);
+        ntopics = rmq__db_offset_topics(b, group, topics, 256);
     db_group_t *g = rmq__dbmap_get(&b->groups, group);
     rmq_buf_t o;
     rmq__buf_init(&o);
     /* consumeTps: BrokerStatsManager.tpsGroupGetNums over the topics listed. */
     double tps = 0.0;
-    for (int k = 0; k < to.n; k++) {
-        db_topic_t *t = rmq__db_topic_get(b, to.topics[k]);
+    for (int k = 0; k < ntopics; k++) {
+        db_topic_t *t = rmq__db_topic_get(b, topics[k]);
         if (!t) continue;
         if (g && g->subs.n > 0 && !rmq__dbmap_get(&g->subs, t->name)) continue;
         tps += rmq__db_stats_group_tps(b, t->name, group);
@@ -460,8 +429,8 @@ static void h_consume_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__db_java_double(&o, tps);
     rmq__buf_appendf(&o, ",\"offsetTable\":{");
     int first = 1;
-    for (int k = 0; k < to.n; k++) {
-        db_topic_t *t = rmq__db_topic_get(b, to.topics[k]);
+    for (int k = 0; k < ntopics; k++) {
+        db_topic_t *t = rmq__db_topic_get(b, topics[k]);
         if (!t) continue;
         if (g && g->subs.n > 0 && !rmq__dbmap_get(&g->subs, t->name)) continue;
         for (int i = 0; i < t->write_q; i++) {
@@ -485,8 +454,8 @@ static void h_consume_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         }
     }
     rmq__buf_append(&o, "}}", 2);
-    for (int k = 0; k < to.n; k++)
-        free(to.topics[k]);
+    for (int k = 0; k < ntopics; k++)
+        free(topics[k]);
     rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
     rmq__buf_free(&o);
 }

@@ -363,6 +363,10 @@ void rmq__db_offset_set(db_broker_t *b, const char *group, const char *topic, in
 /* The iteration order of a java.util.HashMap<MessageQueue, V> of queues 0..n-1 of a topic. */
 void rmq__db_mq_hash_order(const char *broker, const char *topic, int n, int *order);
 void rmq__db_offsets_free(db_broker_t *b); /* the offset and lock tables */
+/* The topics group has offsets of, each once: at most max copies into topics (the caller frees
+ * them); returns the count. */
+int rmq__db_offset_topics(db_broker_t *b, const char *group, char **topics, int max);
+void rmq__db_offsets_drop_group(db_broker_t *b, const char *group); /* removeOffset */
 
 /* devbroker_client.c: clients, consumer groups, calls relayed to consumers */
 void rmq__db_client_install(db_broker_t *b);
@@ -523,6 +527,9 @@ void rmq__db_producers_heartbeat(db_broker_t *b, struct db_client *c, const char
                                  int n);
 void rmq__db_producers_unregister(db_broker_t *b, struct db_client *c, const char *group);
 void rmq__db_producers_drop(db_broker_t *b, struct db_client *c); /* its connection closed */
+/* The start of a ProducerConnection / ConsumerConnection body: {"connectionSet":[...] with
+ * the clientAddr, clientId, language and version of each of n clients (the caller goes on). */
+void rmq__db_conn_set_json(rmq_buf_t *o, struct db_client *const *members, int n);
 void rmq__db_admin_free(db_broker_t *b);
 /* --store: a message of a deleted topic older than its deletion is not recovered. */
 void rmq__db_deleted_load(db_broker_t *b);

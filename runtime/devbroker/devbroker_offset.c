@@ -45,6 +45,58 @@ void rmq__db_offset_set(db_broker_t *b, const char *group, const char *topic, in
     b->offsets_dirty = 1;
 }
 
+/* A key of the offset table ("group\001topic\001qid") of group: the topic after it, else NULL. */
+static const char *topic_of(const char *key, const char *group, size_t glen)
+{
+    return strncmp(key, group, glen) == 0 && key[glen] == '\001' ? key + glen + 1 : NULL;
+}
+
+typedef struct {
+    const char *group;
+    size_t glen;
+    char **out;
+    int max, n;
+} of_group_t;
+
+static void group_topic(const char *key, void *val, void *ud)
+{
+    of_group_t *g = ud;
+    const char *t = topic_of(key, g->group, g->glen);
+    const char *end = t ? strchr(t, '\001') : NULL;
+    if (!end) return;
+    for (int i = 0; i < g->n; i++)
+        if (strlen(g->out[i]) == (size_t)(end - t) && !memcmp(g->out[i], t, (size_t)(end - t)))
+            return;
+    if (g->n < g->max) g->out[g->n++] = rmq__xstrndup(t, (size_t)(end - t));
+}
+
+int rmq__db_offset_topics(db_broker_t *b, const char *group, char **topics, int max)
+{
+    of_group_t g = {.group = group, .glen = strlen(group), .out = topics, .max = max};
+    rmq__dbmap_each(&b->offsets, group_topic, &g);
+    return g.n;
+}
+
+static void group_key(const char *key, void *val, void *ud)
+{
+    of_group_t *g = ud;
+    if (g->n < g->max && topic_of(key, g->group, g->glen)) g->out[g->n++] = rmq__xstrdup(key);
+}
+
+void rmq__db_offsets_drop_group(db_broker_t *b, const char *group)
+{
+    enum { MAX_KEYS = 1024 };
+    char **keys = rmq__xmalloc(sizeof(*keys) * MAX_KEYS);
+    of_group_t g = {.group = group, .glen = strlen(group), .out = keys, .max = MAX_KEYS};
+    rmq__dbmap_each(&b->offsets, group_key, &g);
+    for (int i = 0; i < g.n; i++) {
+        free(rmq__dbmap_del(&b->offsets, keys[i]));
+        free(keys[i]);
+    }
+    if (g.n) b->offsets_dirty = 1;
+    free(keys);
+}
+
 /* The iteration order of a java.util.HashMap<MessageQueue, V> filled with queues 0..n-1 of one
  * topic in queue order: MessageQueue.hashCode, spread h ^ (h >>> 16), default capacity 16
  * doubled while n > 3/4 of it, bins in index order, each bin in insertion order (bins of 8 that
