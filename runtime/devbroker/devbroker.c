@@ -112,6 +112,20 @@ static int parse_i64(const char *s, int64_t *out, int allow_suffix)
     return 0;
 }
 
+/* The value v of integer option name into *out: 0, or -1 with errstr saying it must be min..max
+ * (max < 0: at least min). */
+static int int_opt(const char *name, const char *v, int64_t min, int64_t max, int allow_suffix,
+                   int64_t *out, char *errstr, size_t errstr_size)
+{
+    if (!parse_i64(v, out, allow_suffix) && *out >= min && (max < 0 || *out <= max)) return 0;
+    if (max < 0)
+        rmq__seterr(errstr, errstr_size, "%s must be >= %lld, not '%s'", name, (long long)min, v);
+    else
+        rmq__seterr(errstr, errstr_size, "%s must be %lld..%lld, not '%s'", name, (long long)min,
+                    (long long)max, v);
+    return -1;
+}
+
 int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, char *errstr,
                               size_t errstr_size)
 {
@@ -159,24 +173,13 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             topics = nt2;
             topics[nt++] = v;
         } else if (!strcmp(a, "--brokers")) {
-            if (parse_i64(v, &n, 0) || n < 1 || n > RMQ_DEVBROKER_MAX_BROKERS) {
-                rmq__seterr(errstr, errstr_size, "--brokers must be 1..%d, not '%s'",
-                            RMQ_DEVBROKER_MAX_BROKERS, v);
-                goto bad;
-            }
+            if (int_opt(a, v, 1, RMQ_DEVBROKER_MAX_BROKERS, 0, &n, errstr, errstr_size)) goto bad;
             o->brokers = (int)n;
         } else if (!strcmp(a, "--slaves")) {
-            if (parse_i64(v, &n, 0) || n < 0 || n > RMQ_DEVBROKER_MAX_SLAVES) {
-                rmq__seterr(errstr, errstr_size, "--slaves must be 0..%d, not '%s'",
-                            RMQ_DEVBROKER_MAX_SLAVES, v);
-                goto bad;
-            }
+            if (int_opt(a, v, 0, RMQ_DEVBROKER_MAX_SLAVES, 0, &n, errstr, errstr_size)) goto bad;
             o->slaves = (int)n;
         } else if (!strcmp(a, "--default-queues")) {
-            if (parse_i64(v, &n, 0) || n < 1 || n > 1024) {
-                rmq__seterr(errstr, errstr_size, "--default-queues must be 1..1024, not '%s'", v);
-                goto bad;
-            }
+            if (int_opt(a, v, 1, 1024, 0, &n, errstr, errstr_size)) goto bad;
             o->default_queues = (int)n;
         } else if (!strcmp(a, "--delay-scale")) {
             char *end;
@@ -187,22 +190,13 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             }
             o->delay_scale = d;
         } else if (!strcmp(a, "--max-bytes")) {
-            if (parse_i64(v, &n, 1) || n < 1024) {
-                rmq__seterr(errstr, errstr_size, "--max-bytes must be >= 1024, not '%s'", v);
-                goto bad;
-            }
+            if (int_opt(a, v, 1024, -1, 1, &n, errstr, errstr_size)) goto bad;
             o->max_bytes = n;
         } else if (!strcmp(a, "--channel-expire-ms")) {
-            if (parse_i64(v, &n, 0) || n < 100) {
-                rmq__seterr(errstr, errstr_size, "--channel-expire-ms must be >= 100, not '%s'", v);
-                goto bad;
-            }
+            if (int_opt(a, v, 100, -1, 0, &n, errstr, errstr_size)) goto bad;
             o->channel_expire_ms = n;
         } else if (!strcmp(a, "--lock-expire-ms")) {
-            if (parse_i64(v, &n, 0) || n < 1) {
-                rmq__seterr(errstr, errstr_size, "--lock-expire-ms must be >= 1, not '%s'", v);
-                goto bad;
-            }
+            if (int_opt(a, v, 1, -1, 0, &n, errstr, errstr_size)) goto bad;
             o->lock_expire_ms = n;
         } else if (!strcmp(a, "--fault")) {
             if (rmq__db_fault_parse(v, NULL, NULL, NULL, errstr, errstr_size)) goto bad;
