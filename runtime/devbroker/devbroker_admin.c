@@ -154,9 +154,8 @@ static void h_producer_conns(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (!group) return;
     prod_group_t *g = b->admin ? rmq__dbmap_get(&b->admin->producers, group) : NULL;
     if (!g) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "the producer group[%s] not exist", group);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "the producer group[%s] not exist",
+                            group);
         return;
     }
     rmq_buf_t o;
@@ -668,9 +667,7 @@ static void h_topic_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (!topic) return;
     db_topic_t *t = rmq__db_topic_get(b, topic);
     if (!t) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "topic[%s] not exist", topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_TOPIC_NOT_EXIST, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_TOPIC_NOT_EXIST, "topic[%s] not exist", topic);
         return;
     }
     int n = t->write_q;

@@ -179,16 +179,15 @@ static void h_send(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     char msg[512];
 
     if (!topic_char_ok(topic)) {
-        snprintf(msg, sizeof(msg),
-                 "The specified topic[%s] contains illegal characters, allowing only "
-                 "^[%%|a-zA-Z0-9_-]+$",
-                 topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                            "The specified topic[%s] contains illegal characters, allowing only "
+                            "^[%%|a-zA-Z0-9_-]+$",
+                            topic);
         return;
     }
     if (strcmp(topic, "TBW102") == 0 || strcmp(topic, "SCHEDULE_TOPIC_XXXX") == 0) {
-        snprintf(msg, sizeof(msg), "Sending message to topic[%s] is forbidden.", topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_NO_PERMISSION, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_NO_PERMISSION,
+                            "Sending message to topic[%s] is forbidden.", topic);
         return;
     }
     db_topic_t *t = rmq__db_topic_get(b, topic);
@@ -200,22 +199,22 @@ static void h_send(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         if (db->remote_ns) rmq__db_register_all(db);
     }
     if (!(t->perm & 2)) {
-        snprintf(msg, sizeof(msg), "the topic[%s] sending message is forbidden", topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_NO_PERMISSION, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_NO_PERMISSION,
+                            "the topic[%s] sending message is forbidden", topic);
         return;
     }
     if (qid >= t->write_q) {
-        snprintf(msg, sizeof(msg), "request queueId[%d] is illegal, topic:%s Producer: %s",
-                 (int)qid, topic, rmq__conn_peer(conn));
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                            "request queueId[%d] is illegal, topic:%s Producer: %s", (int)qid,
+                            topic, rmq__conn_peer(conn));
         return;
     }
     if (qid < 0) qid = rand() % (t->write_q > 0 ? t->write_q : 1);
 
     int batch = req->code == RMQ_REQ_SEND_BATCH_MESSAGE;
     if (batch && strncmp(topic, "%RETRY%", 7) == 0) {
-        snprintf(msg, sizeof(msg), "batch request does not support retry group %s", topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_MESSAGE_ILLEGAL, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_MESSAGE_ILLEGAL,
+                            "batch request does not support retry group %s", topic);
         return;
     }
 
@@ -330,8 +329,8 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     db_msg_t *m = rmq__db_find_phys(b, off);
     db_stored_t v;
     if (!m || rmq__db_stored_parse(m, &v)) {
-        snprintf(msg, sizeof(msg), "look message by offset failed, %lld", (long long)off);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "look message by offset failed, %lld",
+                            (long long)off);
         return;
     }
     char stored_topic[300];
@@ -425,11 +424,10 @@ static void h_create_topic(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     int64_t wq = rmq__db_hdr_i64(&h, "writeQueueNums");
     int64_t perm = rmq__db_hdr_i64(&h, "perm");
     if (h.failed) return;
-    char msg[300];
     if (!topic_char_ok(topic) || strcmp(topic, node->db->cluster) == 0 || rq < 0 || wq < 0 ||
         rq > 1024 || wq > 1024) {
-        snprintf(msg, sizeof(msg), "The topic[%s] is conflict with system reserved words.", topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                            "The topic[%s] is conflict with system reserved words.", topic);
         return;
     }
     db_topic_t *t = rmq__db_topic_create(b, topic, rq ? (int)rq : 1, wq ? (int)wq : 1, (int)perm);

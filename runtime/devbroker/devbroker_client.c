@@ -319,9 +319,8 @@ static void h_consumer_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (h.failed) return;
     db_group_t *g = rmq__dbmap_get(&b->groups, group);
     if (!g || g->n_members == 0) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "no consumer for this group, %s", group);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "no consumer for this group, %s",
+                            group);
         return;
     }
     rmq_buf_t body;
@@ -380,9 +379,8 @@ static void h_connection_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (h.failed) return;
     db_group_t *g = rmq__dbmap_get(&b->groups, group);
     if (!g) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "the consumer group[%s] not online", group);
-        rmq__db_reply_code(conn, req, RMQ_RESP_CONSUMER_NOT_ONLINE, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_CONSUMER_NOT_ONLINE,
+                            "the consumer group[%s] not online", group);
         return;
     }
     rmq_buf_t o;
@@ -512,11 +510,9 @@ static void relay(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, const char *
                   const char *extra_v)
 {
     db_client_t *c = find_client(b, group, client_id);
-    char msg[600];
     if (!c) {
-        snprintf(msg, sizeof(msg), "The Consumer <%s> <%s> not online", group,
-                 client_id ? client_id : "");
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "The Consumer <%s> <%s> not online",
+                            group, client_id ? client_id : "");
         return;
     }
     rmq_cmd_t fw;
@@ -539,9 +535,9 @@ static void relay(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, const char *
     if (rc) {
         rmq__conn_release(r->admin);
         free(r);
-        snprintf(msg, sizeof(msg), "invoke consumer <%s> <%s> Exception: %s", group, c->client_id,
-                 rmq_err_str(rc));
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                            "invoke consumer <%s> <%s> Exception: %s", group, c->client_id,
+                            rmq_err_str(rc));
     }
 }
 
@@ -632,9 +628,9 @@ static void h_invoke_reset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     char msg[700];
     db_topic_t *t = rmq__db_topic_get(b, topic);
     if (!t) {
-        snprintf(msg, sizeof(msg),
-                 "[reset-offset] reset offset failed, no topic in this broker. topic=%s", topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                            "[reset-offset] reset offset failed, no topic in this broker. topic=%s",
+                            topic);
         return;
     }
     int n = t->write_q;
@@ -642,8 +638,8 @@ static void h_invoke_reset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     for (int i = 0; i < n; i++) {
         int64_t co = rmq__db_offset_get(b, group, topic, i);
         if (co == -1) {
-            snprintf(msg, sizeof(msg), "THe consumer group <%s> not exist", group);
-            rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+            rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                                "THe consumer group <%s> not exist", group);
             free(offs);
             return;
         }
@@ -776,22 +772,21 @@ static void h_invoke_status(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (h.failed) return;
     const char *only = rmq__cmd_ext(req, "clientAddr");
     if (only && !*only) only = NULL;
-    char msg[600];
     db_group_t *g = rmq__dbmap_get(&b->groups, group);
     if (!g) { /* getConsumerGroupInfo(group) is null there */
         rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, "java.lang.NullPointerException");
         return;
     }
     if (g->n_members == 0) {
-        snprintf(msg, sizeof(msg), "No Any Consumer online in the consumer group: [%s]", group);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                            "No Any Consumer online in the consumer group: [%s]", group);
         return;
     }
     for (int i = 0; i < g->n_members; i++)
         if (g->members[i]->version < V3_0_7_SNAPSHOT) {
-            snprintf(msg, sizeof(msg), "the client does not support this feature. version=%s",
-                     version_desc(g->members[i]->version));
-            rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+            rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                                "the client does not support this feature. version=%s",
+                                version_desc(g->members[i]->version));
             return;
         }
     status_op_t *op = rmq__xcalloc(1, sizeof(*op));
@@ -847,9 +842,8 @@ static void h_consume_directly(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
     const char *id = rmq__cmd_ext(req, "msgId");
     db_msg_t *m = msg_by_id(b, id);
     if (!m) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "message id %s not found", id ? id : "(none)");
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "message id %s not found",
+                            id ? id : "(none)");
         return;
     }
     relay(b, conn, req, group, client_id, m->data, m->size, "brokerName", b->name);

@@ -280,9 +280,8 @@ static int need_i64(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key, int
 {
     if (!rmq__db_need_ext(conn, req, key)) return -1;
     if (rmq__cmd_ext_i64(req, key, out)) {
-        char msg[200];
-        snprintf(msg, sizeof(msg), "java.lang.NumberFormatException: bad value of <%s>", key);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                            "java.lang.NumberFormatException: bad value of <%s>", key);
         return -1;
     }
     return 0;
@@ -346,9 +345,8 @@ static void h_view_by_id(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (need_i64(conn, req, "offset", &off)) return;
     const db_msg_t *m = rmq__db_find_phys(b, off);
     if (!m) {
-        char msg[100];
-        snprintf(msg, sizeof(msg), "can not find message by the offset, %lld", (long long)off);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                            "can not find message by the offset, %lld", (long long)off);
         return;
     }
     rmq_buf_t o = {m->data, m->size, m->size};

@@ -559,6 +559,9 @@ void rmq__db_set_handler(db_node_t *node, int code, db_handler_fn fn);
 /* Reply helpers (errors are logged only: the peer may be gone). */
 void rmq__db_reply(rmq_conn_t *conn, rmq_cmd_t *resp);
 void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark);
+/* The same with a remark formatted as printf does (cut at 1023 bytes). */
+void rmq__db_reply_codef(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *fmt, ...)
+    RMQ_PRINTF(4, 5);
 /* A required header field; when absent, answers as Java's header decoding does
  * (SYSTEM_ERROR, "the custom field <key> is null") and returns NULL. */
 const char *rmq__db_need_ext(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key);

@@ -188,35 +188,33 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
     rmq__cmd_ext_i64(req, "subVersion", &sub_version);
     const char *expr_type = rmq__cmd_ext(req, "expressionType");
     const char *sub_str = rmq__cmd_ext(req, "subscription");
-    char msg[512];
 
     /* PullMessageProcessor: the group's config (created when missing), then consumeEnable. */
     const db_subgroup_t *sg = rmq__db_subgroup_find(b, group);
     if (!sg->consume_enable) {
-        snprintf(msg, sizeof(msg), "subscription group no permission, %s", group);
-        rmq__db_reply_code(conn, req, RMQ_RESP_NO_PERMISSION, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_NO_PERMISSION,
+                            "subscription group no permission, %s", group);
         return;
     }
 
     db_topic_t *t = rmq__db_topic_get(b, topic);
     if (!t) {
-        snprintf(msg, sizeof(msg),
-                 "topic[%s] not exist, apply first please! \nSee "
-                 "http://rocketmq.apache.org/docs/faq/ for further details.",
-                 topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_TOPIC_NOT_EXIST, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_TOPIC_NOT_EXIST,
+                            "topic[%s] not exist, apply first please! \nSee "
+                            "http://rocketmq.apache.org/docs/faq/ for further details.",
+                            topic);
         return;
     }
     if (!(t->perm & 4)) {
-        snprintf(msg, sizeof(msg), "the topic[%s] pulling message is forbidden", topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_NO_PERMISSION, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_NO_PERMISSION,
+                            "the topic[%s] pulling message is forbidden", topic);
         return;
     }
     if (qid < 0 || qid >= t->read_q) {
-        snprintf(msg, sizeof(msg),
-                 "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d] consumer:[%s]",
-                 (int)qid, topic, t->read_q, rmq__conn_peer(conn));
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(
+            conn, req, RMQ_RESP_SYSTEM_ERROR,
+            "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d] consumer:[%s]",
+            (int)qid, topic, t->read_q, rmq__conn_peer(conn));
         return;
     }
 
@@ -240,9 +238,8 @@ static void do_pull(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int allow_
         }
         if (!sg->consume_broadcast_enable && g->message_model &&
             strcmp(g->message_model, "BROADCASTING") == 0) {
-            snprintf(msg, sizeof(msg), "the consumer group[%s] can not consume by broadcast way",
-                     group);
-            rmq__db_reply_code(conn, req, RMQ_RESP_NO_PERMISSION, msg);
+            rmq__db_reply_codef(conn, req, RMQ_RESP_NO_PERMISSION,
+                                "the consumer group[%s] can not consume by broadcast way", group);
             return;
         }
         sub = rmq__dbmap_get(&g->subs, topic);

@@ -10,6 +10,7 @@
 #include "devbroker_int.h"
 #include "protocol/fjson.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -44,6 +45,16 @@ const char *rmq__db_need_ext(rmq_conn_t *conn, const rmq_cmd_t *req, const char 
         rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
     }
     return v;
+}
+
+void rmq__db_reply_codef(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *fmt, ...)
+{
+    char remark[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(remark, sizeof(remark), fmt, ap);
+    va_end(ap);
+    rmq__db_reply_code(conn, req, code, remark);
 }
 
 void rmq__db_reply_body(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark,
