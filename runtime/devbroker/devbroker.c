@@ -625,6 +625,19 @@ static void thread_main(void *arg)
 
 /* ---- start / stop ---------------------------------------------------------------------------- */
 
+static void clear_faults(db_node_t *node);
+
+/* The injected errors and latencies of a node. */
+static void node_free_rules(db_node_t *node)
+{
+    clear_faults(node);
+    for (db_latency_t *l = node->latency, *n; l; l = n) {
+        n = l->next;
+        free(l);
+    }
+    node->latency = NULL;
+}
+
 static void db_free(rmq_devbroker_t *db)
 {
     for (int i = 0; i < db->n_brokers; i++) {
@@ -637,24 +650,10 @@ static void db_free(rmq_devbroker_t *db)
         rmq__db_subgroups_free(b);
         rmq__db_admin_free(b);
         rmq__db_broker_store_free(b);
-        for (db_fault_t *f = b->node.faults, *n; f; f = n) {
-            n = f->next;
-            free(f);
-        }
-        for (db_latency_t *l = b->node.latency, *n; l; l = n) {
-            n = l->next;
-            free(l);
-        }
+        node_free_rules(&b->node);
         free(b);
     }
-    for (db_fault_t *f = db->ns.faults, *n; f; f = n) {
-        n = f->next;
-        free(f);
-    }
-    for (db_latency_t *l = db->ns.latency, *n; l; l = n) {
-        n = l->next;
-        free(l);
-    }
+    node_free_rules(&db->ns);
     rmq__db_ns_free(db);
     rmq__db_faults_free(db);
     for (db_rec_t *r = db->recs, *n; r; r = n) {

@@ -649,15 +649,6 @@ static void h_all_topic_config(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
 
 /* ---- GET_TOPIC_STATS_INFO -------------------------------------------------------------------- */
 
-static void mq_key(rmq_buf_t *o, const char *broker, int qid, const char *topic)
-{
-    rmq__buf_append(o, "{\"brokerName\":", 14);
-    rmq__fj_write_str(o, broker, strlen(broker), 0);
-    rmq__buf_appendf(o, ",\"queueId\":%d,\"topic\":", qid);
-    rmq__fj_write_str(o, topic, strlen(topic), 0);
-    rmq__buf_append(o, "}", 1);
-}
-
 /* AdminBrokerProcessor.getTopicStatsInfo: per write queue min, max and the store time of the
  * last message, in the HashMap order of TopicStatsTable.offsetTable. */
 static void h_topic_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
@@ -685,7 +676,7 @@ static void h_topic_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
             if (m) ts = m->store_ts;
         }
         if (k) rmq__buf_append(&o, ",", 1);
-        mq_key(&o, b->name, i, t->name);
+        rmq__db_mq_json(&o, b->name, i, t->name);
         rmq__buf_appendf(&o,
                          ":{\"lastUpdateTimestamp\":%lld,\"maxOffset\":%lld,\"minOffset\":%lld}",
                          (long long)ts, (long long)max, (long long)min);
@@ -823,7 +814,7 @@ static void bcs_group(db_subgroup_t *sg, void *ud)
             }
             x->total_diff += max - co;
             if (j) rmq__buf_append(o, ",", 1);
-            mq_key(o, b->name, i, t->name);
+            rmq__db_mq_json(o, b->name, i, t->name);
             rmq__buf_appendf(o,
                              ":{\"brokerOffset\":%lld,\"consumerOffset\":%lld,"
                              "\"lastTimestamp\":%lld}",

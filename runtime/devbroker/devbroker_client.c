@@ -332,14 +332,7 @@ static void h_consumer_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         rmq__fj_write_str(&body, id, strlen(id), 0);
     }
     rmq__buf_append(&body, "]}", 2);
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, RMQ_RESP_SUCCESS, NULL);
-    resp.body = body.data;
-    resp.body_len = body.len;
-    if (!(req->flag & RMQ_FLAG_ONEWAY)) rmq__db_reply(conn, &resp);
-    resp.body = NULL;
-    resp.body_len = 0;
-    rmq__cmd_free(&resp);
+    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &body);
     rmq__buf_free(&body);
 }
 
@@ -440,12 +433,10 @@ static void h_consume_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
                 db_msg_t *m = rmq__db_qget(q, co - 1);
                 if (m) last = m->store_ts;
             }
-            rmq__buf_appendf(&o, "%s{\"brokerName\":", first ? "" : ",");
-            rmq__fj_write_str(&o, b->name, strlen(b->name), 0);
-            rmq__buf_appendf(&o, ",\"queueId\":%d,\"topic\":", i);
-            rmq__fj_write_str(&o, t->name, strlen(t->name), 0);
+            if (!first) rmq__buf_append(&o, ",", 1);
+            rmq__db_mq_json(&o, b->name, i, t->name);
             rmq__buf_appendf(&o,
-                             "}:{\"brokerOffset\":%lld,\"consumerOffset\":%lld,"
+                             ":{\"brokerOffset\":%lld,\"consumerOffset\":%lld,"
                              "\"lastTimestamp\":%lld}",
                              (long long)rmq__db_qmax(q), (long long)co, (long long)last);
             first = 0;
@@ -574,15 +565,6 @@ static const char *version_desc(int v)
     return v >= 0 && v < V3_0_7_SNAPSHOT ? names[v] : "HIGHER_VERSION";
 }
 
-static void write_mq_key(rmq_buf_t *o, const char *broker, int qid, const char *topic)
-{
-    rmq__buf_append(o, "{\"brokerName\":", 14);
-    rmq__fj_write_str(o, broker, strlen(broker), 0);
-    rmq__buf_appendf(o, ",\"queueId\":%d,\"topic\":", qid);
-    rmq__fj_write_str(o, topic, strlen(topic), 0);
-    rmq__buf_append(o, "}", 1);
-}
-
 /* ResetOffsetBody (MessageQueue objects as keys) or, for C, ResetOffsetBodyForC (a list), both
  * in the HashMap order of Broker2Client's offsetTable. */
 static void reset_body(rmq_buf_t *o, const char *broker, const char *topic, const int64_t *offs,
@@ -602,7 +584,7 @@ static void reset_body(rmq_buf_t *o, const char *broker, const char *topic, cons
             rmq__fj_write_str(o, topic, strlen(topic), 0);
             rmq__buf_append(o, "}", 1);
         } else {
-            write_mq_key(o, broker, i, topic);
+            rmq__db_mq_json(o, broker, i, topic);
             rmq__buf_appendf(o, ":%lld", (long long)offs[i]);
         }
     }

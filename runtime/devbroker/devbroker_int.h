@@ -362,6 +362,8 @@ int64_t rmq__db_offset_get(db_broker_t *b, const char *group, const char *topic,
 void rmq__db_offset_set(db_broker_t *b, const char *group, const char *topic, int qid, int64_t v);
 /* The iteration order of a java.util.HashMap<MessageQueue, V> of queues 0..n-1 of a topic. */
 void rmq__db_mq_hash_order(const char *broker, const char *topic, int n, int *order);
+/* A MessageQueue as JSON: {"brokerName":...,"queueId":...,"topic":...}. */
+void rmq__db_mq_json(rmq_buf_t *o, const char *broker, int qid, const char *topic);
 void rmq__db_offsets_free(db_broker_t *b); /* the offset and lock tables */
 /* The topics group has offsets of, each once: at most max copies into topics (the caller frees
  * them); returns the count. */

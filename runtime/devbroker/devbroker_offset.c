@@ -97,6 +97,15 @@ void rmq__db_offsets_drop_group(db_broker_t *b, const char *group)
     free(keys);
 }
 
+void rmq__db_mq_json(rmq_buf_t *o, const char *broker, int qid, const char *topic)
+{
+    rmq__buf_append(o, "{\"brokerName\":", 14);
+    rmq__fj_write_str(o, broker, strlen(broker), 0);
+    rmq__buf_appendf(o, ",\"queueId\":%d,\"topic\":", qid);
+    rmq__fj_write_str(o, topic, strlen(topic), 0);
+    rmq__buf_append(o, "}", 1);
+}
+
 /* The iteration order of a java.util.HashMap<MessageQueue, V> filled with queues 0..n-1 of one
  * topic in queue order: MessageQueue.hashCode, spread h ^ (h >>> 16), default capacity 16
  * doubled while n > 3/4 of it, bins in index order, each bin in insertion order (bins of 8 that
@@ -125,18 +134,30 @@ void rmq__db_mq_hash_order(const char *broker, const char *topic, int n, int *or
 
 /* ---- offsets --------------------------------------------------------------------------------- */
 
+/* The queue a Query/UpdateConsumerOffsetRequestHeader names: consumerGroup, topic, queueId. */
+typedef struct {
+    const char *group, *topic;
+    int64_t qid;
+} okey_t;
+
+static void hdr_okey(db_hdr_t *h, okey_t *k)
+{
+    k->group = rmq__db_hdr_str(h, "consumerGroup");
+    k->topic = rmq__db_hdr_str(h, "topic");
+    k->qid = rmq__db_hdr_i64(h, "queueId");
+}
+
 static void h_query_offset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = rmq__db_broker_of(node);
     db_hdr_t h = {conn, req, 0};
-    const char *group = rmq__db_hdr_str(&h, "consumerGroup");
-    const char *topic = rmq__db_hdr_str(&h, "topic");
-    int64_t qid = rmq__db_hdr_i64(&h, "queueId");
+    okey_t k;
+    hdr_okey(&h, &k);
     if (h.failed) return;
-    int64_t off = rmq__db_offset_get(b, group, topic, (int)qid);
+    int64_t off = rmq__db_offset_get(b, k.group, k.topic, (int)k.qid);
     if (off < 0) {
-        db_topic_t *t = rmq__db_topic_get(b, topic);
-        db_queue_t *q = t ? rmq__db_queue(t, (int)qid) : NULL;
+        db_topic_t *t = rmq__db_topic_get(b, k.topic);
+        db_queue_t *q = t ? rmq__db_queue(t, (int)k.qid) : NULL;
         int64_t min = q ? q->min_off : 0;
         /* minOffset <= 0 and offset 0 not "in disk" (everything here is in memory). */
         if (min <= 0) off = 0;
@@ -155,14 +176,12 @@ static void h_query_offset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 
 static void h_update_offset(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
-    db_broker_t *b = rmq__db_broker_of(node);
     db_hdr_t h = {conn, req, 0};
-    const char *group = rmq__db_hdr_str(&h, "consumerGroup");
-    const char *topic = rmq__db_hdr_str(&h, "topic");
-    int64_t qid = rmq__db_hdr_i64(&h, "queueId");
+    okey_t k;
+    hdr_okey(&h, &k);
     int64_t off = rmq__db_hdr_i64(&h, "commitOffset");
     if (h.failed) return;
-    rmq__db_offset_set(b, group, topic, (int)qid, off);
+    rmq__db_offset_set(rmq__db_broker_of(node), k.group, k.topic, (int)k.qid, off);
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
 }
 
@@ -273,12 +292,8 @@ static void h_lock(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req, int unlock
         }
         if (!ok) continue;
         l->last_ms = now;
-        rmq__buf_appendf(&o, "%s{\"brokerName\":", first ? "" : ",");
-        const char *bname = bn ? bn : b->name;
-        rmq__fj_write_str(&o, bname, strlen(bname), 0);
-        rmq__buf_appendf(&o, ",\"queueId\":%d,\"topic\":", qid);
-        rmq__fj_write_str(&o, topic, strlen(topic), 0);
-        rmq__buf_append(&o, "}", 1);
+        if (!first) rmq__buf_append(&o, ",", 1);
+        rmq__db_mq_json(&o, bn ? bn : b->name, qid, topic);
         first = 0;
     }
     rmq__buf_append(&o, "]}", 2);
