@@ -15,7 +15,6 @@
 #include "devbroker_int.h"
 #include "protocol/fjson.h"
 #include "protocol/message.h"
-#include "protocol/sql92.h"
 #include "protocol/subscription.h"
 
 #include <stdio.h>

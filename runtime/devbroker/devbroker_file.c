@@ -22,14 +22,11 @@
  * Threads: the broker thread (and rmq__devbroker_start before the thread runs).
  */
 #include "devbroker_int.h"
-#include "protocol/message.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 void rmq__db_file_path(const db_broker_t *b, const char *name, char *out, size_t size)

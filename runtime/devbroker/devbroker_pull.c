@@ -11,8 +11,6 @@
  * Threads: the broker thread only.
  */
 #include "devbroker_int.h"
-#include "protocol/fjson.h"
-#include "protocol/message.h"
 #include "protocol/sql92.h"
 #include "protocol/subscription.h"
 
