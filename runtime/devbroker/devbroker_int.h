@@ -312,7 +312,6 @@ static inline int64_t rmq__db_qmax(const db_queue_t *q)
 db_msg_t *rmq__db_qget(const db_queue_t *q, int64_t off); /* NULL when not retained */
 /* The retained message with the smallest queue offset >= off, or NULL. */
 db_msg_t *rmq__db_qnext(const db_queue_t *q, int64_t off);
-db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys);
 /* Remove topic t and its messages (DELETE_TOPIC_IN_BROKER); parked pulls on it are answered
  * first. */
 void rmq__db_topic_delete(db_broker_t *b, db_topic_t *t);
@@ -380,7 +379,9 @@ void rmq__db_broker_free_groups(db_broker_t *b);
  * (REGISTER_BROKER). */
 void rmq__db_register_all(struct rmq_devbroker *db);
 
-/* A stored message read back (devbroker_store.c). */
+/* devbroker_stored.c: a stored message read back. The retained message at commit-log offset
+ * phys, or NULL; and the fields of a stored message. */
+db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys);
 typedef struct db_stored {
     const char *topic;
     size_t topic_len;
