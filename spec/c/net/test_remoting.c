@@ -519,6 +519,14 @@ static void addr_of(char *dst, size_t n, const char *host, int port)
         snprintf(dst, n, "%s:%d", host, port);
 }
 
+/* A raw peer on 127.0.0.1 (answering or not), a client, and the peer's address in addr. */
+static void raw_and_client(raw_peer_t *p, int answer, client_t *cl, char *addr, size_t n)
+{
+    raw_start(p, answer);
+    client_start(cl);
+    addr_of(addr, n, "127.0.0.1", p->port);
+}
+
 static void test_addr_split(void)
 {
     char h[64];
@@ -646,9 +654,7 @@ static void test_timeout(void)
     char addr[64];
     memset(&r, 0, sizeof r);
     memset(&r2, 0, sizeof r2);
-    raw_start(&p, 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 0, &cl, addr, sizeof addr);
 
     /* An asynchronous request: timeout, connection stays. */
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 150, &r) == 0);
@@ -689,9 +695,7 @@ static void test_oneway(void)
     raw_peer_t p;
     client_t cl;
     char addr[64];
-    raw_start(&p, 1);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 1, &cl, addr, sizeof addr);
     rmq_cmd_t req;
     rmq__cmd_init(&req, RMQ_REQ_UPDATE_CONSUMER_OFFSET, RMQ_SERIALIZE_JSON);
     rmq__cmd_set_ext(&req, "consumerGroup", "G");
@@ -718,9 +722,7 @@ static void test_drop_reconnect(void)
     char addr[64];
     memset(r, 0, sizeof r);
     memset(&ok, 0, sizeof ok);
-    raw_start(&p, 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 0, &cl, addr, sizeof addr);
     for (int i = 0; i < 3; i++)
         CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, i, NULL, 0, 60000, &r[i]) == 0);
     WAIT_UNTIL(p.nframes == 3, 3000);
@@ -1043,9 +1045,7 @@ static void test_malformed_to_client(void)
     char addr[64];
     unsigned char b[16];
     memset(r, 0, sizeof r);
-    raw_start(&p, 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 0, &cl, addr, sizeof addr);
     for (int i = 0; i < 2; i++)
         CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, i, NULL, 0, 60000, &r[i]) == 0);
     WAIT_UNTIL(p.nframes == 2, 3000);
@@ -1174,9 +1174,7 @@ static void test_unknown_oneway_from_peer(void)
     result_t r;
     char addr[64];
     memset(&r, 0, sizeof r);
-    raw_start(&p, 1);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 1, &cl, addr, sizeof addr);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 3000, &r) == 0);
     WAIT_UNTIL(r.done, 3000);
     CHECK(r.err == 0);
@@ -1288,9 +1286,7 @@ static void test_destroy_pending(void)
     raw_start(&dead, 0);
     addr_of(dead_addr, sizeof dead_addr, "127.0.0.1", dead.port);
     raw_stop(&dead);
-    raw_start(&p, 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 0, &cl, addr, sizeof addr);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 0, "abc", 3, 60000, &r[0]) == 0);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 60000, &r[1]) == 0);
     WAIT_UNTIL(p.nframes == 2, 3000);
@@ -1386,15 +1382,7 @@ static void test_reentrancy(void)
 
 int main(void)
 {
-    scale = test_scale();
-    rmq_log_set_level(RMQ_LOG_ERROR);
-    if (getenv("RMQ_TEST_DEBUG")) {
-        rmq_log_set_level(RMQ_LOG_DEBUG);
-        rmq_log_set_debug("remoting", NULL, 0);
-    }
-    loop = malloc(sizeof(*loop));
-    uv_loop_init(loop);
-    uv_timer_init(loop, &guard);
+    test_loop_open("remoting");
 
     test_addr_split();
     test_request_response("127.0.0.1");
@@ -1419,9 +1407,6 @@ int main(void)
     test_destroy_pending();
     test_reentrancy();
 
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_DEFAULT);
-    CHECK(uv_loop_close(loop) == 0);
-    free(loop);
+    CHECK(test_loop_close() == 0);
     return test_report("test_remoting");
 }

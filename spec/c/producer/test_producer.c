@@ -821,15 +821,7 @@ static void test_name_server_failover(void)
 
 int main(void)
 {
-    scale = test_scale();
-    rmq_log_set_level(RMQ_LOG_ERROR);
-    if (getenv("RMQ_TEST_DEBUG")) {
-        rmq_log_set_level(RMQ_LOG_DEBUG);
-        rmq_log_set_debug("all", NULL, 0);
-    }
-    loop = malloc(sizeof(*loop));
-    uv_loop_init(loop);
-    uv_timer_init(loop, &guard);
+    test_loop_open("all");
     cluster_start();
 
     test_send_header_and_props();
@@ -847,9 +839,6 @@ int main(void)
     test_same_as_java();
 
     cluster_stop();
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_DEFAULT);
-    uv_loop_close(loop);
-    free(loop);
+    test_loop_close();
     return test_report("test_producer");
 }
