@@ -1,8 +1,8 @@
 /*
  * test_pool_loop.h -- the loop a consume-pool test drives: count done batches, wait for them or
  * for the pool's close callback; start a pool on it and stop it; a batch of one message.
- * Header-only, included after test_util.h (CHECK); each test defines its own done callback,
- * which increments `ndone`.
+ * Header-only, included after test_util.h (CHECK); a test's done callback increments `ndone`
+ * (pool_count_done does only that).
  */
 #ifndef RMQ_TEST_POOL_LOOP_H
 #define RMQ_TEST_POOL_LOOP_H
@@ -23,6 +23,28 @@ static void on_closed(void *ud)
 {
     (void)ud;
     closed = 1;
+}
+
+/* A done callback that only counts the batch. */
+static inline void pool_count_done(void *ud, rmq_batch_t *b)
+{
+    (void)ud;
+    (void)b;
+    ndone++;
+}
+
+/* main's first step: the timeout scale and the loop. */
+static inline void pool_loop_open(void)
+{
+    scale = test_scale();
+    uv_loop_init(&loop);
+}
+
+/* main's last step before its report: what is left on the loop run, the loop closed. */
+static inline void pool_loop_close(void)
+{
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uv_loop_close(&loop);
 }
 
 /* Run the loop until ndone >= n (or closed when n < 0); 0 on time-out. */

@@ -175,6 +175,13 @@ static inline char *test_write_script(const char *test, const char *name, const 
     return strdup(path);
 }
 
+/* A file written by test_write_script: removed, its path freed. */
+static inline void test_drop_script(char *path)
+{
+    unlink(path);
+    free(path);
+}
+
 /* ---- hex ------------------------------------------------------------------------------------- */
 
 /* Hex digits (pairs, no separators) into out (room for strlen(hex)/2); returns the byte count. */

@@ -54,6 +54,16 @@ static void mkbatch(tb_t *t, const char *body, int n)
     t->b.status = -99;
 }
 
+/* In a test function: CHECK that the pool p started, else say why (err) and return. */
+#define CHECK_STARTED(p, err)                                                                      \
+    do {                                                                                           \
+        CHECK((p) != NULL);                                                                        \
+        if (!(p)) {                                                                                \
+            fprintf(stderr, "start: %s\n", (err));                                                 \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
 static rmq_batch_t *done_list[MAXB];
 
 static void on_done(void *ud, rmq_batch_t *b)
@@ -128,11 +138,7 @@ static void test_return_contract(void)
     char err[1024];
     char *path = write_script("contract", contract_script);
     rmq_pool_t *p = start(path, 1, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    CHECK_STARTED(p, err);
     tb_t t;
     rmq_batch_t *b;
     b = run_one(p, &t, "ok", 3);
@@ -185,8 +191,7 @@ static void test_return_contract(void)
     CHECK(rmq__pool_pending(p) == 0);
     stop(p, 0);
     CHECK(closed);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
 }
 
 static void test_orderly(void)
@@ -205,11 +210,7 @@ static void test_orderly(void)
                               "    error('orderly boom')\n"
                               "  end }\n");
     rmq_pool_t *p = start(path, 2, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    CHECK_STARTED(p, err);
     tb_t t;
     const char *bodies[] = {"ok", "commit", "suspend", "later", "err"};
     int want[] = {RMQ_CONSUME_SUCCESS, RMQ_CONSUME_COMMIT, RMQ_CONSUME_SUSPEND,
@@ -227,8 +228,7 @@ static void test_orderly(void)
         if (i == 4) CHECK(t.b.handler_error == 1);
     }
     stop(p, 0);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
 }
 
 static void test_isolation_and_init(void)
@@ -263,11 +263,7 @@ static void test_isolation_and_init(void)
              shut);
     char *path = write_script("isolation", text);
     rmq_pool_t *p = start(path, 2, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    CHECK_STARTED(p, err);
     CHECK(rmq__pool_nthreads(p) == 2);
     tb_t t;
     struct {
@@ -306,8 +302,7 @@ static void test_isolation_and_init(void)
         CHECK(strstr(buf, "1 1\n") != NULL && strstr(buf, "2 1\n") != NULL);
     }
     unlink(shut);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
 }
 
 static void test_stop_not_run(void)
@@ -321,11 +316,7 @@ static void test_stop_not_run(void)
                               "    end\n"
                               "  end }\n");
     rmq_pool_t *p = start(path, 1, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    CHECK_STARTED(p, err);
     static tb_t t[4];
     mkbatch(&t[0], "slow", 1);
     rmq__pool_submit_to(p, 0, &t[0].b);
@@ -357,8 +348,7 @@ static void test_stop_not_run(void)
     stop(p, (int64_t)(10000 * scale));
     CHECK(ndone == 4);
     for (int i = 0; i < 4; i++) CHECK(t[i].b.status == RMQ_CONSUME_SUCCESS);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
 }
 
 /* Batches submitted back to back run on different idle threads at the same time. */
@@ -371,11 +361,7 @@ static void test_parallel(void)
                               "    local t = os.clock(); while os.clock() - t < 0.5 do end\n"
                               "  end }\n");
     rmq_pool_t *p = start(path, 3, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    CHECK_STARTED(p, err);
     static tb_t t[3];
     for (int i = 0; i < 3; i++) {
         mkbatch(&t[i], "x", 1);
@@ -395,8 +381,7 @@ static void test_parallel(void)
     for (int i = 0; i < 3; i++) seen[t[i].b.thread_index]++;
     CHECK(seen[0] + seen[1] + seen[2] == 3 && (seen[0] < 3 && seen[1] < 3 && seen[2] < 3));
     stop(p, 0);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
 }
 
 static void test_timeout(void)
@@ -404,11 +389,7 @@ static void test_timeout(void)
     char err[1024];
     char *path = write_script("stuck", TEST_POOL_STUCK_SCRIPT);
     rmq_pool_t *p = start(path, 1, 200, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    CHECK_STARTED(p, err);
     tb_t t;
     mkbatch(&t, "stuck", 1);
     rmq__pool_submit(p, &t.b);
@@ -418,8 +399,7 @@ static void test_timeout(void)
     rmq_batch_t *b = run_one(p, &t, "ok", 1);
     CHECK(b->status == RMQ_CONSUME_SUCCESS && b->handler_error == 0);
     stop(p, 0);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
 }
 
 /* opts.begin runs on the consume thread before each handler, with its start time; nonzero skips
@@ -449,11 +429,7 @@ static void test_begin(void)
                          .consumer_group = "test_group",
                          .begin = begin_cb};
     rmq_pool_t *p = pool_start(&o, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    CHECK_STARTED(p, err);
     tb_t t;
     int64_t before = rmq__mono_ms();
     rmq_batch_t *b = run_one(p, &t, "skip", 1);
@@ -466,8 +442,7 @@ static void test_begin(void)
     CHECK(b->status == RMQ_CONSUME_SUCCESS && b->handler_error == 0);
     CHECK(begin_calls == 2);
     stop(p, 0);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
 }
 
 static void test_start_failures(void)
@@ -494,15 +469,13 @@ static void test_start_failures(void)
             fprintf(stderr, "case %s: error was: %s\n", cases[i].name, err);
         CHECK(strstr(err, cases[i].want) != NULL);
         CHECK(strstr(err, path) != NULL);
-        unlink(path);
-        free(path);
+        test_drop_script(path);
     }
 }
 
 int main(void)
 {
-    scale = test_scale();
-    uv_loop_init(&loop);
+    pool_loop_open();
     test_return_contract();
     test_orderly();
     test_isolation_and_init();
@@ -511,7 +484,6 @@ int main(void)
     test_timeout();
     test_begin();
     test_start_failures();
-    uv_run(&loop, UV_RUN_NOWAIT);
-    uv_loop_close(&loop);
+    pool_loop_close();
     return test_report("test_pool");
 }
