@@ -71,6 +71,35 @@ static inline rmq_pool_t *pool_start(rmq_pool_opts_t *o, char *err, size_t errsz
     return p;
 }
 
+/* Start a pool of nthreads on the script at path for the group "test_group", done called for
+ * each batch, consume_timeout_ms timeout_ms (0: the default). Returns it, or NULL with the reason
+ * in err. */
+static inline rmq_pool_t *pool_start_script(const char *path, int nthreads, rmq_pool_done_cb done,
+                                            int64_t timeout_ms, char *err, size_t errsz)
+{
+    rmq_pool_opts_t o = {.script_path = path,
+                         .nthreads = nthreads,
+                         .done = done,
+                         .consumer_group = "test_group",
+                         .consume_timeout_ms = timeout_ms};
+    return pool_start(&o, err, errsz);
+}
+
+/* Run the loop until ndone >= n or ms (scaled) pass; returns the most batches p ran at once
+ * meanwhile. */
+static inline int pool_run_max_running(rmq_pool_t *p, int n, double ms)
+{
+    int64_t dl = rmq__mono_ms() + (int64_t)(ms * scale);
+    int max_running = 0;
+    while (ndone < n && rmq__mono_ms() < dl) {
+        int r = rmq__pool_running(p);
+        if (r > max_running) max_running = r;
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    return max_running;
+}
+
 /* Stop p (handlers get await ms to finish) and run the loop until its close callback ran, within
  * secs (scaled): 1, or 0 on time-out. */
 static inline int pool_stop(rmq_pool_t *p, int64_t await, double secs)

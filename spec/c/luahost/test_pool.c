@@ -76,12 +76,7 @@ static void on_done(void *ud, rmq_batch_t *b)
 static rmq_pool_t *start(const char *path, int nthreads, int64_t timeout_ms, char *err,
                          size_t errsz)
 {
-    rmq_pool_opts_t o = {.script_path = path,
-                         .nthreads = nthreads,
-                         .done = on_done,
-                         .consumer_group = "test_group",
-                         .consume_timeout_ms = timeout_ms};
-    return pool_start(&o, err, errsz);
+    return pool_start_script(path, nthreads, on_done, timeout_ms, err, errsz);
 }
 
 static void stop(rmq_pool_t *p, int64_t await)
@@ -367,14 +362,7 @@ static void test_parallel(void)
         mkbatch(&t[i], "x", 1);
         rmq__pool_submit(p, &t[i].b);
     }
-    int64_t dl = rmq__mono_ms() + (int64_t)(10000 * scale);
-    int max_running = 0;
-    while (ndone < 3 && rmq__mono_ms() < dl) {
-        int r = rmq__pool_running(p);
-        if (r > max_running) max_running = r;
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
+    int max_running = pool_run_max_running(p, 3, 10000);
     CHECK(ndone == 3);
     CHECK(max_running >= 2);
     int seen[3] = {0};

@@ -72,11 +72,7 @@ static rmq_pool_t *start(const char *name, const char *text, int nthreads)
 {
     char err[1024];
     char *path = test_write_script("test_pool_handover", name, text);
-    rmq_pool_opts_t o = {.script_path = path,
-                         .nthreads = nthreads,
-                         .done = on_done,
-                         .consumer_group = "test_group"};
-    rmq_pool_t *p = pool_start(&o, err, sizeof(err));
+    rmq_pool_t *p = pool_start_script(path, nthreads, on_done, 0, err, sizeof(err));
     if (!p) fprintf(stderr, "start: %s\n", err);
     test_drop_script(path);
     return p;
@@ -144,14 +140,7 @@ static void test_chained_wakeups(void)
     if (!p) return;
     submit_held(p, 8);
     rmq__pool_flush(p);
-    int max_running = 0;
-    int64_t dl = rmq__mono_ms() + (int64_t)(20000 * scale);
-    while (ndone < 8 && rmq__mono_ms() < dl) {
-        int r = rmq__pool_running(p);
-        if (r > max_running) max_running = r;
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
+    int max_running = pool_run_max_running(p, 8, 20000);
     CHECK(ndone == 8);
     CHECKF(max_running >= 2, "at most %d batch(es) ran at once", max_running);
     CHECKF(threads_used() >= 2, "%d thread(s) used", threads_used());

@@ -47,12 +47,7 @@ int lua_sethook(lua_State *L, lua_Hook func, int mask, int count)
 static rmq_pool_t *start(const char *path, int64_t timeout_ms)
 {
     char err[1024];
-    rmq_pool_opts_t o = {.script_path = path,
-                         .nthreads = 1,
-                         .done = pool_count_done,
-                         .consumer_group = "test_group",
-                         .consume_timeout_ms = timeout_ms};
-    rmq_pool_t *p = pool_start(&o, err, sizeof(err));
+    rmq_pool_t *p = pool_start_script(path, 1, pool_count_done, timeout_ms, err, sizeof(err));
     if (!p) fprintf(stderr, "start: %s\n", err);
     return p;
 }

@@ -282,6 +282,16 @@ static int send_simple(rmq_producer_t *p, const char *topic, const char *body, o
     return rmq__producer_send(p, &m, on_done, o, err, sizeof(err));
 }
 
+/* n messages with body "m" sent to topic, their outcomes o[0..n-1] (cleared first); returns when
+ * all are done. */
+static void send_all(rmq_producer_t *p, const char *topic, outcome_t *o, int n)
+{
+    memset(o, 0, sizeof(*o) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        CHECK(send_simple(p, topic, "m", &o[i]) == 0);
+    WAIT_UNTIL(count_done(o, n) == n, 3000);
+}
+
 /* ---- tests ---------------------------------------------------------------------------------- */
 
 static void test_send_header_and_props(void)
@@ -355,10 +365,7 @@ static void test_round_robin(void)
     cluster_reset();
     rmq_producer_t *p = producer(cl.ns_addr, NULL);
     outcome_t o[16];
-    memset(o, 0, sizeof(o));
-    for (int i = 0; i < 16; i++)
-        CHECK(send_simple(p, "KnownRR", "m", &o[i]) == 0);
-    WAIT_UNTIL(count_done(o, 16) == 16, 3000);
+    send_all(p, "KnownRR", o, 16);
     int per[2][4] = {{0}};
     for (int i = 0; i < cl.n_rec; i++) {
         int q = atoi(rec_ext(i, 'e'));
@@ -379,10 +386,7 @@ static void test_order_conf_huge_count(void)
     cluster_reset();
     rmq_producer_t *p = producer(cl.ns_addr, NULL);
     outcome_t o[4];
-    memset(o, 0, sizeof(o));
-    for (int i = 0; i < 4; i++)
-        CHECK(send_simple(p, "OrderHuge", "m", &o[i]) == 0);
-    WAIT_UNTIL(count_done(o, 4) == 4, 3000);
+    send_all(p, "OrderHuge", o, 4);
     int per[2] = {0};
     for (int i = 0; i < 4; i++) CHECKF(o[i].err == 0, "%s", o[i].errmsg);
     for (int i = 0; i < cl.n_rec; i++) {
@@ -400,10 +404,7 @@ static void test_auto_create_fallback(void)
     cluster_reset();
     rmq_producer_t *p = producer(cl.ns_addr, NULL);
     outcome_t o[8];
-    memset(o, 0, sizeof(o));
-    for (int i = 0; i < 8; i++)
-        CHECK(send_simple(p, "NewTopic", "m", &o[i]) == 0);
-    WAIT_UNTIL(count_done(o, 8) == 8, 3000);
+    send_all(p, "NewTopic", o, 8);
     CHECK(cl.n_route == 2);
     CHECK(!strcmp(cl.route_topics[0], "NewTopic"));
     CHECK(!strcmp(cl.route_topics[1], "TBW102"));
