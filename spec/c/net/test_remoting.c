@@ -519,6 +519,14 @@ static void addr_of(char *dst, size_t n, const char *host, int port)
         snprintf(dst, n, "%s:%d", host, port);
 }
 
+/* A server on 127.0.0.1, a client, and the server's address in addr. */
+static void server_and_client(server_t *s, client_t *cl, char *addr, size_t n)
+{
+    server_start(s, "127.0.0.1", 0);
+    client_start(cl);
+    addr_of(addr, n, "127.0.0.1", s->port);
+}
+
 /* A raw peer on 127.0.0.1 (answering or not), a client, and the peer's address in addr. */
 static void raw_and_client(raw_peer_t *p, int answer, client_t *cl, char *addr, size_t n)
 {
@@ -1084,9 +1092,7 @@ static void test_broker_initiated(void)
     result_t r, hb;
     char addr[64];
     memset(&hb, 0, sizeof hb);
-    server_start(&s, "127.0.0.1", 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", s.port);
+    server_and_client(&s, &cl, addr, sizeof addr);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 3000, &hb) == 0);
     WAIT_UNTIL(hb.done && s.last != NULL, 3000);
     rmq_conn_t *sc = s.last;
@@ -1214,9 +1220,7 @@ static void test_big_body(void)
     for (size_t i = 0; i < n; i++)
         body[i] = (char)(i * 31 + (i >> 12));
     memset(&r, 0, sizeof r);
-    server_start(&s, "127.0.0.1", 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", s.port);
+    server_and_client(&s, &cl, addr, sizeof addr);
     rmq_cmd_t req;
     rmq__cmd_init(&req, RMQ_REQ_SEND_MESSAGE, RMQ_SERIALIZE_ROCKETMQ);
     req.body = body;
@@ -1250,9 +1254,7 @@ static void test_pipelined(void)
     char addr[64];
     const int N = 10000;
     pipe_done = pipe_bad = 0;
-    server_start(&s, "127.0.0.1", 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", s.port);
+    server_and_client(&s, &cl, addr, sizeof addr);
     for (intptr_t i = 0; i < N; i++) {
         rmq_cmd_t req;
         rmq__cmd_init(&req, RMQ_REQ_HEART_BEAT,

@@ -282,6 +282,22 @@ static int send_simple(rmq_producer_t *p, const char *topic, const char *body, o
     return rmq__producer_send(p, &m, on_done, o, err, sizeof(err));
 }
 
+/* The cluster reset and a producer on it with the default options. */
+static rmq_producer_t *fresh_producer(void)
+{
+    cluster_reset();
+    return producer(cl.ns_addr, NULL);
+}
+
+/* The queue id the i-th recorded send went to; CHECKs that it is below nq. Returns -1 when it is
+ * not. */
+static int rec_queue(int i, int nq)
+{
+    int q = atoi(rec_ext(i, 'e'));
+    CHECK(q >= 0 && q < nq);
+    return q >= 0 && q < nq ? q : -1;
+}
+
 /* n messages with body "m" sent to topic, their outcomes o[0..n-1] (cleared first); returns when
  * all are done. */
 static void send_all(rmq_producer_t *p, const char *topic, outcome_t *o, int n)
@@ -296,8 +312,7 @@ static void send_all(rmq_producer_t *p, const char *topic, outcome_t *o, int n)
 
 static void test_send_header_and_props(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     rmq_prop_t props[] = {{"color", "red"}, {"n", "1"}, {"n", "2"}, {"gone", "x"}, {"gone", NULL}};
     rmq_send_msg_t m = {.topic = "KnownA",
                         .body = "hello",
@@ -362,15 +377,13 @@ static void test_send_header_and_props(void)
 
 static void test_round_robin(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     outcome_t o[16];
     send_all(p, "KnownRR", o, 16);
     int per[2][4] = {{0}};
     for (int i = 0; i < cl.n_rec; i++) {
-        int q = atoi(rec_ext(i, 'e'));
-        CHECK(q >= 0 && q < 4);
-        if (q >= 0 && q < 4) per[cl.rec[i].broker][q]++;
+        int q = rec_queue(i, 4);
+        if (q >= 0) per[cl.rec[i].broker][q]++;
     }
     /* 8 writable master queues (broker-c has no master), 16 sends: each queue twice. */
     for (int b = 0; b < 2; b++)
@@ -383,17 +396,15 @@ static void test_round_robin(void)
  * left out with an error: the other entries are published to, nothing is allocated by it. */
 static void test_order_conf_huge_count(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     outcome_t o[4];
     send_all(p, "OrderHuge", o, 4);
     int per[2] = {0};
     for (int i = 0; i < 4; i++) CHECKF(o[i].err == 0, "%s", o[i].errmsg);
     for (int i = 0; i < cl.n_rec; i++) {
         CHECK(cl.rec[i].broker == 1);
-        int q = atoi(rec_ext(i, 'e'));
-        CHECK(q >= 0 && q < 2);
-        if (q >= 0 && q < 2) per[q]++;
+        int q = rec_queue(i, 2);
+        if (q >= 0) per[q]++;
     }
     CHECK(cl.n_rec == 4 && per[0] == 2 && per[1] == 2);
     producer_done(p);
@@ -401,8 +412,7 @@ static void test_order_conf_huge_count(void)
 
 static void test_auto_create_fallback(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     outcome_t o[8];
     send_all(p, "NewTopic", o, 8);
     CHECK(cl.n_route == 2);
@@ -413,9 +423,8 @@ static void test_auto_create_fallback(void)
         CHECK(o[i].err == 0);
         CHECK(cl.rec[i].broker == 0);
         CHECK(!strcmp(rec_ext(i, 'b'), "NewTopic"));
-        int q = atoi(rec_ext(i, 'e'));
-        CHECK(q >= 0 && q < 4); /* min(defaultTopicQueueNums 4, 8) */
-        if (q >= 0 && q < 8) per[q]++;
+        int q = rec_queue(i, 4); /* min(defaultTopicQueueNums 4, 8) */
+        if (q >= 0) per[q]++;
     }
     for (int q = 0; q < 4; q++)
         CHECK(per[q] == 2);
@@ -424,8 +433,7 @@ static void test_auto_create_fallback(void)
 
 static void test_retry(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     /* One SYSTEM_ERROR on each broker: X fails, Y (not X) fails, X again succeeds. */
     cl.faults[0][0] = cl.faults[1][0] = RMQ_RESP_SYSTEM_ERROR;
     cl.n_faults[0] = cl.n_faults[1] = 1;
@@ -523,8 +531,7 @@ static void test_compression(void)
 
 static void test_send_retry(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     const char raw[] = "TAGS\001TagA\002UNIQ_KEY\001ABC123\002TRAN_MSG\001true\002KEYS\001k9";
     outcome_t o = {0};
     char err[128];
@@ -630,8 +637,7 @@ static void test_route_refresh(void)
 
 static void test_validation_and_destroy(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     outcome_t o = {0};
     char err[160];
     rmq_send_msg_t m = {.topic = "bad topic", .body = "x", .body_len = 1};
