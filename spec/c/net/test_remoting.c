@@ -155,14 +155,12 @@ static void server_start(server_t *s, const char *host, size_t max_frame)
 {
     char err[200];
     memset(s, 0, sizeof(*s));
-    rmq_remoting_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.loop = loop;
-    o.name = "test-server";
-    o.max_frame = max_frame;
-    o.on_open = srv_open;
-    o.on_close = srv_close;
-    o.ud = s;
+    rmq_remoting_opts_t o = {.loop = loop,
+                             .name = "test-server",
+                             .max_frame = max_frame,
+                             .on_open = srv_open,
+                             .on_close = srv_close,
+                             .ud = s};
     CHECK(rmq__remoting_new(&o, &s->t, err, sizeof err) == 0);
     rmq__remoting_set_handler(s->t, RMQ_REQ_HEART_BEAT, h_echo, s);
     rmq__remoting_set_handler(s->t, RMQ_REQ_SEND_MESSAGE, h_echo_lent, s);

@@ -153,12 +153,8 @@ static void server_start_on(server_t *s, rmq_tls_ctx_t *tls, int enforcing, cons
 {
     char err[256];
     memset(s, 0, sizeof *s);
-    rmq_remoting_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.loop = loop;
-    o.name = "tls-server";
-    o.tls_server = tls;
-    o.tls_enforcing = enforcing;
+    rmq_remoting_opts_t o = {
+        .loop = loop, .name = "tls-server", .tls_server = tls, .tls_enforcing = enforcing};
     CHECK(rmq__remoting_new(&o, &s->t, err, sizeof err) == 0);
     rmq__remoting_set_handler(s->t, RMQ_REQ_HEART_BEAT, h_echo, s);
     CHECK(rmq__remoting_listen(s->t, ip, 0, err, sizeof err) == 0);

@@ -282,6 +282,14 @@ static int send_simple(rmq_producer_t *p, const char *topic, const char *body, o
     return rmq__producer_send(p, &m, on_done, o, err, sizeof(err));
 }
 
+/* One message sent; returns when it is done, within ms (scaled). */
+static void send_wait(rmq_producer_t *p, const char *topic, const char *body, outcome_t *o,
+                      int ms)
+{
+    CHECK(send_simple(p, topic, body, o) == 0);
+    WAIT_UNTIL(o->done == 1, ms);
+}
+
 /* The cluster reset and a producer on it with the default options. */
 static rmq_producer_t *fresh_producer(void)
 {
@@ -438,8 +446,7 @@ static void test_retry(void)
     cl.faults[0][0] = cl.faults[1][0] = RMQ_RESP_SYSTEM_ERROR;
     cl.n_faults[0] = cl.n_faults[1] = 1;
     outcome_t o = {0};
-    CHECK(send_simple(p, "KnownR", "retry", &o) == 0);
-    WAIT_UNTIL(o.done == 1, 3000);
+    send_wait(p, "KnownR", "retry", &o, 3000);
     CHECK(o.err == 0);
     CHECK(o.res.attempts == 3);
     CHECK(cl.n_rec == 3);
@@ -454,8 +461,7 @@ static void test_retry(void)
     cl.faults[1][0] = cl.faults[1][1] = RMQ_RESP_SERVICE_NOT_AVAILABLE;
     cl.n_faults[0] = cl.n_faults[1] = 2;
     outcome_t o2 = {0};
-    CHECK(send_simple(p, "KnownR", "fail", &o2) == 0);
-    WAIT_UNTIL(o2.done == 1, 3000);
+    send_wait(p, "KnownR", "fail", &o2, 3000);
     CHECK(o2.err == RMQ_RESP_SERVICE_NOT_AVAILABLE);
     CHECK(cl.n_rec == 3);
     CHECK(strstr(o2.errmsg, "send to topic KnownR failed after 3 attempts") != NULL);
@@ -465,8 +471,7 @@ static void test_retry(void)
     cl.faults[0][0] = cl.faults[1][0] = RMQ_RESP_MESSAGE_ILLEGAL;
     cl.n_faults[0] = cl.n_faults[1] = 1;
     outcome_t o3 = {0};
-    CHECK(send_simple(p, "KnownR", "illegal", &o3) == 0);
-    WAIT_UNTIL(o3.done == 1, 3000);
+    send_wait(p, "KnownR", "illegal", &o3, 3000);
     CHECK(o3.err == RMQ_RESP_MESSAGE_ILLEGAL);
     CHECK(cl.n_rec == 1);
     CHECK(strstr(o3.errmsg, "send to topic KnownR failed: broker broker-") != NULL);
@@ -608,8 +613,7 @@ static void test_route_refresh(void)
     rmq_producer_t *p = producer(cl.ns_addr, &po);
     outcome_t o[8];
     memset(o, 0, sizeof(o));
-    CHECK(send_simple(p, "KnownRefresh", "r", &o[0]) == 0);
-    WAIT_UNTIL(o[0].done == 1, 3000);
+    send_wait(p, "KnownRefresh", "r", &o[0], 3000);
     /* The route moves to broker-b only: picked up by the periodic refresh. */
     cl.route_mode = 1;
     int asked = cl.n_route;
@@ -628,8 +632,7 @@ static void test_route_refresh(void)
     asked = cl.n_route;
     WAIT_UNTIL(cl.n_route >= asked + 2, 3000);
     cluster_reset();
-    CHECK(send_simple(p, "KnownRefresh", "r", &o[5]) == 0);
-    WAIT_UNTIL(o[5].done == 1, 3000);
+    send_wait(p, "KnownRefresh", "r", &o[5], 3000);
     CHECK(o[5].err == 0 && cl.n_rec == 1 && cl.rec[0].broker == 1);
     cl.route_mode = 0;
     producer_done(p);
@@ -687,8 +690,7 @@ static void test_no_name_server(void)
 {
     rmq_producer_t *p = producer("127.0.0.1:1", NULL);
     outcome_t o = {0};
-    CHECK(send_simple(p, "Anything", "x", &o) == 0);
-    WAIT_UNTIL(o.done == 1, 5000);
+    send_wait(p, "Anything", "x", &o, 5000);
     CHECK(o.err != 0);
     CHECK(strstr(o.errmsg, "send to topic Anything failed: no route info for the topic") != NULL);
     CHECK(strstr(o.errmsg, "127.0.0.1:1") != NULL);
@@ -818,8 +820,7 @@ static void test_name_server_failover(void)
         cluster_reset();
         rmq_producer_t *p = producer(list, NULL);
         outcome_t o = {0};
-        CHECK(send_simple(p, "KnownFailover", "x", &o) == 0);
-        WAIT_UNTIL(o.done == 1, 5000);
+        send_wait(p, "KnownFailover", "x", &o, 5000);
         CHECK(o.err == 0);
         CHECK(cl.n_rec == 1);
         producer_done(p);
