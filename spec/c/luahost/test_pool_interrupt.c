@@ -43,7 +43,6 @@ int lua_sethook(lua_State *L, lua_Hook func, int mask, int count)
 
 /* ---- the pool ------------------------------------------------------------------------- */
 
-
 static rmq_pool_t *start(const char *path, int64_t timeout_ms)
 {
     char err[1024];

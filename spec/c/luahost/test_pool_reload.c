@@ -43,7 +43,6 @@ static const char *script_text =
 static rmq_pool_t *requeue_to; /* where requeue() sends what the retired pool hands over */
 static int nrequeued;
 
-
 static void requeue(void *ud, rmq_batch_t *b)
 {
     (void)ud;
