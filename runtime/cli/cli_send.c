@@ -493,10 +493,7 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
         const char *a = argv[i], *v = NULL;
         int64_t n;
         int c;
-#define NEED_VALUE()                                                                               \
-    do {                                                                                           \
-        if (!(v = rmq__cli_value(&r->cc, argc, argv, &i))) return 2;                               \
-    } while (0)
+#define NEED_VALUE() RMQ_CLI_NEED_VALUE(&r->cc, v)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(&r->cc, stdout);
             return 1;
