@@ -28,11 +28,13 @@ static const char *const conn_options[] = {"access_key",
                                            "tls_client_auth_server",
                                            "tls_verify_server_name"};
 
-void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace)
+void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace,
+                        void (*usage)(const rmq_cli_conn_t *cc, FILE *out))
 {
     memset(cc, 0, sizeof(*cc));
     cc->cmd = cmd;
     cc->with_namespace = with_namespace;
+    cc->usage = usage;
 }
 
 static int allowed(const rmq_cli_conn_t *cc, const char *key)
@@ -54,6 +56,10 @@ const char *rmq__cli_value(const rmq_cli_conn_t *cc, int argc, char **argv, int 
 int rmq__cli_conn_arg(rmq_cli_conn_t *cc, int argc, char **argv, int *i)
 {
     const char *a = argv[*i], *v;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        cc->usage(cc, stdout);
+        return 2;
+    }
     if (strcmp(a, "--namesrv") && strcmp(a, "--set") && strcmp(a, "--log-debug")) return 0;
     if (!(v = rmq__cli_value(cc, argc, argv, i))) return -1;
     if (!strcmp(a, "--namesrv")) {

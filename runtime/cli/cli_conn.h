@@ -34,13 +34,16 @@ typedef struct rmq_cli_conn {
     rmq_conf_t *conf;    /* the options set; NULL while none was */
     rmq_tls_ctx_t *tls;  /* use_tls: the client context (rmq__cli_conn_check) */
     int refused;         /* a broker's ACL refused a request (reported once) */
+    /* The command's --help text, written to out (-h and --help print it on stdout). */
+    void (*usage)(const struct rmq_cli_conn *cc, FILE *out);
     /* Called once, on the loop thread, right after the first refusal was reported: the command
      * stops (its exit code is then RMQ_CLI_EXIT_ACL). */
     void (*on_refused)(void *ud);
     void *ud;
 } rmq_cli_conn_t;
 
-void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace);
+void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace,
+                        void (*usage)(const rmq_cli_conn_t *cc, FILE *out));
 
 /* In a command's argument loop (`for (int i = 1; i < argc; i++)`), for the option at argv[*i]:
  * the value after it, *i moved onto that value; NULL, after saying on stderr that the option
@@ -54,9 +57,10 @@ const char *rmq__cli_value(const rmq_cli_conn_t *cc, int argc, char **argv, int 
         if (!((v) = rmq__cli_value((cc), argc, argv, &i))) return 2;                               \
     } while (0)
 
-/* The arguments every client command takes, at argv[*i]: --namesrv ADDR, --set KEY=VALUE and
- * --log-debug CATS. Returns 1 when argv[*i] is one of them (*i then on its value), 0 when it is
- * not, -1 after saying on stderr what is wrong (a usage error, exit 2). */
+/* The arguments every client command takes, at argv[*i]: -h and --help (the usage printed on
+ * stdout), --namesrv ADDR, --set KEY=VALUE and --log-debug CATS. Returns 1 when argv[*i] is one of
+ * the last three (*i then on its value), 2 after printing the usage (the command exits 0), 0 when
+ * it is none of them, -1 after saying on stderr what is wrong (a usage error, exit 2). */
 int rmq__cli_conn_arg(rmq_cli_conn_t *cc, int argc, char **argv, int *i);
 
 /* After the arguments: cc->namesrv from $NAMESRV_ADDR when --namesrv was not given. Returns 0,

@@ -555,11 +555,8 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
         const char *a = argv[i], *v = NULL;
         int c;
 #define NEED_VALUE() RMQ_CLI_NEED_VALUE(&r->cc, v)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(&r->cc, stdout);
-            return 1;
-        } else if ((c = rmq__cli_conn_arg(&r->cc, argc, argv, &i)) != 0) {
-            if (c < 0) return 2; /* --namesrv, --set, --log-debug */
+        if ((c = rmq__cli_conn_arg(&r->cc, argc, argv, &i)) != 0) {
+            if (c != 1) return c < 0 ? 2 : 1; /* -h, --help, --namesrv, --set, --log-debug */
         } else if (!strcmp(a, "--group") || !strcmp(a, "-g")) {
             NEED_VALUE();
             r->group = v;
@@ -626,7 +623,7 @@ static void run_free(redrive_run_t *r)
 int rmq__cli_redrive(int argc, char **argv)
 {
     redrive_run_t *r = rmq__xcalloc(1, sizeof(*r));
-    rmq__cli_conn_init(&r->cc, "redrive", 1);
+    rmq__cli_conn_init(&r->cc, "redrive", 1, usage);
     r->cc.on_refused = on_acl_refused;
     r->cc.ud = r;
     int rc = parse_args(r, argc, argv);

@@ -659,11 +659,8 @@ static int parse_args(tail_run_t *t, int argc, char **argv)
         int64_t n;
         int c;
 #define NEED_VALUE() RMQ_CLI_NEED_VALUE(&t->cc, v)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(&t->cc, stdout);
-            return 1;
-        } else if ((c = rmq__cli_conn_arg(&t->cc, argc, argv, &i)) != 0) {
-            if (c < 0) return 2; /* --namesrv, --set, --log-debug */
+        if ((c = rmq__cli_conn_arg(&t->cc, argc, argv, &i)) != 0) {
+            if (c != 1) return c < 0 ? 2 : 1; /* -h, --help, --namesrv, --set, --log-debug */
         } else if (!strcmp(a, "--from")) {
             NEED_VALUE();
             if (parse_from(v, &t->from, &t->from_value)) {
@@ -766,7 +763,7 @@ int rmq__cli_tail(int argc, char **argv)
     tail_run_t *t = rmq__xcalloc(1, sizeof(*t));
     t->queue_id = -1;
     t->from = RMQ_FROM_LAST;
-    rmq__cli_conn_init(&t->cc, "tail", 1);
+    rmq__cli_conn_init(&t->cc, "tail", 1, usage);
     t->cc.on_refused = on_acl_refused;
     t->cc.ud = t;
     int rc = parse_args(t, argc, argv);
