@@ -656,10 +656,8 @@ static void test_timeout(void)
 {
     raw_peer_t p;
     client_t cl;
-    result_t r, r2;
+    result_t r = {0}, r2 = {0};
     char addr[64];
-    memset(&r, 0, sizeof r);
-    memset(&r2, 0, sizeof r2);
     raw_and_client(&p, 0, &cl, addr, sizeof addr);
 
     /* An asynchronous request: timeout, connection stays. */
@@ -850,12 +848,9 @@ static void test_connect_timeout(void)
     }
     if (hanging) {
         client_t cl;
-        result_t r;
+        result_t r = {0};
         char addr[64];
-        rmq_remoting_opts_t o;
-        memset(&o, 0, sizeof o);
-        memset(&r, 0, sizeof r);
-        o.connect_timeout_ms = 200;
+        rmq_remoting_opts_t o = {.connect_timeout_ms = 200};
         client_start_opts(&cl, &o);
         addr_of(addr, sizeof addr, "127.0.0.1", port);
         CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 60000, &r) == 0);
@@ -888,9 +883,7 @@ static void test_expired_before_connect(void)
     raw_start(&p, 1);
     int port = p.port;
     raw_stop(&p);
-    rmq_remoting_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.reconnect_min_ms = 300;
+    rmq_remoting_opts_t o = {.reconnect_min_ms = 300};
     client_start_opts(&cl, &o);
     addr_of(addr, sizeof addr, "127.0.0.1", port);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 3000, &r1) == 0);
@@ -916,10 +909,8 @@ static void test_host_name(void)
 {
     server_t s;
     client_t cl;
-    result_t r, bad;
+    result_t r = {0}, bad = {0};
     char addr[64];
-    memset(&r, 0, sizeof r);
-    memset(&bad, 0, sizeof bad);
     server_start(&s, "127.0.0.1", 0);
     client_start(&cl);
     snprintf(addr, sizeof addr, "localhost:%d", s.port);
