@@ -223,6 +223,20 @@ static const char *prop(const char *props, const char *key)
     return v;
 }
 
+/* Each key=value in want (separated by ';') is a property in props with that value. */
+static void check_props(const char *props, const char *want)
+{
+    char buf[512], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", want);
+    for (char *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(kv, '=');
+        *eq = '\0';
+        const char *got = prop(props, kv);
+        CHECKF(got && !strcmp(got, eq + 1), "property %s is '%s', not '%s'", kv,
+               got ? got : "(none)", eq + 1);
+    }
+}
+
 /* ---- the client side ---------------------------------------------------------------------- */
 
 typedef struct outcome {
@@ -290,6 +304,29 @@ static void send_wait(rmq_producer_t *p, const char *topic, const char *body, ou
     WAIT_UNTIL(o->done == 1, ms);
 }
 
+/* Each broker answers its next n sends (at most 8) with code. */
+static void fail_next(int code, int n)
+{
+    for (int b = 0; b < 2; b++) {
+        for (int i = 0; i < n; i++)
+            cl.faults[b][i] = code;
+        cl.n_faults[b] = n;
+    }
+}
+
+/* On the reset cluster whose brokers fail their next n sends with code, one send of body to
+ * KnownR (outcome in o): it fails with code after attempts sends. */
+static void send_failing(rmq_producer_t *p, int code, int n, const char *body, outcome_t *o,
+                         int attempts)
+{
+    cluster_reset();
+    fail_next(code, n);
+    memset(o, 0, sizeof(*o));
+    send_wait(p, "KnownR", body, o, 3000);
+    CHECK(o->err == code);
+    CHECK(cl.n_rec == attempts);
+}
+
 /* The cluster reset and a producer on it with the default options. */
 static rmq_producer_t *fresh_producer(void)
 {
@@ -354,12 +391,7 @@ static void test_send_header_and_props(void)
         CHECK(rec_ext(0, 'l') == NULL);
         CHECK(!strcmp(rec_ext(0, 'm'), "false"));
         const char *pr = rec_ext(0, 'i');
-        CHECK(!strcmp(prop(pr, "TAGS"), "TagA"));
-        CHECK(!strcmp(prop(pr, "KEYS"), "k1 k2"));
-        CHECK(!strcmp(prop(pr, "DELAY"), "3"));
-        CHECK(!strcmp(prop(pr, "WAIT"), "true"));
-        CHECK(!strcmp(prop(pr, "color"), "red"));
-        CHECK(!strcmp(prop(pr, "n"), "2"));
+        check_props(pr, "TAGS=TagA;KEYS=k1 k2;DELAY=3;WAIT=true;color=red;n=2");
         CHECK(prop(pr, "gone") == NULL);
         CHECK(strlen(prop(pr, "UNIQ_KEY")) == 32);
         CHECK(!strcmp(prop(pr, "UNIQ_KEY"), o.res.msg_id));
@@ -443,8 +475,7 @@ static void test_retry(void)
 {
     rmq_producer_t *p = fresh_producer();
     /* One SYSTEM_ERROR on each broker: X fails, Y (not X) fails, X again succeeds. */
-    cl.faults[0][0] = cl.faults[1][0] = RMQ_RESP_SYSTEM_ERROR;
-    cl.n_faults[0] = cl.n_faults[1] = 1;
+    fail_next(RMQ_RESP_SYSTEM_ERROR, 1);
     outcome_t o = {0};
     send_wait(p, "KnownR", "retry", &o, 3000);
     CHECK(o.err == 0);
@@ -456,24 +487,13 @@ static void test_retry(void)
         CHECK(!strcmp(rec_ext(0, 'i'), rec_ext(2, 'i'))); /* same UNIQ_KEY */
     }
     /* Three failures: gives up, names the topic, the broker and the code. */
-    cluster_reset();
-    cl.faults[0][0] = cl.faults[0][1] = RMQ_RESP_SERVICE_NOT_AVAILABLE;
-    cl.faults[1][0] = cl.faults[1][1] = RMQ_RESP_SERVICE_NOT_AVAILABLE;
-    cl.n_faults[0] = cl.n_faults[1] = 2;
-    outcome_t o2 = {0};
-    send_wait(p, "KnownR", "fail", &o2, 3000);
-    CHECK(o2.err == RMQ_RESP_SERVICE_NOT_AVAILABLE);
-    CHECK(cl.n_rec == 3);
+    outcome_t o2;
+    send_failing(p, RMQ_RESP_SERVICE_NOT_AVAILABLE, 2, "fail", &o2, 3);
     CHECK(strstr(o2.errmsg, "send to topic KnownR failed after 3 attempts") != NULL);
     CHECK(strstr(o2.errmsg, "SERVICE_NOT_AVAILABLE") != NULL);
     /* Not retryable. */
-    cluster_reset();
-    cl.faults[0][0] = cl.faults[1][0] = RMQ_RESP_MESSAGE_ILLEGAL;
-    cl.n_faults[0] = cl.n_faults[1] = 1;
-    outcome_t o3 = {0};
-    send_wait(p, "KnownR", "illegal", &o3, 3000);
-    CHECK(o3.err == RMQ_RESP_MESSAGE_ILLEGAL);
-    CHECK(cl.n_rec == 1);
+    outcome_t o3;
+    send_failing(p, RMQ_RESP_MESSAGE_ILLEGAL, 1, "illegal", &o3, 1);
     CHECK(strstr(o3.errmsg, "send to topic KnownR failed: broker broker-") != NULL);
     CHECK(strstr(o3.errmsg, "MESSAGE_ILLEGAL: scripted error") != NULL);
     cl.n_faults[0] = cl.n_faults[1] = 0;
@@ -553,12 +573,8 @@ static void test_send_retry(void)
         CHECK(!strcmp(rec_ext(0, 'h'), "5"));
         CHECK(!strcmp(rec_ext(0, 'f'), "0")); /* TRAN_MSG removed: not a half message */
         const char *pr = rec_ext(0, 'i');
-        CHECK(!strcmp(prop(pr, "ORIGIN_MESSAGE_ID"), "MSGID1"));
-        CHECK(!strcmp(prop(pr, "RETRY_TOPIC"), "OrigTopic"));
-        CHECK(!strcmp(prop(pr, "DELAY"), "5"));
-        CHECK(!strcmp(prop(pr, "UNIQ_KEY"), "ABC123"));
-        CHECK(!strcmp(prop(pr, "TAGS"), "TagA"));
-        CHECK(!strcmp(prop(pr, "KEYS"), "k9"));
+        check_props(pr, "ORIGIN_MESSAGE_ID=MSGID1;RETRY_TOPIC=OrigTopic;DELAY=5;UNIQ_KEY=ABC123;"
+                        "TAGS=TagA;KEYS=k9");
         CHECK(prop(pr, "TRAN_MSG") == NULL);
         CHECK(prop(pr, "RECONSUME_TIME") == NULL);
         CHECK(prop(pr, "MAX_RECONSUME_TIMES") == NULL);
