@@ -540,10 +540,7 @@ static void test_compression(void)
     producer_done(p);
 
     cluster_reset();
-    rmq_producer_opts_t po;
-    memset(&po, 0, sizeof(po));
-    po.retry_times = -1;
-    po.compress_over = -1;
+    rmq_producer_opts_t po = {.retry_times = -1, .compress_over = -1};
     p = producer(cl.ns_addr, &po);
     outcome_t o3 = {0};
     m.body_len = 5000;
@@ -595,10 +592,7 @@ static void test_send_retry(void)
 static void test_window(void)
 {
     cluster_reset();
-    rmq_producer_opts_t po;
-    memset(&po, 0, sizeof(po));
-    po.retry_times = -1;
-    po.max_inflight = 4;
+    rmq_producer_opts_t po = {.retry_times = -1, .max_inflight = 4};
     rmq_producer_t *p = producer(cl.ns_addr, &po);
     outcome_t o[10];
     memset(o, 0, sizeof(o));
@@ -622,10 +616,7 @@ static void test_route_refresh(void)
 {
     cluster_reset();
     cl.route_mode = 0;
-    rmq_producer_opts_t po;
-    memset(&po, 0, sizeof(po));
-    po.retry_times = -1;
-    po.route_poll_ms = 50;
+    rmq_producer_opts_t po = {.retry_times = -1, .route_poll_ms = 50};
     rmq_producer_t *p = producer(cl.ns_addr, &po);
     outcome_t o[8];
     memset(o, 0, sizeof(o));
@@ -773,10 +764,7 @@ static void test_same_as_java(void)
         snprintf(kbuf, sizeof(kbuf), "%.*s", (int)kl, keys);
 
         cluster_reset();
-        rmq_producer_opts_t po;
-        memset(&po, 0, sizeof(po));
-        po.retry_times = -1;
-        po.group = rmq__cmd_ext(&java, "a");
+        rmq_producer_opts_t po = {.retry_times = -1, .group = rmq__cmd_ext(&java, "a")};
         rmq_producer_t *p = producer(cl.ns_addr, &po);
         /* The capture's compressed body is Java's deflate output: send the inflated original. */
         char *body = (char *)java.body;
