@@ -205,17 +205,20 @@ static void test_return_contract(void)
 
 static void test_orderly(void)
 {
-    rmq_pool_t *p = start_script("orderly", "local rmq = require 'rmq'\n"
-                                        "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                                        "  consume_orderly = function(msgs, ctx)\n"
-                                        "    local b = msgs[1].body\n"
-                                        "    assert(ctx.orderly)\n"
-                                        "    if b == 'ok' then return end\n"
-                                        "    if b == 'commit' then return rmq.COMMIT end\n"
-                                        "    if b == 'suspend' then ctx.suspend_millis = 250; return rmq.SUSPEND end\n"
-                                        "    if b == 'later' then return rmq.RECONSUME_LATER end\n"
-                                        "    error('orderly boom')\n"
-                                        "  end }\n", 2, 0);
+    rmq_pool_t *p =
+        start_script("orderly",
+                     "local rmq = require 'rmq'\n"
+                     "return { consumer_group = 'g', subscribe = { T = '*' },\n"
+                     "  consume_orderly = function(msgs, ctx)\n"
+                     "    local b = msgs[1].body\n"
+                     "    assert(ctx.orderly)\n"
+                     "    if b == 'ok' then return end\n"
+                     "    if b == 'commit' then return rmq.COMMIT end\n"
+                     "    if b == 'suspend' then ctx.suspend_millis = 250; return rmq.SUSPEND end\n"
+                     "    if b == 'later' then return rmq.RECONSUME_LATER end\n"
+                     "    error('orderly boom')\n"
+                     "  end }\n",
+                     2, 0);
     if (!p) return;
     tb_t t;
     const char *bodies[] = {"ok", "commit", "suspend", "later", "err"};
@@ -310,12 +313,14 @@ static void test_isolation_and_init(void)
 
 static void test_stop_not_run(void)
 {
-    rmq_pool_t *p = start_script("slow", "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                                        "  consume = function(msgs)\n"
-                                        "    if msgs[1].body == 'slow' then\n"
-                                        "      local t = os.clock(); while os.clock() - t < 0.3 do end\n"
-                                        "    end\n"
-                                        "  end }\n", 1, 0);
+    rmq_pool_t *p = start_script("slow",
+                                 "return { consumer_group = 'g', subscribe = { T = '*' },\n"
+                                 "  consume = function(msgs)\n"
+                                 "    if msgs[1].body == 'slow' then\n"
+                                 "      local t = os.clock(); while os.clock() - t < 0.3 do end\n"
+                                 "    end\n"
+                                 "  end }\n",
+                                 1, 0);
     if (!p) return;
     static tb_t t[4];
     mkbatch(&t[0], "slow", 1);
@@ -355,10 +360,12 @@ static void test_stop_not_run(void)
 /* Batches submitted back to back run on different idle threads at the same time. */
 static void test_parallel(void)
 {
-    rmq_pool_t *p = start_script("parallel", "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                                        "  consume = function(msgs)\n"
-                                        "    local t = os.clock(); while os.clock() - t < 0.5 do end\n"
-                                        "  end }\n", 3, 0);
+    rmq_pool_t *p = start_script("parallel",
+                                 "return { consumer_group = 'g', subscribe = { T = '*' },\n"
+                                 "  consume = function(msgs)\n"
+                                 "    local t = os.clock(); while os.clock() - t < 0.5 do end\n"
+                                 "  end }\n",
+                                 3, 0);
     if (!p) return;
     static tb_t t[3];
     for (int i = 0; i < 3; i++) {

@@ -183,8 +183,6 @@ static void test_ttl(void)
 {
     rmq_shdicts_t *s = rmq_shdicts_new();
     rmq_shdict_t *d = declare(s, "t", 1 << 16);
-    const char *err;
-    int forcible;
     double ttl = -1, v;
     int sc = (int)test_scale();
 
@@ -216,6 +214,8 @@ static void test_ttl(void)
     CHECK(rmq_shdict_ttl(d, "forever", 7, &ttl) == 0 && ttl == 0);
     CHECK(rmq_shdict_expire(d, "none", 4, 10) == -1);
     /* incr with init_ttl: the created entry expires; incr of a live one keeps its TTL */
+    const char *err;
+    int forcible;
     v = 1;
     CHECK(rmq_shdict_incr(d, "ctr", 3, &v, 1, 0, 40 * sc, &err, &forcible) == 0 && v == 1);
     v = 1;
