@@ -439,7 +439,8 @@ static void test_begin(void)
     b = run_one(p, &t, "ok", 1);
     CHECK(b->status == RMQ_CONSUME_SUCCESS && b->handler_error == 0);
     CHECK(begin_calls == 2);
-    stop_script(p);
+    stop(p, 0);
+    test_drop_script(path);
 }
 
 static void test_start_failures(void)
