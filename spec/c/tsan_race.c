@@ -1,6 +1,6 @@
 /*
  * tsan_race.c -- a deliberate data race, for the ThreadSanitizer build only: it shows that the
- * TSan step of scripts/test can fail (spec/02-integration/07-tsan/race_spec.lua runs it under
+ * TSan step of scripts/test can fail (spec/02-integration/08-tsan/race_spec.lua runs it under
  * the step's TSAN_OPTIONS and expects a report). It has the shape of the race the status thread
  * of `rmqlua run` once had: one thread polls a stop flag that another thread sets.
  *
