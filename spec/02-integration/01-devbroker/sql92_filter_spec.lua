@@ -39,15 +39,7 @@ end
 describe("devbroker: SQL92 subscriptions", function()
   describe("without --enable-property-filter (the Java broker's default)", function()
     local db, lib, c
-    lazy_setup(function()
-      wire.quiet()
-      db, _, lib = wire.start("--topic T:1")
-      c = assert(wire.connect(wire.broker_addr(db, 0)))
-    end)
-    lazy_teardown(function()
-      if c then c:close() end
-      if db then lib.rmq_devbroker_stop(db) end
-    end)
+    wire.broker_fixture("--topic T:1", function(...) db, lib, c = ... end)
 
     it("refuses CHECK_CLIENT_CONFIG for SQL92 with the broker's message, accepts TAG", function()
       local r = assert(c:request(CHECK_CLIENT_CONFIG, nil, check_body("g", "SQL92", "a > 1")))
@@ -74,20 +66,14 @@ describe("devbroker: SQL92 subscriptions", function()
 
   describe("with --enable-property-filter", function()
     local db, lib, c
-    lazy_setup(function()
-      wire.quiet()
-      db, _, lib = wire.start("--enable-property-filter --topic T:1 --topic W:1")
-      c = assert(wire.connect(wire.broker_addr(db, 0)))
+    wire.broker_fixture("--enable-property-filter --topic T:1 --topic W:1", function(...)
+      db, lib, c = ...
       -- T: five messages, properties chosen for null and type-mismatch outcomes
       produce(lib, db, "T", "k0", {region = "eu", amount = "250"})
       produce(lib, db, "T", "k1", {region = "us", amount = "900"})
       produce(lib, db, "T", "k2", {region = "eu"})                   -- amount missing: NULL
       produce(lib, db, "T", "k3", {region = "eu", amount = "lots"})  -- Double.valueOf throws
       produce(lib, db, "T", "k4", {region = "eu", amount = "101.5"})
-    end)
-    lazy_teardown(function()
-      if c then c:close() end
-      if db then lib.rmq_devbroker_stop(db) end
     end)
 
     it("answers CHECK_CLIENT_CONFIG: SUCCESS, or SUBSCRIPTION_PARSE_FAILED with the error", function()
