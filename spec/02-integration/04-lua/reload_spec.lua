@@ -242,12 +242,7 @@ return {
     local function version(limit)
       return string.format([[
 local rmq = require "rmq"
-return {
-  consumer_group = "reload_paced",
-  subscribe = { PacedTopic = "*" },
-  consume_thread_min = 2, consume_thread_max = 2,
-  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
-  consume_tps_limit = %d,
+%s  consume_tps_limit = %d,
   shared = { c = "64k" },
   consume = function(msgs)
     local n = rmq.shared.c:incr("n", #msgs, 0)
@@ -255,7 +250,7 @@ return {
     if n == %d then print("PACED DONE") end
   end,
 }
-]], limit, N)
+]], R.head("reload_paced", "PacedTopic", 2), limit, N)
     end
     local path = put("paced.lua", version(20))
     local h = R.start(path)
@@ -331,12 +326,7 @@ return {
     local function version(v, extra)
       return string.format([[
 local rmq = require "rmq"
-return {
-  consumer_group = "reload_prodopt",
-  subscribe = { ProdOptIn = "*" },
-  consume_thread_min = 1, consume_thread_max = 1,
-  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
-  %s
+%s  %s
   consume = function(msgs)
     for i = 1, #msgs do
       print("%s got " .. msgs[i].body)
@@ -344,7 +334,7 @@ return {
     end
   end,
 }
-]], extra or "", v, v)
+]], R.head("reload_prodopt", "ProdOptIn", 1), extra or "", v, v)
     end
     -- The producer's route requests for a topic, among the name server's recorded ones.
     local buf = ffi.new("char[256]")
