@@ -14,6 +14,16 @@ local function put(name, text) return rh.replace(R.tmpdir, name, text) end
 
 local committed = R.committed
 
+-- Writes the script name with text (its first version, which prints "v1 got <body>"), starts it
+-- and waits until it consumed "one", produced to topic: the script's path and the run.
+local function start_v1(name, text, topic)
+  local path = put(name, text)
+  local h = R.start(path)
+  R.produce(topic, "one")
+  h.wait_for("v1 got one")
+  return path, h
+end
+
 local function lines(out, pattern)
   local n = 0
   for _ in out:gmatch(pattern) do n = n + 1 end
@@ -136,10 +146,7 @@ return {
 }
 ]], extra_init or "", v)
     end
-    local path = put("broken.lua", version("v1"))
-    local h = R.start(path)
-    R.produce("BrokenTopic", "one")
-    h.wait_for("v1 got one")
+    local path, h = start_v1("broken.lua", version("v1"), "BrokenTopic")
     local esc = path:gsub("%p", "%%%0")
     -- A syntax error.
     put("broken.lua", "local rmq = require \"rmq\"\nreturn {\n  consumer_group = ,\n}\n")
@@ -279,10 +286,7 @@ return {
 }
 ]], extra or "", v)
     end
-    local path = put("fixed.lua", version("v1"))
-    local h = R.start(path)
-    R.produce("FixedTopic", "one")
-    h.wait_for("v1 got one")
+    local _, h = start_v1("fixed.lua", version("v1"), "FixedTopic")
     put("fixed.lua", (version("v2"):gsub('"reload_fixed"', '"another_group"')))
     h.signal("HUP")
     h.wait_for('refused: consumer_group cannot change while the consumer runs %("reload_fixed" '
