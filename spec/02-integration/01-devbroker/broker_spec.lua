@@ -643,7 +643,7 @@ describe("devbroker", function()
     end)
 
     it("lets another client take an expired lock", function()
-      local db2, lib2, c = wire.start_connected("--lock-expire-ms 200 --topic Tq:4")
+      local _, _, c = wire.start_connected("--lock-expire-ms 200 --topic Tq:4")
       assert.equal(1, #cjson.decode(assert(c:request(LOCK, nil, body("c1", {0}))).body).lockOKMQSet)
       assert.equal(0, #cjson.decode(assert(c:request(LOCK, nil, body("c2", {0}))).body).lockOKMQSet)
       helpers.sleep(0.4)

@@ -65,10 +65,10 @@ local function fill(c)
 end
 
 describe("devbroker message queries", function()
-  local db, lib, baddr, c, sent
+  local baddr, c, sent
 
-  wire.broker_fixture("--topic QA:4 --topic QB:4 --topic QC:4", function(...)
-    db, lib, c = ...
+  wire.broker_fixture("--topic QA:4 --topic QB:4 --topic QC:4", function(db, _, conn)
+    c = conn
     baddr = wire.broker_addr(db, 0)
     sent = fill(c)
   end)
