@@ -438,6 +438,13 @@ static void unsupported(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 {
     db_node_t *node = ud;
     rmq_devbroker_t *db = node->db;
+    /* The transport's table holds codes below 65536: the 5.x POP codes (200050...) of the
+     * node's table come here and go through the gate. */
+    for (int i = 0; i < node->nh; i++)
+        if (node->h[i].code == req->code) {
+            gate(conn, req, ud);
+            return;
+        }
     record(node, req);
     char remark[64];
     snprintf(remark, sizeof(remark), " request type %d not supported", req->code);
@@ -658,6 +665,8 @@ static void db_free(rmq_devbroker_t *db)
         rmq__db_filter_free_all(b);
         rmq__db_subgroups_free(b);
         rmq__db_admin_free(b);
+        rmq__db_pop_free(b);
+        rmq__db_assign_free(b);
         rmq__db_broker_store_free(b);
         node_free_rules(&b->node);
         free(b);

@@ -171,7 +171,7 @@ typedef struct db_node {
     struct {
         int code;
         void (*fn)(struct db_node *node, rmq_conn_t *conn, rmq_cmd_t *req);
-    } h[48];
+    } h[64];
     int nh;
 } db_node_t;
 
@@ -214,6 +214,8 @@ typedef struct db_broker {
      * pulls parked on it may run), or m NULL: q's topic is being deleted. NULL = nobody
      * listens. The store calls nothing above it but this. */
     void (*arriving)(struct db_broker *b, db_queue_t *q, db_msg_t *m);
+    struct db_modes *modes; /* message request modes (devbroker_assign.c), NULL = none set */
+    struct db_pop *pop; /* POP consumption and request modes (devbroker_pop.c), NULL = none yet */
 } db_broker_t;
 
 static inline db_broker_t *rmq__db_broker_of(db_node_t *node)
@@ -354,6 +356,22 @@ void rmq__db_pull_install(db_broker_t *b); /* the handler and b->arriving */
 void rmq__db_drop_parked(db_broker_t *b);
 void rmq__db_pull_conn_closed(db_broker_t *b, rmq_conn_t *conn); /* drop conn's parked pulls */
 void rmq__db_pull_hold_check(db_broker_t *b, int64_t now_mono); /* every scan */
+
+/* devbroker_pop.c: RocketMQ 5.x POP consumption (POP_MESSAGE with long polling, ACK_MESSAGE,
+ * BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, revive) */
+void rmq__db_pop_install(db_broker_t *b);
+/* The store's arrival of m in q: the pops parked on its topic run again (from arriving). */
+void rmq__db_pop_arriving(db_broker_t *b, db_queue_t *q, db_msg_t *m);
+void rmq__db_pop_conn_closed(db_broker_t *b, rmq_conn_t *conn); /* drop conn's parked pops */
+void rmq__db_pop_drop_parked(db_broker_t *b);                   /* answer none, drop all */
+/* Revive every message whose invisible time has passed (every broker scan). */
+void rmq__db_pop_revive(db_broker_t *b, int64_t now_mono);
+void rmq__db_pop_free(db_broker_t *b);
+
+/* devbroker_assign.c: QUERY_ASSIGNMENT, SET_MESSAGE_REQUEST_MODE and
+ * GET_ALL_MESSAGE_REQUEST_MODE (MessageRequestModeManager, QueryAssignmentProcessor) */
+void rmq__db_assign_install(db_broker_t *b);
+void rmq__db_assign_free(db_broker_t *b);
 
 /* devbroker_offset.c: consumer offsets and queue locks */
 void rmq__db_offset_install(db_broker_t *b);
