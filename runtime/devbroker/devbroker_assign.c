@@ -23,8 +23,8 @@
 
 typedef struct db_mode {
     char *topic, *group;
-    int pop;          /* MessageRequestMode: 0 PULL, 1 POP */
-    int32_t share;    /* popShareQueueNum */
+    int pop;       /* MessageRequestMode: 0 PULL, 1 POP */
+    int32_t share; /* popShareQueueNum */
 } db_mode_t;
 
 typedef struct db_modes {
@@ -46,8 +46,9 @@ static void mode_json(rmq_buf_t *o, const db_mode_t *m)
     /* SetMessageRequestModeRequestBody as fastjson writes it (sorted keys). */
     rmq__buf_append(o, "{\"consumerGroup\":", 17);
     rmq__fj_write_str(o, m->group, strlen(m->group), 0);
-    rmq__buf_appendf(o, ",\"mode\":\"%s\",\"popShareQueueNum\":%d,\"topic\":",
-                     m->pop ? "POP" : "PULL", (int)m->share);
+    rmq__buf_appendf(o,
+                     ",\"mode\":\"%s\",\"popShareQueueNum\":%d,\"topic\":", m->pop ? "POP" : "PULL",
+                     (int)m->share);
     rmq__fj_write_str(o, m->topic, strlen(m->topic), 0);
     rmq__buf_append(o, "}", 1);
 }
@@ -102,8 +103,8 @@ static void h_set_mode(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         }
         m->pop = mode;
         m->share = share;
-        rmq_log_info(DB_LOG, "%s: group %s consumes topic %s in %s mode", b->name, group,
-                topic, mode ? "POP" : "PULL");
+        rmq_log_info(DB_LOG, "%s: group %s consumes topic %s in %s mode", b->name, group, topic,
+                     mode ? "POP" : "PULL");
         rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
     }
     rmq__fj_free(doc);
@@ -197,7 +198,9 @@ static void h_query_assignment(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
     if (!topic || !group || !cid) {
         rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
                             "bad QueryAssignmentRequestBody: no %s",
-                            !topic ? "topic" : !group ? "consumerGroup" : "clientId");
+                            !topic   ? "topic"
+                            : !group ? "consumerGroup"
+                                     : "clientId");
         rmq__fj_free(doc);
         return;
     }
@@ -259,9 +262,8 @@ static void h_query_assignment(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
         for (int i = 0; i < ncid; i++)
             if (!strcmp(cids[i], cid)) idx = i;
         if (idx < 0) {
-            rmq_log_warn(DB_LOG,
-                    "%s: QUERY_ASSIGNMENT: client %s is not a member of group %s", b->name, cid,
-                    group);
+            rmq_log_warn(DB_LOG, "%s: QUERY_ASSIGNMENT: client %s is not a member of group %s",
+                         b->name, cid, group);
         } else {
             int rounds = pop ? (share < ncid - 1 ? share : ncid - 1) + 1 : 1;
             char *given = calloc((size_t)nmq, 1);

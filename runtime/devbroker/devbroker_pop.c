@@ -1,8 +1,9 @@
 /*
  * devbroker_pop.c -- RocketMQ 5.x POP consumption of the development broker (RIP-19):
  * POP_MESSAGE (200050, PopMessageProcessor) with long polling (PopLongPollingService),
- * ACK_MESSAGE (200051, AckMessageProcessor), CHANGE_MESSAGE_INVISIBLETIME (200053,
- * ChangeInvisibleTimeProcessor) and the revive of un-acked messages (PopReviveService).
+ * ACK_MESSAGE (200051) and BATCH_ACK_MESSAGE (200151, AckMessageProcessor),
+ * CHANGE_MESSAGE_INVISIBLETIME (200053, ChangeInvisibleTimeProcessor) and the revive of un-acked
+ * messages (PopReviveService).
  *
  * A pop reads the group's offset of each queue (set by initMode when the group has none),
  * moves it past what it read and keeps a checkpoint per message handed out: group, topic,
@@ -20,6 +21,7 @@
  * Threads: the broker thread only.
  */
 #include "devbroker_int.h"
+#include "protocol/fjson.h"
 #include "protocol/sql92.h"
 #include "protocol/subscription.h"
 
@@ -28,9 +30,9 @@
 #include <string.h>
 
 #define RETRY_PREFIX "%RETRY%"
-#define MAX_POP_NUMS 32                  /* PopMessageProcessor: maxMsgNums over 32 is refused */
+#define MAX_POP_NUMS 32                 /* PopMessageProcessor: maxMsgNums over 32 is refused */
 #define MAX_TRANSFER_BYTES (256 * 1024) /* maxTransferBytesOnMessageInMemory */
-#define INIT_MODE_MIN 0                  /* ConsumeInitMode */
+#define INIT_MODE_MIN 0                 /* ConsumeInitMode */
 #define INIT_MODE_MAX 1
 
 /* A message handed out and not acked yet (PopCheckPoint, one per message). */
@@ -58,7 +60,7 @@ typedef struct db_pop {
     pop_ck_t *cks;
     pop_wait_t *waits;
     unsigned gen; /* arrivals served */
-    uint32_t rr; /* the queue the next pop of all queues starts at */
+    uint32_t rr;  /* the queue the next pop of all queues starts at */
 } db_pop_t;
 
 static db_pop_t *pop_of(db_broker_t *b)
@@ -210,8 +212,8 @@ typedef struct pop_found {
 
 /* Pop up to max - f->n messages of queue q of topic t for group: from the group's offset (or
  * initMode's), past every message read, matched or not. */
-static void pop_queue(db_broker_t *b, const char *group, db_topic_t *t, db_queue_t *q,
-                      int64_t max, int init_mode, const rmq_sub_t *sub, const rmq_sql92_t *expr,
+static void pop_queue(db_broker_t *b, const char *group, db_topic_t *t, db_queue_t *q, int64_t max,
+                      int init_mode, const rmq_sub_t *sub, const rmq_sql92_t *expr,
                       int64_t pop_time, int64_t invisible, pop_found_t *f)
 {
     int is_retry = !strncmp(t->name, RETRY_PREFIX, strlen(RETRY_PREFIX));
@@ -615,10 +617,99 @@ static void h_change_invisible(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
     rmq__cmd_free(&resp);
 }
 
+/* ---- BATCH_ACK_MESSAGE ----------------------------------------------------------------------- */
+
+/* Standard base64 (java.util.Base64) into out (room for size bytes); the byte count, or -1. */
+static int b64_decode(const char *s, uint8_t *out, int size)
+{
+    int n = 0, bits = 0;
+    uint32_t acc = 0;
+    for (; *s && *s != '='; s++) {
+        int v;
+        char ch = *s;
+        if (ch >= 'A' && ch <= 'Z')
+            v = ch - 'A';
+        else if (ch >= 'a' && ch <= 'z')
+            v = ch - 'a' + 26;
+        else if (ch >= '0' && ch <= '9')
+            v = ch - '0' + 52;
+        else if (ch == '+')
+            v = 62;
+        else if (ch == '/')
+            v = 63;
+        else
+            return -1;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (n == size) return -1;
+            out[n++] = (uint8_t)(acc >> bits);
+        }
+    }
+    return n;
+}
+
+/* BatchAckMessageRequestBody {"brokerName":..,"acks":[BatchAck]}: each BatchAck (fields "c"
+ * consumerGroup, "t" topic, "r" retry, "so" startOffset, "q" queueId, "rq" reviveQueueId, "pt"
+ * popTime, "it" invisibleTime, "b" bitSet: base64 of BitSet.toByteArray, bit i acking offset
+ * startOffset + i) acks its messages as ACK_MESSAGE does; a BatchAck naming no queue of this
+ * broker is skipped, as AckMessageProcessor does. */
+static void h_batch_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
+{
+    db_broker_t *b = rmq__db_broker_of(node);
+    rmq_fjdoc_t *doc = rmq__db_parse_body(conn, req, "BatchAckMessageRequestBody");
+    if (!doc) return;
+    rmq_fj_t *acks = rmq__fj_get(rmq__fj_root(doc), "acks");
+    if (!acks || acks->type != RMQ_FJ_ARRAY) {
+        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                           "bad BatchAckMessageRequestBody: no acks");
+        rmq__fj_free(doc);
+        return;
+    }
+    for (rmq_fj_t *a = acks->child; a; a = a->next) {
+        const char *group = rmq__fj_get_str(a, "c");
+        const char *topic = rmq__fj_get_str(a, "t");
+        const char *retry = rmq__fj_get_str(a, "r");
+        const char *bits = rmq__fj_get_str(a, "b");
+        int64_t start = 0, pop_time = 0;
+        int32_t qid = 0;
+        if (!group || !topic || !bits || rmq__fj_get_i64(a, "so", &start) ||
+            rmq__fj_get_i32(a, "q", &qid) || rmq__fj_get_i64(a, "pt", &pop_time)) {
+            rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                               "bad BatchAckMessageRequestBody: a BatchAck without c, t, so, q, pt "
+                               "or b");
+            rmq__fj_free(doc);
+            return;
+        }
+        /* ExtraInfoUtil.getRealTopic: retry "1" names the group's retry topic. */
+        char real[512];
+        if (retry && !strcmp(retry, "1"))
+            retry_topic(real, sizeof(real), group, topic);
+        else
+            snprintf(real, sizeof(real), "%s", topic);
+        db_topic_t *t = rmq__db_topic_get(b, real);
+        if (!t || qid < 0 || qid >= t->read_q) continue;
+        uint8_t set[512];
+        int n = b64_decode(bits, set, (int)sizeof(set));
+        if (n < 0) {
+            rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                                "bad BatchAckMessageRequestBody: bitSet is not base64: %s", bits);
+            rmq__fj_free(doc);
+            return;
+        }
+        for (int i = 0; i < n * 8; i++)
+            if (set[i / 8] & (1u << (i % 8))) ck_remove(b, group, real, qid, start + i, pop_time);
+    }
+    rmq__fj_free(doc);
+    rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
+}
+
 void rmq__db_pop_install(db_broker_t *b)
 {
     rmq__db_set_handler(&b->node, RMQ_REQ_POP_MESSAGE, h_pop);
     rmq__db_set_handler(&b->node, RMQ_REQ_ACK_MESSAGE, h_ack);
+    rmq__db_set_handler(&b->node, RMQ_REQ_BATCH_ACK_MESSAGE, h_batch_ack);
     rmq__db_set_handler(&b->node, RMQ_REQ_CHANGE_MESSAGE_INVISIBLETIME, h_change_invisible);
 }
 

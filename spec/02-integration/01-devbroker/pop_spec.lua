@@ -11,7 +11,7 @@ local wire = require "02-integration.01-devbroker.wire"
 
 local PULL, HEARTBEAT = 11, 34
 local QUERY_ASSIGNMENT, SET_MODE, GET_ALL_MODES = 400, 401, 402
-local POP, ACK, CHANGE_INVISIBLE = 200050, 200051, 200053
+local POP, ACK, CHANGE_INVISIBLE, BATCH_ACK = 200050, 200051, 200053, 200151
 local POLLING_TIMEOUT = 210
 
 describe("devbroker: RocketMQ 5.x mode", function()
@@ -20,7 +20,7 @@ describe("devbroker: RocketMQ 5.x mode", function()
   lazy_setup(function()
     wire.quiet()
     db, _, lib = wire.start("--topic Tpop:2 --topic Tlong:1 --topic Trev:1 --topic Tinv:1 " ..
-                            "--topic Tack:1 --topic Tassign:4 --topic Tshare:2 --topic Texp:1")
+                            "--topic Tack:1 --topic Tbatch:1 --topic Tassign:4 --topic Tshare:2 --topic Texp:1")
     c = assert(wire.connect(wire.broker_addr(db, 0)))
   end)
   lazy_teardown(function()
@@ -329,6 +329,38 @@ describe("devbroker: RocketMQ 5.x mode", function()
       x = assert(c:request(ACK, ext))
       assert.equal(1, x.code)
       assert.equal("extraInfo is illegal: garbage", x.remark)
+    end)
+
+    it("batch acks: the BatchAck bitSet acks offsets from its startOffset", function()
+      for i = 1, 4 do produce("Tbatch", 0, "TagA", "b" .. i) end
+      local r = pop("g_batch", "Tbatch", {invisible = 1000})
+      assert.equal(0, r.code)
+      assert.equal("0 0 0,1,2,3", r.extFields.msgOffsetInfo)
+      -- offsets 0, 1 and 3 acked: BitSet {0, 1, 3}.toByteArray() = {0x0b}, base64 "Cw=="
+      local body = cjson.encode({brokerName = "broker-a", acks = {{
+        c = "g_batch", t = "Tbatch", r = "0", so = 0, q = 0, rq = 0,
+        pt = tonumber(r.extFields.popTime), it = 1000, b = "Cw=="}}})
+      local x = assert(c:request(BATCH_ACK, nil, body))
+      assert.equal(0, x.code)
+      local again = helpers.wait_until(function()
+        local y = pop("g_batch", "Tbatch")
+        if y.code == 0 then return y end
+      end, 15, "the message left un-acked")
+      local back = wire.decode_messages(again.body)
+      assert.same({"b3"}, bodies(back))
+      assert.equal(1, back[1].reconsume)
+      -- the revived one acked in its retry topic through retry "1"
+      body = cjson.encode({brokerName = "broker-a", acks = {{
+        c = "g_batch", t = "Tbatch", r = "1", so = back[1].queue_offset, q = 0, rq = 0,
+        pt = tonumber(again.extFields.popTime), it = 60000, b = "AQ=="}}})
+      assert.equal(0, assert(c:request(BATCH_ACK, nil, body)).code)
+      x = assert(c:request(BATCH_ACK, nil, cjson.encode({brokerName = "broker-a"})))
+      assert.equal(1, x.code)
+      assert.equal("bad BatchAckMessageRequestBody: no acks", x.remark)
+      x = assert(c:request(BATCH_ACK, nil, cjson.encode({acks = {{c = "g_batch", t = "Tbatch",
+        so = 0, q = 0, pt = 1, b = "!!"}}})))
+      assert.equal(1, x.code)
+      assert.equal("bad BatchAckMessageRequestBody: bitSet is not base64: !!", x.remark)
     end)
 
     it("changes the invisible time of a popped message", function()
