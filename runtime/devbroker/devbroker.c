@@ -49,6 +49,12 @@ static const char usage_text[] =
     "                            default as in the Java broker, which then refuses them with\n"
     "                            \"The broker does not support consumer to filter message by\n"
     "                            SQL92\")\n"
+    "  --rocketmq-version 4|5    4 (default): a 4.9.4 broker; 5: a 5.3.3 broker, which also\n"
+    "                            serves POP consumption and broker-side assignment\n"
+    "                            (POP_MESSAGE, ACK_MESSAGE, BATCH_ACK_MESSAGE,\n"
+    "                            CHANGE_MESSAGE_INVISIBLETIME, QUERY_ASSIGNMENT,\n"
+    "                            SET_MESSAGE_REQUEST_MODE, GET_ALL_MESSAGE_REQUEST_MODE) and\n"
+    "                            gives its version and routes as 5.3.3 does\n"
     "  --log-level L             error, warn, info (default) or debug\n"
     "  --log-debug CATS          debug categories: remoting,broker,... or all\n"
     "  --acl FILE                check every broker request against FILE, a plain_acl.yml\n"
@@ -206,6 +212,12 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             if (!nf2) goto nomem;
             faults = nf2;
             faults[nf++] = v;
+        } else if (!strcmp(a, "--rocketmq-version")) {
+            if (strcmp(v, "4") && strcmp(v, "5")) {
+                rmq__seterr(errstr, errstr_size, "--rocketmq-version: '%s' is neither 4 nor 5", v);
+                goto bad;
+            }
+            o->rocketmq5 = !strcmp(v, "5");
         } else if (!strcmp(a, "--store")) {
             o->store_dir = v;
         } else if (!strcmp(a, "--acl")) {
@@ -714,6 +726,7 @@ int rmq__devbroker_start(const rmq_devbroker_opts_t *o, rmq_devbroker_t **out, c
     db->default_queues = o->default_queues > 0 ? o->default_queues : RMQ_DEVBROKER_DEFAULT_QUEUES;
     db->delay_scale = o->delay_scale > 0 ? o->delay_scale : 1.0;
     db->property_filter = o->enable_property_filter;
+    db->rocketmq5 = o->rocketmq5;
     db->max_bytes = o->max_bytes > 0 ? o->max_bytes : RMQ_DEVBROKER_MAX_BYTES;
     db->channel_expire_ms =
         o->channel_expire_ms > 0 ? o->channel_expire_ms : RMQ_DEVBROKER_CHANNEL_EXPIRE_MS;

@@ -79,6 +79,7 @@ typedef struct rmq_devbroker_opts {
     const char *store_dir;     /* NULL = memory only; else append-only files (devbroker_file.c) */
     int slaves;                /* slaves per broker, broker ids 1..slaves (devbroker_slave.c) */
     int enable_property_filter; /* serve SQL92 subscriptions (devbroker_filter.c); 0 = refuse */
+    int rocketmq5; /* --rocketmq-version 5: serve as a 5.3.3 broker (POP, assignment); 0 = 4.9.4 */
     const char *const *faults; /* "CODE:RATE:KIND" random faults (devbroker_fault.c) */
     int n_faults;
     /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */

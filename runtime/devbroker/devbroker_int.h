@@ -275,6 +275,7 @@ struct rmq_devbroker {
     int default_queues;
     double delay_scale;
     int property_filter; /* --enable-property-filter (BrokerConfig.enablePropertyFilter) */
+    int rocketmq5;       /* --rocketmq-version 5: a 5.3.3 broker (devbroker_pop.c, _assign.c) */
     int64_t max_bytes, channel_expire_ms, lock_expire_ms;
     struct rmq_tls_ctx *tls; /* --tls-cert/--tls-key: name server and brokers serve TLS */
     int tls_enforcing;       /* --tls-mode enforcing: plain clients are refused */
@@ -606,5 +607,8 @@ struct rmq_fjdoc;
 struct rmq_fjdoc *rmq__db_parse_body(rmq_conn_t *conn, rmq_cmd_t *req, const char *what);
 
 #define DB_LOG "devbroker"
+
+/* MQVersion.Version.V5_3_3.ordinal(): what a --rocketmq-version 5 broker reports. */
+#define DB_VERSION_V5_3_3 479
 
 #endif

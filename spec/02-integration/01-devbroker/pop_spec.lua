@@ -9,17 +9,17 @@ local helpers = require "helpers"
 local cjson = require "cjson"
 local wire = require "02-integration.01-devbroker.wire"
 
-local PULL, HEARTBEAT = 11, 34
+local PULL, HEARTBEAT, RUNTIME_INFO, ROUTE = 11, 34, 28, 105
 local QUERY_ASSIGNMENT, SET_MODE, GET_ALL_MODES = 400, 401, 402
 local POP, ACK, CHANGE_INVISIBLE, BATCH_ACK = 200050, 200051, 200053, 200151
 local POLLING_TIMEOUT = 210
 
 describe("devbroker: RocketMQ 5.x mode", function()
-  local db, lib, c
+  local db, ns, lib, c
 
   lazy_setup(function()
     wire.quiet()
-    db, _, lib = wire.start("--topic Tpop:2 --topic Tlong:1 --topic Trev:1 --topic Tinv:1 " ..
+    db, ns, lib = wire.start("--rocketmq-version 5 --topic Tpop:2 --topic Tlong:1 --topic Trev:1 --topic Tinv:1 " ..
                             "--topic Tack:1 --topic Tbatch:1 --topic Tassign:4 --topic Tshare:2 --topic Texp:1")
     c = assert(wire.connect(wire.broker_addr(db, 0)))
   end)
@@ -65,6 +65,48 @@ describe("devbroker: RocketMQ 5.x mode", function()
     table.sort(out)
     return out
   end
+
+  -- fastjson's Long map keys written bare ({0:"..."}) read as strings ({"0":"..."}).
+  local function json(body) return cjson.decode((body:gsub("([{,])(%d+):", '%1"%2":'))) end
+
+  describe("version and route", function()
+    it("answer as a 5.3.3 broker and name server, and as 4.9.4 without the option", function()
+      local kv = json(assert(c:request(RUNTIME_INFO)).body).table
+      assert.equal("V5_3_3", kv.brokerVersionDesc)
+      assert.equal("479", kv.brokerVersion)
+      local nsc = assert(wire.connect(ns))
+      helpers.defer(function() nsc:close() end)
+      local r = assert(nsc:request(ROUTE, {topic = "Tpop"}))
+      assert.equal(0, r.code)
+      local bd = json(r.body).brokerDatas[1]
+      assert.equal("broker-a", bd.brokerName)
+      assert.equal(false, bd.enableActingMaster)
+      -- a 4.9.4 development broker (the default): its answers as before, and no 5.x request
+      local db4, ns4 = wire.start("--topic Tpop:2")
+      helpers.defer(function() lib.rmq_devbroker_stop(db4) end)
+      local c4 = assert(wire.connect(wire.broker_addr(db4, 0)))
+      local n4 = assert(wire.connect(ns4))
+      helpers.defer(function() c4:close(); n4:close() end)
+      kv = json(assert(c4:request(RUNTIME_INFO)).body).table
+      assert.equal("V4_9_4", kv.brokerVersionDesc)
+      assert.equal("401", kv.brokerVersion)
+      bd = json(assert(n4:request(ROUTE, {topic = "Tpop"})).body).brokerDatas[1]
+      assert.is_nil(bd.enableActingMaster)
+      for _, code in ipairs({POP, ACK, BATCH_ACK, CHANGE_INVISIBLE, QUERY_ASSIGNMENT, SET_MODE,
+                             GET_ALL_MODES}) do
+        r = assert(c4:request(code, {}))
+        assert.equal(3, r.code)
+        assert.equal(" request type " .. code .. " not supported", r.remark)
+      end
+    end)
+
+    it("refuses a version it does not serve", function()
+      local ffi = require "ffi"
+      local err = ffi.new("char[512]")
+      assert.is_true(lib.rmq_devbroker_start("--rocketmq-version 6", err, 512) == nil)
+      assert.equal("--rocketmq-version: '6' is neither 4 nor 5", ffi.string(err))
+    end)
+  end)
 
   describe("message request modes", function()
     it("are set, read back and refused for retry topics", function()
