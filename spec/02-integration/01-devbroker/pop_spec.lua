@@ -100,6 +100,28 @@ describe("devbroker: RocketMQ 5.x mode", function()
       end
     end)
 
+    it("is served by `rmqlua broker --rocketmq-version 5`, as mqadmin setConsumeMode needs",
+       function()
+      local rc, out = helpers.run(helpers.bin .. " broker --help")
+      assert.equal(0, rc)
+      assert.truthy(out:find("--rocketmq-version 4|5", 1, true))
+      local pid, log = helpers.spawn_broker("--listen 127.0.0.1:0 --topic CliPop:2 " ..
+                                            "--rocketmq-version 5 --log-level warn")
+      local nsc = assert(wire.connect(wire.ready_ns(log)))
+      helpers.defer(function() nsc:close() end)
+      local route = json(assert(nsc:request(ROUTE, {topic = "CliPop"})).body)
+      local addr = route.brokerDatas[1].brokerAddrs["0"]
+      local bc = assert(wire.connect(addr))
+      helpers.defer(function() bc:close() end)
+      -- the body MQClientAPIImpl.setMessageRequestMode sends
+      local r = assert(bc:request(SET_MODE, nil, cjson.encode({topic = "CliPop",
+        consumerGroup = "g_cli", mode = "POP", popShareQueueNum = 1})))
+      assert.equal(0, r.code)
+      r = assert(bc:request(GET_ALL_MODES))
+      assert.equal("POP", cjson.decode(r.body).messageRequestModeMap.CliPop.g_cli.mode)
+      helpers.kill(pid)
+    end)
+
     it("refuses a version it does not serve", function()
       local ffi = require "ffi"
       local err = ffi.new("char[512]")
