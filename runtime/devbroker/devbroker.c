@@ -323,7 +323,8 @@ static void record(db_node_t *node, const rmq_cmd_t *req)
     rmq_rbuf_t *frame = rec_frame(req), *old = NULL;
     db_rec_t *r = NULL;
     uv_mutex_lock(&db->mu);
-    if (req->code >= 0 && req->code < DB_CODES) db->counts[node->idx + 1][req->code]++;
+    int slot = rmq__db_count_slot(req->code);
+    if (slot >= 0) db->counts[node->idx + 1][slot]++;
     if (db->n_recs >= DB_MAX_RECS) { /* reuse the oldest */
         r = db->recs;
         db->recs = r->next;
@@ -1124,8 +1125,9 @@ static int count_locked(rmq_devbroker_t *db, int target, int req_code)
     int n = 0;
     for (int t = 0; t <= db->n_brokers; t++) {
         if (target != RMQ_DEVBROKER_ALL && target + 1 != t) continue;
-        if (req_code > 0 && req_code < DB_CODES)
-            n += db->counts[t][req_code];
+        int slot = rmq__db_count_slot(req_code);
+        if (req_code > 0 && slot >= 0)
+            n += db->counts[t][slot];
         else if (req_code == 0)
             for (int c = 0; c < DB_CODES; c++)
                 n += db->counts[t][c];

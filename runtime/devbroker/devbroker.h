@@ -168,7 +168,8 @@ RMQ_EXPORT int rmq_devbroker_set_latency(rmq_devbroker_t *db, int target, int re
  * Request recording (on by default). rmq_devbroker_count(): requests received so far by target
  * (ALL = anywhere) with req_code (0 = any). rmq_devbroker_wait(): wait until at least n of them
  * arrived; returns the count reached, or -1 after timeout_ms. rmq_devbroker_reset_counts()
- * forgets every record.
+ * forgets every record. Codes below 1000 and the 5.x POP codes (200050..200059,
+ * 200150..200159) are counted.
  */
 RMQ_EXPORT int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code);
 RMQ_EXPORT int rmq_devbroker_wait(rmq_devbroker_t *db, int target, int req_code, int n,

@@ -245,6 +245,16 @@ typedef struct db_rec {
 #define DB_MAX_RECS 10000 /* requests kept for rmq_devbroker_request_ext */
 #define DB_CODES 1024     /* request codes counted */
 
+/* The slot of a request code in the counts: the code itself below 1000, the 5.x POP codes
+ * 200050..200059 and 200150..200159 in 1000..1019; -1 for a code not counted. */
+static inline int rmq__db_count_slot(int code)
+{
+    if (code >= 0 && code < 1000) return code;
+    if (code >= 200050 && code < 200060) return 1000 + code - 200050;
+    if (code >= 200150 && code < 200160) return 1010 + code - 200150;
+    return -1;
+}
+
 typedef struct db_op {
     struct db_op *next;
     void (*fn)(struct rmq_devbroker *db, void *arg);
