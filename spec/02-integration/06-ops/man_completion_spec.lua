@@ -8,7 +8,10 @@ local ffi = require "ffi"
 local shq = helpers.shq
 local build = os.getenv("RMQLUA_BUILD") or (helpers.root .. "/build")
 
-local function rmqlua(args) return helpers.run("LD_PRELOAD= " .. helpers.bin .. " " .. args) end
+-- Commands run without the sanitizer runtimes a sanitizer build's specs preload (man, groff
+-- and bash are not built for them).
+local function sh(cmd) return helpers.run("LD_PRELOAD= " .. cmd) end
+local function rmqlua(args) return sh(helpers.bin .. " " .. args) end
 
 -- The commands rmqlua --help lists.
 local function commands()
@@ -32,7 +35,7 @@ end
 
 describe("man pages", function()
   it("exist for rmqlua and every command with a --help, and say what --help says", function()
-    local rc, text = helpers.run("MANWIDTH=1000 man -l " .. shq(build .. "/man/rmqlua.1"))
+    local rc, text = sh("MANWIDTH=1000 man -l " .. shq(build .. "/man/rmqlua.1"))
     assert.equals(0, rc, text)
     assert.matches("rmqlua %- RocketMQ consumers written in Lua", text)
     local _, top = rmqlua("--help")
@@ -43,7 +46,7 @@ describe("man pages", function()
       else
         assert.equals(0, hrc, help)
         local page = build .. "/man/rmqlua-" .. c .. ".1"
-        local mrc, shown = helpers.run("MANWIDTH=1000 man -l " .. shq(page))
+        local mrc, shown = sh("MANWIDTH=1000 man -l " .. shq(page))
         assert.equals(0, mrc, shown)
         -- NAME: the one-line description of the command list; SEE ALSO the main page.
         local desc = top:match("\n  " .. c .. "[^\n]-  +([^\n]+)")
@@ -57,7 +60,7 @@ describe("man pages", function()
         end
         if c ~= "check" and c ~= "test" then assert.truthy(n > 0, c) end
         -- groff finds nothing to warn about.
-        local grc, warn = helpers.run("groff -man -Tutf8 -ww -z " .. shq(page))
+        local grc, warn = sh("groff -man -Tutf8 -ww -z " .. shq(page))
         assert.equals(0, grc)
         assert.equals("", warn)
       end
@@ -76,7 +79,7 @@ describe("bash completion", function()
     local script = string.format(". %s; COMP_WORDS=(%s); COMP_CWORD=%d; COMP_LINE=%s; "
       .. "COMP_POINT=${#COMP_LINE}; _rmqlua; printf '%%s\\n' \"${COMPREPLY[@]}\"",
       shq(file), table.concat(words, " "), #words - 1, shq(line))
-    local rc, out = helpers.run("bash --norc --noprofile -c " .. shq(script))
+    local rc, out = sh("bash --norc --noprofile -c " .. shq(script))
     assert.equals(0, rc, out)
     local t = {}
     for l in out:gmatch("[^\n]+") do t[#t + 1] = l end
@@ -90,7 +93,7 @@ describe("bash completion", function()
   end
 
   it("is registered for rmqlua, falling back to file names", function()
-    local rc, out = helpers.run("bash --norc --noprofile -c " .. shq(". " .. shq(file)
+    local rc, out = sh("bash --norc --noprofile -c " .. shq(". " .. shq(file)
       .. "; complete -p rmqlua"))
     assert.equals(0, rc, out)
     assert.matches("complete .*%-o default .*%-F _rmqlua rmqlua", out)
