@@ -267,13 +267,16 @@ int rmq__cli_init(int argc, char **argv)
             rc = 1;
         }
     }
-    for (int f = 0; f < NFILES && !rc; f++) {
-        if (write_new(path[f], text[f]) < 0) {
-            rc = 1;
-        } else {
-            printf("wrote %s\n", path[f]);
-        }
+    /* All or nothing: a file that cannot be written takes back the ones written before it. */
+    int written = 0;
+    for (; written < NFILES && !rc; written++) {
+        if (write_new(path[written], text[written]) < 0) rc = 1;
     }
+    for (int f = 0; f < written; f++) {
+        if (rc && f < written - 1) unlink(path[f]);
+        else if (!rc) printf("wrote %s\n", path[f]);
+    }
+    if (rc) fprintf(stderr, "rmqlua init: nothing written\n");
     for (int f = 0; f < NFILES; f++) free(text[f]);
     if (!rc)
         printf("next: cd %.*s && rmqlua check %s.lua && rmqlua test %s.lua %s_cases.lua\n",
