@@ -134,6 +134,21 @@ describe("bash completion", function()
     assert.truthy(#want > 50)
     assert.same(want, complete("rmqlua run --set "))
     assert.same({ "consumer_group=" }, complete("rmqlua check --set consumer_gr"))
+    -- send, tail and redrive take the connection options their --help lists; broker no --set.
+    local _, help = rmqlua("tail --help")
+    local listed = help:match("\n  %-%-set KEY=VALUE[^\n]*\n(.-)\n  %-%-")
+    local conn = {}
+    for name in listed:gmatch("[%w_]+") do
+      if has(want, name .. "=") and not has(conn, name .. "=") then conn[#conn + 1] = name .. "=" end
+    end
+    table.sort(conn)
+    assert.truthy(has(conn, "access_key=") and has(conn, "namespace=") and has(conn, "use_tls="))
+    assert.same(conn, complete("rmqlua tail --set "))
+    assert.same({ "tls_client_auth_server=", "tls_client_cert_path=", "tls_client_key_password=",
+      "tls_client_key_path=", "tls_client_trust_cert_path=" },
+      complete("rmqlua redrive --set tls_client_"))
+    assert.same({}, complete("rmqlua send --set consumer_"))
+    assert.same({}, complete("rmqlua broker --set "))
     local pulls = complete("rmqlua run --set pull_")
     assert.truthy(#pulls >= 3)
     for _, p in ipairs(pulls) do assert.matches("^pull_[%w_]+=$", p) end
