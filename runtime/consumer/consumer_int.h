@@ -31,6 +31,7 @@
 #include "protocol/subscription.h"
 #include "net/tls.h"
 
+#include <stdatomic.h>
 #include <uv.h>
 
 /* Java constants (PROTOCOL.md 5, 6). */
@@ -167,8 +168,8 @@ struct rmq_consumer {
     unsigned hooks;
     uv_loop_t loop;
     uv_async_t stop_async;       /* also wakes the loop for a reload request */
-    volatile int stop_requested; /* any thread */
-    volatile int reload_requested; /* any thread (SIGHUP) */
+    atomic_int stop_requested;   /* any thread, a signal handler too; then stop_async */
+    atomic_int reload_requested; /* any thread, a signal handler too (SIGHUP); then stop_async */
     rmq_remoting_t *rt;
     rmq_producer_t *producer;
     rmq_runner_t *pool;     /* the handler's runner (consume threads) */

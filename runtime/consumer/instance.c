@@ -204,8 +204,10 @@ int rmq__c_group_is_ours(rmq_consumer_t *c, rmq_conn_t *conn, rmq_cmd_t *req, co
 
 /* ---- stop ------------------------------------------------------------------------------------- */
 
+/* Any thread, and a signal handler: an atomic store (lock-free) and uv_async_send are both
+ * async-signal-safe. The loop thread reads the flag in on_stop_async (client.c). */
 void rmq__consumer_stop(rmq_consumer_t *c)
 {
-    c->stop_requested = 1;
+    atomic_store(&c->stop_requested, 1);
     uv_async_send(&c->stop_async);
 }

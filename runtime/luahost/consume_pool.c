@@ -27,6 +27,7 @@
 
 #include <lauxlib.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -1003,6 +1004,9 @@ static void reaper_main(void *arg)
                                   "the thread (its batch is returned as not run)",
                                   t->index + 1);
                     t->abandoned = 1;
+                    /* Never joined: detached, so that its stack and descriptor go when its
+                     * handler comes back and the thread ends (uv_thread_t is a pthread_t). */
+                    pthread_detach(t->tid);
                     rmq_batch_t *b = t->cur;
                     t->cur = NULL;
                     p->running--;

@@ -159,7 +159,9 @@ int main(void)
     f:close()
     local libdir = select(2, helpers.run("dirname $(ls " .. shq(prefix) .. "/lib*/librmqlua.so "
       .. shq(prefix) .. "/lib/*/librmqlua.so 2>/dev/null | head -1)")):match("[^\n]+")
-    local san = os.getenv("RMQ_LD_PRELOAD") and " -fsanitize=address,undefined" or ""
+    -- A sanitizer build's library needs its sanitizer's runtime in the program.
+    local san = os.getenv("RMQ_TEST_TSAN") == "1" and " -fsanitize=thread" or
+      os.getenv("RMQ_LD_PRELOAD") and " -fsanitize=address,undefined" or ""
     local rc, out = helpers.run(string.format("cc%s -o %s %s -I%s -L%s -lrmqlua -Wl,-rpath,%s",
       san, shq(d .. "/user"), shq(src), shq(prefix .. "/include"), shq(libdir), shq(libdir)))
     assert.are.equal(0, rc, out)
