@@ -22,6 +22,7 @@
 
 #include "base/log.h"
 #include "batch_log.h"
+#include "coloop.h"
 #include "lua_memlimit.h"
 #include "lua_state.h"
 
@@ -92,6 +93,7 @@ typedef struct cthread {
     int64_t lua_bytes;  /* its Lua heap (relaxed atomic: any thread reads) */
     unsigned since_note;/* batches since lua_bytes was last noted */
     rmq_memlimit_t ml;  /* lua_memory_limit_mb on L (lua_memlimit.h) when ml.limit > 0 */
+    rmq_coloop_t *co;   /* the thread's event loop (coloop.h): set before it takes a batch */
 } cthread_t;
 
 struct rmq_pool {
@@ -160,6 +162,7 @@ static void interrupt(cthread_t *t, const char *why)
     t->interrupted = 1;
     t->interrupt_why = why;
     __atomic_store_n(&t->irq, 1, __ATOMIC_RELEASE);
+    if (t->co) rmq__coloop_wake(t->co); /* a handler waiting on its loop sees it at once */
 }
 
 /* Under p->mu: a batch goes back to the loop thread. */
@@ -521,6 +524,8 @@ static void thread_main(void *arg)
     rmq_pool_t *p = t->p;
     char err[1024];
     self_thread = t;
+    rmq_coloop_t *co = rmq__coloop_self();
+    rmq__coloop_set_irq(co, &t->irq);
     int rc = load_state(t, err, sizeof(err));
     if (!rc && !p->o.defer_init) rc = run_init(t, err, sizeof(err));
     if (!rc && !p->o.defer_init) rc = limit_memory(t, err, sizeof(err));
@@ -533,6 +538,7 @@ static void thread_main(void *arg)
         uv_mutex_unlock(&p->mu);
         if (t->L) lua_close(t->L);
         t->L = NULL;
+        rmq__coloop_free_self();
         return;
     }
     if (p->o.defer_init) {
@@ -551,6 +557,7 @@ static void thread_main(void *arg)
         }
     }
     set_state(t, CT_IDLE);
+    t->co = co; /* under p->mu: interrupt() reads it */
     uv_cond_broadcast(&p->start_cond);
     note_lua_memory(t);
     for (;;) {
@@ -612,8 +619,12 @@ static void thread_main(void *arg)
     if (!abandoned) set_state(t, CT_STOPPED);
     uv_mutex_unlock(&p->mu);
     if (!abandoned) run_shutdown(t);
-    lua_close(t->L);
+    lua_close(t->L); /* its sockets close (their memory goes with the loop's last run) */
     t->L = NULL;
+    uv_mutex_lock(&p->mu);
+    t->co = NULL;
+    uv_mutex_unlock(&p->mu);
+    rmq__coloop_free_self();
 }
 
 /* ---- loop thread side --------------------------------------------------------------------- */
