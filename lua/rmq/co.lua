@@ -1,18 +1,20 @@
--- rmq.co: handlers as coroutines on the consume thread's event loop (runtime/luahost/coloop.c).
+-- rmq.co: waiting without blocking the consume thread's event loop (runtime/luahost/coloop.c).
 --
--- A batch's handler runs in a coroutine (a reused worker: a handler that never yields costs one
--- resume and one yield). A call that waits (rmq.sleep, a cosocket operation) starts the I/O in
--- C, which returns an id, records which task waits on that id, and yields WAIT; the scheduler
--- (M.run) then runs the thread's loop (rmq_co_wait) and resumes each task whose id completed,
--- until the batch's coroutine ends. Outside a batch (init, shutdown, the control state, `rmqlua
--- test`), the same calls simply wait on the loop in place.
+-- A call that waits (rmq.sleep, a cosocket operation) starts the I/O in C, which returns an id.
+-- Inside a light thread (rmq.thread.spawn: a coroutine, a "task") it records which task waits on
+-- that id and yields WAIT; elsewhere (the batch's handler itself, init, shutdown, the control
+-- state, `rmqlua test`) it runs the thread's loop in place (rmq_co_wait) until its id completed,
+-- resuming meanwhile every task whose id completed. So light threads wait side by side, and a
+-- handler that never waits runs exactly as before: a plain xpcall, no coroutine (M.run). The
+-- batch's handler does not yet run as a coroutine of its own: one batch per consume thread is in
+-- flight, as before.
 --
 -- A user's own coroutines keep working: coroutine.resume and coroutine.wrap are replaced (in
 -- every state, when this module loads, before any script) by versions that pass a WAIT yielded
 -- inside a user coroutine up to the scheduler and resume the user coroutine with the answer, as
 -- OpenResty does for ngx.socket.
 --
---   rmq.sleep(seconds)    wait without holding the thread (0 yields once)
+--   rmq.sleep(seconds)    wait, letting the thread's other light threads run
 --   rmq.now()             seconds since the epoch, with millisecond precision (ngx.now)
 --   rmq.thread.spawn(f, ...) -> thread   run f(...) as a light thread of the batch at once,
 --                         until it first waits; wait(t1, ...) -> ok, results of the first one
@@ -29,7 +31,6 @@ local pairs, next = pairs, next
 
 local M = {}
 local WAIT = setmetatable({}, { __tostring = function() return "rmq.co.WAIT" end })
-local DONE = setmetatable({}, { __tostring = function() return "rmq.co.DONE" end })
 M.WAIT = WAIT
 
 local INTERRUPTED = "interrupted: the handler ran past consume_timeout or the pool stopped"
@@ -46,7 +47,6 @@ end
 local current      -- the task the scheduler is running (nil outside a batch)
 local waiting = {} -- id -> task (or a sync marker)
 local readyq, nready = {}, 0 -- tasks to resume from Lua (thread ends, user yields)
-local spare        -- a worker coroutine that finished its last batch
 
 local function push_ready(t, token)
   nready = nready + 1
@@ -97,18 +97,8 @@ end
 
 -- Resume task t with the given values and look at how it stopped.
 local function step(t, ok, a, b, ...)
-  if co_status(t.co) == "dead" then
-    if t.main then -- the worker died: only an error outside its xpcall (an interrupt)
-      t.done, t.ok, t.r, t.worker_lost = true, false, a, true
-      return
-    end
-    return finish(t, ok, a, b, ...)
-  end
+  if co_status(t.co) == "dead" then return finish(t, ok, a, b, ...) end
   if a == WAIT then return end
-  if a == DONE then -- the batch worker: its xpcall returned b, ...
-    t.done, t.ok, t.r = true, b, ...
-    return
-  end
   push_ready(t) -- a plain yield at the task's top level: resumed in the next round
 end
 
@@ -196,39 +186,27 @@ end
 
 -- The batch's root task (nil outside a batch), for resources to release with it.
 function M.root()
-  return current and current.root
+  return current and current.root or batch_root
 end
 
-local function worker_body(f, eh, a, b)
-  while true do
-    f, eh, a, b = co_yield(DONE, xpcall(f, eh, a, b))
-  end
-end
+local batch_root -- the running batch's root (M.run), for light threads and sockets
 
 --[[
-run(f, eh, a, b) -> ok, r: xpcall(f, eh, a, b) in a coroutine; when f waits, the thread's loop
-runs until it is done. A batch whose wait was interrupted (consume_timeout, stop) returns
-false and the interrupt's message; its light threads are killed and its sockets closed.
+run(f, eh, a, b) -> ok, r: xpcall(f, eh, a, b) as the batch of this thread. A wait in f runs
+the thread's loop in place (its light threads and their user coroutines run meanwhile); a wait
+that is interrupted (consume_timeout, stop) raises in f. When f returns, the light threads it
+left running are killed and the sockets it left open closed. f itself is not a coroutine: a
+handler that never waits costs what a plain xpcall costs (no resume, its traces intact).
 ]]
+local ROOT = {} -- every batch's (one batch at a time): its kids and socks are cleared after it
+ROOT.root = ROOT
+
 function M.run(f, eh, a, b)
-  local w = spare
-  spare = nil
-  if w == nil then
-    w = co_create(worker_body)
-  end
-  local t = { co = w, main = true }
-  t.root = t
-  run_task(t, f, eh, a, b)
-  if not t.done then
-    local err = drive(function() return t.done end)
-    if err then
-      drop_root(t)
-      return false, err
-    end
-  end
-  if t.kids or t.socks then drop_root(t) end
-  if not t.worker_lost then spare = w end
-  return t.ok, t.r
+  batch_root = ROOT
+  local ok, r = xpcall(f, eh, a, b)
+  batch_root = nil
+  if ROOT.kids or ROOT.socks then drop_root(ROOT) end
+  return ok, r
 end
 
 -- ---- rmq.sleep, rmq.now, rmq.thread --------------------------------------------------------
@@ -251,7 +229,7 @@ function thread.spawn(f, ...)
   if type(f) ~= "function" then
     error("rmq.thread.spawn: expects a function, got " .. type(f), 2)
   end
-  local root = current and current.root
+  local root = current and current.root or batch_root
   local t = setmetatable({ co = co_create(f), root = root }, thread_mt)
   if root then
     root.kids = root.kids or {}

@@ -142,6 +142,22 @@ describe("rmq.co", function()
   it("passes a wait inside a user's coroutine through to the scheduler", function()
     local port = peer(50)
     local ok, r = co.run(function()
+      -- In a light thread (a coroutine the scheduler resumes), beside another one.
+      local side = rmq.thread.spawn(function()
+        local s = socket.tcp()
+        assert(s:connect("127.0.0.1", port))
+        local gen = coroutine.wrap(function()
+          for i = 1, 2 do
+            s:send("w" .. i .. "\n")
+            coroutine.yield(s:receive())
+          end
+        end)
+        return gen() .. "," .. gen()
+      end)
+      local other = rmq.thread.spawn(function() rmq.sleep(0.01); return "x" end)
+      local got = { select(2, rmq.thread.wait(side)), select(2, rmq.thread.wait(other)) }
+      assert(got[1] == "echo:w1,echo:w2" and got[2] == "x", "light threads: " .. tostring(got[1]))
+      -- In the handler itself.
       local s = socket.tcp()
       assert(s:connect("127.0.0.1", port))
       local gen = coroutine.wrap(function()
