@@ -27,7 +27,7 @@ local ffi = require "ffi"
 local co_create, co_resume, co_yield, co_status = coroutine.create, coroutine.resume,
   coroutine.yield, coroutine.status
 local type, select, error, tostring, unpack = type, select, error, tostring, unpack
-local pairs, next = pairs, next
+local pairs, xpcall, tonumber, getmetatable, setmetatable = pairs, xpcall, tonumber, getmetatable, setmetatable
 
 local M = {}
 local WAIT = setmetatable({}, { __tostring = function() return "rmq.co.WAIT" end })
@@ -45,6 +45,7 @@ local function lib()
 end
 
 local current      -- the task the scheduler is running (nil outside a batch)
+local batch_root   -- the running batch's root (M.run), for light threads and sockets
 local waiting = {} -- id -> task (or a sync marker)
 local readyq, nready = {}, 0 -- tasks to resume from Lua (thread ends, user yields)
 
@@ -188,8 +189,6 @@ end
 function M.root()
   return current and current.root or batch_root
 end
-
-local batch_root -- the running batch's root (M.run), for light threads and sockets
 
 --[[
 run(f, eh, a, b) -> ok, r: xpcall(f, eh, a, b) as the batch of this thread. A wait in f runs

@@ -22,7 +22,8 @@ local ffi = require "ffi"
 local co = require "rmq.co"
 local C = require("rmq.core").C
 
-local type, tostring, concat, setmetatable = type, tostring, table.concat, setmetatable
+local type, tostring, tonumber, error, pairs = type, tostring, tonumber, error, pairs
+local concat, tremove, setmetatable = table.concat, table.remove, setmetatable
 local str, gc = ffi.string, ffi.gc
 local await, root_of, now = co.await, co.root, co.now
 
@@ -292,7 +293,7 @@ function tcp:setkeepalive(idle, size)
     pools[self.key] = p
   end
   while #p >= size do
-    release(table.remove(p, 1).s)
+    release(tremove(p, 1).s)
   end
   p[#p + 1] = { s = s, reused = self.reused, expires = idle > 0 and now() * 1000 + idle or 0 }
   self.s = nil

@@ -179,6 +179,20 @@ describe("rmq.co", function()
     assert.same({ "echo:g1", "echo:g2", "echo:g3", 2, 20, "side" }, r)
   end)
 
+  it("closes what a batch left open and stops the light threads it left running", function()
+    local port = peer(0)
+    local kept, ran_on = nil, false
+    local ok = co.run(function()
+      kept = socket.tcp()
+      assert(kept:connect("127.0.0.1", port))
+      rmq.thread.spawn(function() rmq.sleep(0.05); ran_on = true end)
+    end, debug.traceback)
+    assert.is_true(ok)
+    assert.same({ nil, "closed" }, { kept:getreusedtimes() })
+    rmq.sleep(0.2) -- the loop runs: the killed thread's wake-up comes and is ignored
+    assert.is_false(ran_on)
+  end)
+
   it("reports an error after a wait like one before it, and keeps going", function()
     local ok, err = co.run(function() rmq.sleep(0.01); error("late failure") end, debug.traceback)
     assert.is_false(ok)
