@@ -39,6 +39,9 @@ struct rmq_coloop {
 };
 
 static _Thread_local rmq_coloop_t *self;
+static _Thread_local int *self_irq;
+static _Thread_local void (*self_made)(void *ud, rmq_coloop_t *c);
+static _Thread_local void *self_made_ud;
 
 static void *xrealloc(void *p, size_t n)
 {
@@ -55,13 +58,17 @@ rmq_coloop_t *rmq__coloop_self(void)
     uv_async_init(&c->loop, &c->wake, NULL);
     uv_unref((uv_handle_t *)&c->wake);
     c->next_id = 1;
+    c->irq = self_irq;
     self = c;
+    if (self_made) self_made(self_made_ud, c);
     return c;
 }
 
-void rmq__coloop_set_irq(rmq_coloop_t *c, int *irq)
+void rmq__coloop_prepare(int *irq, void (*made)(void *ud, rmq_coloop_t *c), void *ud)
 {
-    c->irq = irq;
+    self_irq = irq;
+    self_made = made;
+    self_made_ud = ud;
 }
 
 void rmq__coloop_wake(rmq_coloop_t *c)

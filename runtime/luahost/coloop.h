@@ -22,9 +22,14 @@ typedef struct rmq_coloop rmq_coloop_t;
 
 /* This thread's loop, made now if it has none (aborts when libuv cannot make one). */
 rmq_coloop_t *rmq__coloop_self(void);
-/* irq: the thread's interrupt flag (an atomic int, consume_pool.c): rmq_co_wait returns -1 (and
- * clears it) once it is set. NULL: none. */
-void rmq__coloop_set_irq(rmq_coloop_t *c, int *irq);
+/*
+ * For the loop this thread makes when it first waits (none is made for a handler that never
+ * waits): irq, the thread's interrupt flag (an atomic int, consume_pool.c; rmq_co_wait returns -1
+ * and clears it once it is set), and made(ud, loop), called on this thread right after the loop
+ * is made, so that another thread can rmq__coloop_wake it from then on. Call it before the
+ * thread's first Lua state runs anything.
+ */
+void rmq__coloop_prepare(int *irq, void (*made)(void *ud, rmq_coloop_t *c), void *ud);
 /* Wake the thread if it is waiting in rmq_co_wait (so that it sees its interrupt flag). Any
  * thread, as long as the loop is alive. */
 void rmq__coloop_wake(rmq_coloop_t *c);

@@ -93,7 +93,7 @@ typedef struct cthread {
     int64_t lua_bytes;  /* its Lua heap (relaxed atomic: any thread reads) */
     unsigned since_note;/* batches since lua_bytes was last noted */
     rmq_memlimit_t ml;  /* lua_memory_limit_mb on L (lua_memlimit.h) when ml.limit > 0 */
-    rmq_coloop_t *co;   /* the thread's event loop (coloop.h): set before it takes a batch */
+    rmq_coloop_t *co;   /* the thread's event loop (coloop.h) once it made one (under p->mu) */
 } cthread_t;
 
 struct rmq_pool {
@@ -518,14 +518,22 @@ static void note_lua_memory(cthread_t *t)
     t->since_note = 0;
 }
 
+/* Consume thread: its handler first waited, so it made its loop (coloop.h). */
+static void loop_made(void *ud, rmq_coloop_t *c)
+{
+    cthread_t *t = ud;
+    uv_mutex_lock(&t->p->mu);
+    t->co = c; /* interrupt() wakes it from now on */
+    uv_mutex_unlock(&t->p->mu);
+}
+
 static void thread_main(void *arg)
 {
     cthread_t *t = arg;
     rmq_pool_t *p = t->p;
     char err[1024];
     self_thread = t;
-    rmq_coloop_t *co = rmq__coloop_self();
-    rmq__coloop_set_irq(co, &t->irq);
+    rmq__coloop_prepare(&t->irq, loop_made, t);
     int rc = load_state(t, err, sizeof(err));
     if (!rc && !p->o.defer_init) rc = run_init(t, err, sizeof(err));
     if (!rc && !p->o.defer_init) rc = limit_memory(t, err, sizeof(err));
@@ -557,7 +565,6 @@ static void thread_main(void *arg)
         }
     }
     set_state(t, CT_IDLE);
-    t->co = co; /* under p->mu: interrupt() reads it */
     uv_cond_broadcast(&p->start_cond);
     note_lua_memory(t);
     for (;;) {
