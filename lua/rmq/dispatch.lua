@@ -21,6 +21,7 @@
 local ffi = require "ffi"
 local rmq = require "rmq"
 local view = require "rmq.view"
+local co_run = require("rmq.co").run
 
 local tnew = require "table.new"
 local xpcall, type, tostring, traceback = xpcall, type, tostring, debug.traceback
@@ -151,7 +152,8 @@ function M.new(spec, info)
     if rawget(ctx, "queue") ~= nil then ctx.queue = nil end
     if rmq._sink ~= nil then rmq._sink = nil end
     rmq._in_handler = true
-    local ok, r = xpcall(handler, on_error, msgs, ctx)
+    -- In a coroutine (rmq.co): a handler that waits on I/O lets the thread's loop run.
+    local ok, r = co_run(handler, on_error, msgs, ctx)
     rmq._in_handler = false
     local sends = rmq._sink
     if sends ~= nil then rmq._sink = nil end
@@ -191,6 +193,8 @@ function M.new(spec, info)
   function d.shutdown()
     if views[1] ~= nil then sweep() end
     if spec.shutdown then spec.shutdown(hook_ctx("shutdown")) end
+    local sock = package.loaded["rmq.socket"]
+    if sock then sock.close_pools() end
   end
   return d
 end

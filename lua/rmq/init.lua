@@ -19,6 +19,8 @@
 --                                 math.huge: until rmq.resume()); pulls in flight and cached
 --                                 messages are still consumed. rmq.resume() pulls again at once.
 --   rmq.stop()                    from any hook: shut the consumer down (like SIGTERM)
+--   rmq.sleep(s), rmq.now(), rmq.thread.spawn/wait/kill   wait without holding the consume
+--                                 thread (rmq.co); rmq.socket.tcp() cosockets (rmq.socket)
 --
 -- One copy of this module lives in each Lua state; only rmq.shared's dictionaries are shared
 -- between threads (they live in C, behind a mutex each).
@@ -37,12 +39,26 @@ local rmq = {
   version = host.version,
 }
 
--- rmq.shared is loaded when first used (it needs the runtime's FFI symbols).
+-- rmq.shared is loaded when first used (it needs the runtime's FFI symbols); so are rmq.sleep,
+-- now, thread (rmq.co) and socket (rmq.socket). rmq._lazy names them all, for what lists the
+-- module's fields (pairs() does not see them before their first use).
+local lazy_co = { sleep = true, now = true, thread = true }
+rmq._lazy = { "shared", "sleep", "now", "thread", "socket" }
 setmetatable(rmq, { __index = function(t, k)
   if k == "shared" then
     local dicts = require("rmq.shared").dicts
     rawset(t, "shared", dicts)
     return dicts
+  end
+  if lazy_co[k] then
+    local v = require("rmq.co")[k]
+    rawset(t, k, v)
+    return v
+  end
+  if k == "socket" then
+    local v = require "rmq.socket"
+    rawset(t, k, v)
+    return v
   end
 end })
 

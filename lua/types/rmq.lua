@@ -188,6 +188,42 @@ function rmq.resume() end
 ---Shut the consumer down (like SIGTERM).
 function rmq.stop() end
 
+---Wait seconds (millisecond precision) without holding the thread's other light threads (ngx.sleep).
+---@param seconds number
+function rmq.sleep(seconds) end
+
+---Seconds since the epoch, with millisecond precision (ngx.now).
+---@return number
+function rmq.now() end
+
+---A light thread of the batch (rmq.thread.spawn), like OpenResty's ngx.thread.
+---@class rmq.Thread
+
+---Light threads inside one handler: they wait on I/O side by side (ngx.thread).
+---@class rmq.thread
+---@field spawn fun(f: function, ...: any): rmq.Thread run f(...) at once, until it first waits
+---@field wait fun(...: rmq.Thread): boolean, ... the results of the first one done (false, err when it raised)
+---@field kill fun(t: rmq.Thread): true|nil, string?
+rmq.thread = {}
+
+---A TCP cosocket (ngx.socket.tcp): connect, send, receive, receiveuntil, settimeout(s),
+---setkeepalive, getreusedtimes, close; nil, err on failure with OpenResty's error strings.
+---@class rmq.TcpSocket
+---@field connect fun(self: rmq.TcpSocket, host: string, port: integer, opts?: { pool?: string }): integer|nil, string?
+---@field send fun(self: rmq.TcpSocket, data: string|table): integer|nil, string?
+---@field receive fun(self: rmq.TcpSocket, pattern?: "*l"|"*a"|integer): string|nil, string?, string?
+---@field receiveuntil fun(self: rmq.TcpSocket, pattern: string, opts?: { inclusive?: boolean }): function
+---@field settimeout fun(self: rmq.TcpSocket, ms: integer)
+---@field settimeouts fun(self: rmq.TcpSocket, connect_ms: integer, send_ms: integer, read_ms: integer)
+---@field setkeepalive fun(self: rmq.TcpSocket, idle_ms?: integer, pool_size?: integer): 1|nil, string?
+---@field getreusedtimes fun(self: rmq.TcpSocket): integer|nil, string?
+---@field close fun(self: rmq.TcpSocket): 1|nil, string?
+
+---Cosockets.
+---@class rmq.socket
+---@field tcp fun(): rmq.TcpSocket
+rmq.socket = {}
+
 ---JSON decoding straight from a message view:
 ---  local json = require "rmq.json" ---@type rmq.json
 ---@class rmq.json

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RMQ_FFI_ABI_VERSION 3
+#define RMQ_FFI_ABI_VERSION 4
 
 /* RMQ_FFI_BEGIN */
 typedef struct rmq_msg {
@@ -175,6 +175,32 @@ int rmq_sql92_eval(const rmq_sql92_t *e, const char *props, size_t props_len, ch
 void rmq_sql92_free(rmq_sql92_t *e);
 int rmq_sql92_ignored(const rmq_sql92_t *e);
 size_t rmq_sql92_to_string(const rmq_sql92_t *e, char *out, size_t out_size);
+/*
+ * ABI 4: the thread's event loop for handlers that wait without holding the thread
+ * (luahost/coloop.c; lua/rmq/co.lua and lua/rmq/socket.lua). An operation that waits returns an
+ * id (or -1 with *err, nothing pending); rmq_co_wait runs the loop until ids completed, copies
+ * up to max of them into ids and returns how many: 0 when nothing is pending, -1 when the
+ * thread was interrupted (consume_timeout, stop). It is the one call here that blocks. Errors are
+ * static strings, or kept in the socket until its next operation. op numbers of
+ * rmq_cosock_err: 0 connect, 1 send, 2 read.
+ */
+double rmq_co_now(void);
+int64_t rmq_co_sleep(double ms);
+int rmq_co_wait(int64_t *ids, int max);
+typedef struct rmq_cosock rmq_cosock_t;
+rmq_cosock_t *rmq_cosock_new(void);
+void rmq_cosock_free(rmq_cosock_t *s);
+int64_t rmq_cosock_connect(rmq_cosock_t *s, const char *host, int port, double timeout_ms,
+                           const char **err);
+int64_t rmq_cosock_send(rmq_cosock_t *s, const char *data, size_t len, double timeout_ms,
+                        const char **err);
+int64_t rmq_cosock_read(rmq_cosock_t *s, double timeout_ms, const char **err);
+const char *rmq_cosock_err(rmq_cosock_t *s, int op);
+size_t rmq_cosock_buffered(rmq_cosock_t *s, const char **data);
+void rmq_cosock_consume(rmq_cosock_t *s, size_t n);
+int64_t rmq_cosock_find(rmq_cosock_t *s, const char *pat, size_t plen, size_t from);
+int rmq_cosock_usable(rmq_cosock_t *s);
+int rmq_cosock_set_idle(rmq_cosock_t *s, int idle);
 /* RMQ_FFI_END */
 
 #endif

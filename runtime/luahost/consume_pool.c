@@ -22,6 +22,7 @@
 
 #include "base/log.h"
 #include "batch_log.h"
+#include "coloop.h"
 #include "lua_memlimit.h"
 #include "lua_state.h"
 
@@ -93,6 +94,7 @@ typedef struct cthread {
     int64_t lua_bytes;  /* its Lua heap (relaxed atomic: any thread reads) */
     unsigned since_note;/* batches since lua_bytes was last noted */
     rmq_memlimit_t ml;  /* lua_memory_limit_mb on L (lua_memlimit.h) when ml.limit > 0 */
+    rmq_coloop_t *co;   /* the thread's event loop (coloop.h) once it made one (under p->mu) */
 } cthread_t;
 
 struct rmq_pool {
@@ -161,6 +163,7 @@ static void interrupt(cthread_t *t, const char *why)
     t->interrupted = 1;
     t->interrupt_why = why;
     __atomic_store_n(&t->irq, 1, __ATOMIC_RELEASE);
+    if (t->co) rmq__coloop_wake(t->co); /* a handler waiting on its loop sees it at once */
 }
 
 /* Under p->mu: a batch goes back to the loop thread. */
@@ -506,12 +509,22 @@ static void note_lua_memory(cthread_t *t)
     t->since_note = 0;
 }
 
+/* Consume thread: its handler first waited, so it made its loop (coloop.h). */
+static void loop_made(void *ud, rmq_coloop_t *c)
+{
+    cthread_t *t = ud;
+    uv_mutex_lock(&t->p->mu);
+    t->co = c; /* interrupt() wakes it from now on */
+    uv_mutex_unlock(&t->p->mu);
+}
+
 static void thread_main(void *arg)
 {
     cthread_t *t = arg;
     rmq_pool_t *p = t->p;
     char err[1024];
     self_thread = t;
+    rmq__coloop_prepare(&t->irq, loop_made, t);
     int rc = load_state(t, err, sizeof(err));
     if (!rc && !p->o.defer_init) rc = run_init(t, err, sizeof(err));
     if (!rc && !p->o.defer_init) rc = limit_memory(t, err, sizeof(err));
@@ -524,6 +537,7 @@ static void thread_main(void *arg)
         uv_mutex_unlock(&p->mu);
         if (t->L) lua_close(t->L);
         t->L = NULL;
+        rmq__coloop_free_self();
         return;
     }
     if (p->o.defer_init) {
@@ -603,8 +617,12 @@ static void thread_main(void *arg)
     if (!abandoned) set_state(t, CT_STOPPED);
     uv_mutex_unlock(&p->mu);
     if (!abandoned) run_shutdown(t);
-    lua_close(t->L);
+    lua_close(t->L); /* its sockets close (their memory goes with the loop's last run) */
     t->L = NULL;
+    uv_mutex_lock(&p->mu);
+    t->co = NULL;
+    uv_mutex_unlock(&p->mu);
+    rmq__coloop_free_self();
 }
 
 /* ---- loop thread side --------------------------------------------------------------------- */

@@ -231,5 +231,13 @@ lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_
         lua_close(L);
         return NULL;
     }
+    /* rmq.co before any script: coroutine.resume/wrap pass runtime waits through (co.lua). */
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "rmq.co");
+    if (rmq__lua_pcall(L, 1, 0, err, sizeof(err))) {
+        rmq__seterr(errstr, errstr_size, "cannot load rmq.co from %s: %s", rmq__lua_dir(), err);
+        lua_close(L);
+        return NULL;
+    }
     return L;
 }

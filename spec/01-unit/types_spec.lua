@@ -71,7 +71,7 @@ local rmq = require "rmq"
 local f = assert(io.open(%q, "a"))
 local seen = {}
 for k in pairs(rmq) do seen[k] = true end
-if rmq.shared then seen.shared = true end
+for _, k in ipairs(rmq._lazy) do if rmq[k] ~= nil then seen[k] = true end end
 for k in pairs(seen) do
   if not k:match("^_") then f:write(rmq.role, " ", k, "\n") end
 end
