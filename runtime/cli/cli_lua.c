@@ -624,7 +624,7 @@ int rmq__cli_run(int argc, char **argv)
     rmq_sample_t sp = {0};
     rmq_consumer_stats_t final = {0};
     int tty = isatty(2);
-    if (!o.embedded && !conf->namesrv_addr) {
+    if (!o.embedded && !conf->namesrv_addr && !conf->namesrv_domain) {
         fputs(no_namesrv, stderr);
         rc = EXIT_USAGE;
         goto out;

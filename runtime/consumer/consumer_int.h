@@ -172,6 +172,7 @@ struct rmq_consumer {
     atomic_int reload_requested; /* any thread, a signal handler too (SIGHUP); then stop_async */
     rmq_remoting_t *rt;
     rmq_producer_t *producer;
+    struct rmq_nsaddr *nsaddr; /* the address service fetcher, when namesrv_domain is used */
     rmq_runner_t *pool;     /* the handler's runner (consume threads) */
     rmq_client_state_t state;
     int exit_code;
