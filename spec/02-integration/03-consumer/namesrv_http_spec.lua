@@ -1,8 +1,8 @@
 -- The name server list from an address service (namesrv_domain; Java's TopAddressing): a
 -- consumer started without namesrv_addr fetches http://<namesrv_domain>/rocketmq/ns-spec (its
--- namesrv_domain_subgroup) from a local HTTP server, consumes through the name server it names, follows a changed answer to a
--- second development broker, and keeps the last good list when the answer is garbage and when the
--- service is down.
+-- namesrv_domain_subgroup) from a local HTTP server, consumes through the name server it names,
+-- follows a changed answer to a second development broker, and keeps the last good list when the
+-- answer is garbage, too long or empty and when the service is down.
 local helpers = require "helpers"
 local rh = require "run_helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
