@@ -174,7 +174,10 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
         if (rmq__conf_get(c->conf, tab[i].name, val, sizeof(val)) != RMQ_OK) continue;
         rmq__fj_obj_set(d, props, tab[i].java_name, rmq__fj_new_str(d, val, strlen(val)));
     }
-    snprintf(val, sizeof(val), "%s;", c->conf->namesrv_addr ? c->conf->namesrv_addr : "");
+    snprintf(val, sizeof(val), "%s;",
+             c->conf->namesrv_addr && *c->conf->namesrv_addr ? c->conf->namesrv_addr
+             : c->nsaddr_list                                ? c->nsaddr_list
+                                                             : "");
     rmq__fj_obj_set(d, props, "PROP_NAMESERVER_ADDR", rmq__fj_new_str(d, val, strlen(val)));
     snprintf(val, sizeof(val), "%d", c->conf->consume_thread_min);
     rmq__fj_obj_set(d, props, "PROP_THREADPOOL_CORE_SIZE", rmq__fj_new_str(d, val, strlen(val)));
@@ -590,6 +593,8 @@ static int on_nsaddr_list(void *ud, const char *list, char *errstr, size_t errst
 {
     rmq_consumer_t *c = ud;
     if (rmq__remoting_set_namesrv(c->rt, list, errstr, errstr_size)) return RMQ_ERR_CONFIG;
+    free(c->nsaddr_list);
+    c->nsaddr_list = rmq__xstrdup(list);
     if (c->state == RMQ_CLIENT_RUNNING) rmq__c_refresh_routes(c);
     return 0;
 }
@@ -870,6 +875,7 @@ static void shutdown_finish(rmq_consumer_t *c)
 void rmq__consumer_destroy(rmq_consumer_t *c)
 {
     if (!c) return;
+    free(c->nsaddr_list);
     if (c->stop_async.loop) {
         if (!uv_is_closing((uv_handle_t *)&c->stop_async))
             uv_close((uv_handle_t *)&c->stop_async, NULL);

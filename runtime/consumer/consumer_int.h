@@ -173,6 +173,7 @@ struct rmq_consumer {
     rmq_remoting_t *rt;
     rmq_producer_t *producer;
     struct rmq_nsaddr *nsaddr; /* the address service fetcher, when namesrv_domain is used */
+    char *nsaddr_list;         /* its last list taken (loop thread), else NULL */
     rmq_runner_t *pool;     /* the handler's runner (consume threads) */
     rmq_client_state_t state;
     int exit_code;

@@ -46,11 +46,17 @@ describe("consumer: name server from an HTTP address service", function()
       extra = string.format("namesrv_domain = %q, namesrv_domain_subgroup = \"ns-spec\", "
         .. "namesrv_addr_refresh_interval = 300,", "127.0.0.1:" .. port) })
     local log = dir .. "/run.log"
-    local pid = cons.spawn(s, log)
+    local pid = cons.spawn(s, log, "--metrics 127.0.0.1:0")
+    local url = cons.metrics_url(log)
 
     -- The first answer: the first broker's name server.
     put(db1, "a", 20)
     helpers.wait_until(consumed_all(out, "a", 20), 60, "the first broker's messages")
+    -- The name server of the fetched list counts as the consumer's name server (health).
+    helpers.wait_until(function()
+      local h = cons.scrape(url .. "/health")
+      return h and h.status == 200
+    end, 20, "/health 200 through the fetched name server")
     assert.matches("name server list from http://127.0.0.1:" .. port .. "/rocketmq/ns-spec: "
       .. ns1, cons.read(log), 1, true)
 
