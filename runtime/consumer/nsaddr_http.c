@@ -46,8 +46,10 @@ char *rmq__nsaddr_url(const char *domain, const char *subgroup, const char *unit
     rmq_buf_t b;
     rmq__buf_init(&b);
     /* MixAll.getWSAddr: a domain with a port is taken as it is, else port 8080. */
-    if (strchr(domain, ':')) rmq__buf_appendf(&b, "http://%s/rocketmq/%s", domain, subgroup);
-    else rmq__buf_appendf(&b, "http://%s:8080/rocketmq/%s", domain, subgroup);
+    if (strchr(domain, ':'))
+        rmq__buf_appendf(&b, "http://%s/rocketmq/%s", domain, subgroup);
+    else
+        rmq__buf_appendf(&b, "http://%s:8080/rocketmq/%s", domain, subgroup);
     /* TopAddressing.fetchNSAddr: the unit name is appended. */
     if (unit_name && *unit_name) rmq__buf_appendf(&b, "-%s?nofix=1", unit_name);
     return b.data;
@@ -89,8 +91,10 @@ static void fetch_end(rmq_nsaddr_t *n, const char *err, const char *body, size_t
     char e[256], shown[128];
     uv_timer_stop(&n->t_to);
     if (err) {
-        rmq_log_warn("namesrv", "name server address service %s: %s; keeping the last name "
-                     "server list", n->url, err);
+        rmq_log_warn("namesrv",
+                     "name server address service %s: %s; keeping the last name "
+                     "server list",
+                     n->url, err);
     } else {
         /* TopAddressing.clearNewLine: trimmed, line breaks removed. */
         char *s = rmq__xstrndup(body, len), *w = s;
@@ -105,14 +109,18 @@ static void fetch_end(rmq_nsaddr_t *n, const char *err, const char *body, size_t
             a[--al] = 0;
         printable(a, al, shown, sizeof shown);
         if (!al) {
-            rmq_log_warn("namesrv", "name server address service %s answered an empty body; "
-                         "keeping the last name server list", n->url);
+            rmq_log_warn("namesrv",
+                         "name server address service %s answered an empty body; "
+                         "keeping the last name server list",
+                         n->url);
         } else if (n->last && strcmp(n->last, a) == 0) {
             rmq_dbg(RMQ_DBG_NAMESRV, "namesrv", "name server address service %s: unchanged (%s)",
                     n->url, shown);
         } else if (n->cb(n->ud, a, e, sizeof e)) {
-            rmq_log_warn("namesrv", "name server address service %s answered \"%s\": %s; keeping "
-                         "the last name server list", n->url, shown, e);
+            rmq_log_warn("namesrv",
+                         "name server address service %s answered \"%s\": %s; keeping "
+                         "the last name server list",
+                         n->url, shown, e);
         } else {
             rmq_log_info("namesrv", "name server list from %s: %s", n->url, a);
             free(n->last);
@@ -147,10 +155,12 @@ static int parse(rmq_nsaddr_t *n, int eof)
     if (hl < 12 || strncmp(d, "HTTP/1.", 7) != 0 || sscanf(d + 8, " %3d", &status) != 1)
         return fetch_end(n, "not an HTTP/1.x answer", NULL, 0), 1;
     long long cl = -1;
-    for (const char *l = memchr(d, '\n', hl); l && l < he; l = memchr(l + 1, '\n', hl - (size_t)(l + 1 - d))) {
+    for (const char *l = memchr(d, '\n', hl); l && l < he;
+         l = memchr(l + 1, '\n', hl - (size_t)(l + 1 - d))) {
         const char *h = l + 1;
         if (h >= he) break;
-        if (strncasecmp(h, "Content-Length:", 15) == 0) cl = strtoll(h + 15, NULL, 10);
+        if (strncasecmp(h, "Content-Length:", 15) == 0)
+            cl = strtoll(h + 15, NULL, 10);
         else if (strncasecmp(h, "Transfer-Encoding:", 18) == 0 && strstr(h, "chunked") &&
                  (size_t)(strstr(h, "chunked") - d) < hl)
             return fetch_end(n, "chunked answers are not supported", NULL, 0), 1;
@@ -164,7 +174,8 @@ static int parse(rmq_nsaddr_t *n, int eof)
         return fetch_end(n, "answer longer than 4096 bytes", NULL, 0), 1;
     if (cl >= 0 && len - bo >= (size_t)cl) return fetch_end(n, NULL, d + bo, (size_t)cl), 1;
     if (eof) {
-        if (cl >= 0) return fetch_end(n, "connection closed before the end of the body", NULL, 0), 1;
+        if (cl >= 0)
+            return fetch_end(n, "connection closed before the end of the body", NULL, 0), 1;
         return fetch_end(n, NULL, d + bo, len - bo), 1;
     }
     return 0;
@@ -230,8 +241,10 @@ static void on_dial(void *ud, int status, uv_os_sock_t fd, const char *report)
         return;
     }
     n->req.len = 0;
-    rmq__buf_appendf(&n->req, "GET %s HTTP/1.0\r\nHost: %s:%d\r\nAccept: */*\r\nConnection: "
-                     "close\r\nUser-Agent: rmqlua\r\n\r\n", n->path, n->host, n->port);
+    rmq__buf_appendf(&n->req,
+                     "GET %s HTTP/1.0\r\nHost: %s:%d\r\nAccept: */*\r\nConnection: "
+                     "close\r\nUser-Agent: rmqlua\r\n\r\n",
+                     n->path, n->host, n->port);
     uv_buf_t wb = uv_buf_init(n->req.data, (unsigned)n->req.len);
     n->wr.data = n;
     if ((rc = uv_write(&n->wr, (uv_stream_t *)&n->tcp, &wb, 1, on_write)) ||
@@ -288,8 +301,10 @@ int rmq__nsaddr_start(uv_loop_t *loop, const char *url, int64_t interval_ms, int
     if (colon) {
         char *end;
         long p = strtol(colon + 1, &end, 10);
-        if (end != hp + hl || p < 1 || p > 65535) port = -1;
-        else port = (int)p;
+        if (end != hp + hl || p < 1 || p > 65535)
+            port = -1;
+        else
+            port = (int)p;
     }
     if (!nl || nl >= 256 || port < 0) {
         rmq__seterr(errstr, errstr_size, "name server address service \"%s\": bad host or port",
