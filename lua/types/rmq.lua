@@ -283,6 +283,9 @@ function json.decode_safe(v, len) end
 ---@field lua_memory_limit_mb? integer default 0 (0 (none) or 1..1048576). MiB one consume thread's Lua state may hold, garbage not yet collected included (0 = no limit). While a handler runs, an allocation past it fails ("not enough memory"): that batch fails and comes back later, and the thread's state is made anew (init runs, then the old state's shutdown). The process is not stopped.
 ---@field await_termination_millis_when_shutdown? integer|string default 0 (>= 0). Shutdown: wait this long for running handlers, ms (0 = do not wait). (Java awaitTerminationMillisWhenShutdown)
 ---@field namesrv_addr? string default env NAMESRV_ADDR (host:port;host:port). Name server addresses. (Java namesrvAddr)
+---@field namesrv_domain? string default unset (host or host:port). Name server address service (Java's system property rocketmq.namesrv.domain): when namesrv_addr is not set, the list is fetched from http://<namesrv_domain>:8080/rocketmq/<namesrv_domain_subgroup> (a domain with a port is used as it is) at start and every namesrv_addr_refresh_interval ms; a failed fetch or a bad answer keeps the last good list. Unset = off (Java's default, jmenv.tbsite.net, is not assumed).
+---@field namesrv_domain_subgroup? string default nsaddr (). Last part of the address service's URL (Java's rocketmq.namesrv.domain.subgroup).
+---@field namesrv_addr_refresh_interval? integer default 120000 (>= 1). Period of the address service fetch, ms (Java: a fixed 2 minutes).
 ---@field instance_name? string default DEFAULT (). Instance name in the clientId; DEFAULT becomes <pid>#<nanotime> in CLUSTERING mode. (Java instanceName)
 ---@field unit_name? string default unset (). Appended to the clientId when set. (Java unitName)
 ---@field client_ip? string default unset (). IP in the clientId; unset = detected like RemotingUtil.getLocalAddress. (Java clientIP)

@@ -600,7 +600,8 @@ static void final_status(const rmq_consumer_stats_t *st, int tty)
 static const char no_namesrv[] =
     "rmqlua run: no name server. Give one with --namesrv HOST:PORT, the NAMESRV_ADDR\n"
     "environment variable or namesrv_addr = \"HOST:PORT\" in the script (several:\n"
-    "\"a:9876;b:9876\"), or add --embedded to consume from the in-process development broker.\n";
+    "\"a:9876;b:9876\"), namesrv_domain = \"HOST[:PORT]\" for an address service, or add\n"
+    "--embedded to consume from the in-process development broker.\n";
 
 int rmq__cli_run(int argc, char **argv)
 {
@@ -624,7 +625,7 @@ int rmq__cli_run(int argc, char **argv)
     rmq_sample_t sp = {0};
     rmq_consumer_stats_t final = {0};
     int tty = isatty(2);
-    if (!o.embedded && !conf->namesrv_addr) {
+    if (!o.embedded && !conf->namesrv_addr && !conf->namesrv_domain) {
         fputs(no_namesrv, stderr);
         rc = EXIT_USAGE;
         goto out;

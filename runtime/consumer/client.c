@@ -17,6 +17,7 @@
  * instance.c); everything else on the loop.
  */
 #include "consumer_int.h"
+#include "nsaddr_http.h"
 #include "net/dial.h"
 
 #include "protocol/acl.h"
@@ -173,7 +174,10 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
         if (rmq__conf_get(c->conf, tab[i].name, val, sizeof(val)) != RMQ_OK) continue;
         rmq__fj_obj_set(d, props, tab[i].java_name, rmq__fj_new_str(d, val, strlen(val)));
     }
-    snprintf(val, sizeof(val), "%s;", c->conf->namesrv_addr ? c->conf->namesrv_addr : "");
+    snprintf(val, sizeof(val), "%s;",
+             c->conf->namesrv_addr && *c->conf->namesrv_addr ? c->conf->namesrv_addr
+             : c->nsaddr_list                                ? c->nsaddr_list
+                                                             : "");
     rmq__fj_obj_set(d, props, "PROP_NAMESERVER_ADDR", rmq__fj_new_str(d, val, strlen(val)));
     snprintf(val, sizeof(val), "%d", c->conf->consume_thread_min);
     rmq__fj_obj_set(d, props, "PROP_THREADPOOL_CORE_SIZE", rmq__fj_new_str(d, val, strlen(val)));
@@ -493,8 +497,10 @@ int rmq__consumer_new(rmq_conf_t *conf, const rmq_handler_t *handler, rmq_consum
                     "(option subscribe)");
         return RMQ_ERR_CONFIG;
     }
-    if (!conf->namesrv_addr || !*conf->namesrv_addr) {
-        rmq__seterr(errstr, errstr_size, "no name server: set namesrv_addr (or NAMESRV_ADDR)");
+    if ((!conf->namesrv_addr || !*conf->namesrv_addr) &&
+        (!conf->namesrv_domain || !*conf->namesrv_domain)) {
+        rmq__seterr(errstr, errstr_size, "no name server: set namesrv_addr (or NAMESRV_ADDR) or "
+                    "namesrv_domain");
         return RMQ_ERR_CONFIG;
     }
     rmq_consumer_t *c = rmq__xcalloc(1, sizeof(*c));
@@ -581,6 +587,30 @@ void rmq__consumer_reload(rmq_consumer_t *c)
     uv_async_send(&c->stop_async);
 }
 
+/* The address service's answer: new connections to a name server use it; the routes are asked
+ * for at once from the new list. Loop thread. */
+static int on_nsaddr_list(void *ud, const char *list, char *errstr, size_t errstr_size)
+{
+    rmq_consumer_t *c = ud;
+    if (rmq__remoting_set_namesrv(c->rt, list, errstr, errstr_size)) return RMQ_ERR_CONFIG;
+    free(c->nsaddr_list);
+    c->nsaddr_list = rmq__xstrdup(list);
+    if (c->state == RMQ_CLIENT_RUNNING) rmq__c_refresh_routes(c);
+    return 0;
+}
+
+static int start_nsaddr(rmq_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    const rmq_conf_t *cf = c->conf;
+    char *url = rmq__nsaddr_url(cf->namesrv_domain, cf->namesrv_domain_subgroup, cf->unit_name);
+    /* TopAddressing.fetchNSAddr's timeout: 3000 ms. */
+    int rc = rmq__nsaddr_start(&c->loop, url, cf->namesrv_addr_refresh_interval, 3000,
+                               on_nsaddr_list, c, &c->nsaddr, errstr, errstr_size);
+    if (!rc) rmq_log_info("client", "name server list from the address service %s", url);
+    free(url);
+    return rc;
+}
+
 int rmq__consumer_run(rmq_consumer_t *c)
 {
     char err[512];
@@ -614,8 +644,10 @@ int rmq__consumer_run(rmq_consumer_t *c)
     ro.on_open = rmq__stats_on_open;
     ro.on_close = rmq__stats_on_close;
     ro.ud = c;
+    int by_http = !cf->namesrv_addr || !*cf->namesrv_addr;
     if (rmq__remoting_new(&ro, &c->rt, err, sizeof(err)) ||
-        rmq__remoting_set_namesrv(c->rt, cf->namesrv_addr, err, sizeof(err))) {
+        (by_http ? start_nsaddr(c, err, sizeof(err))
+                 : rmq__remoting_set_namesrv(c->rt, cf->namesrv_addr, err, sizeof(err)))) {
         rmq_log_error("client", "cannot start: %s", err);
         if (c->rt) rmq__remoting_destroy(c->rt, NULL, NULL);
         c->rt = NULL;
@@ -812,6 +844,8 @@ static void on_rt_closed(void *ud)
 
 static void shutdown_finish(rmq_consumer_t *c)
 {
+    if (c->nsaddr) rmq__nsaddr_close(c->nsaddr);
+    c->nsaddr = NULL;
     uv_timer_stop(&c->t_persist);
     uv_timer_stop(&c->t_stats);
     uv_timer_stop(&c->t_drain);
@@ -841,6 +875,7 @@ static void shutdown_finish(rmq_consumer_t *c)
 void rmq__consumer_destroy(rmq_consumer_t *c)
 {
     if (!c) return;
+    free(c->nsaddr_list);
     if (c->stop_async.loop) {
         if (!uv_is_closing((uv_handle_t *)&c->stop_async))
             uv_close((uv_handle_t *)&c->stop_async, NULL);

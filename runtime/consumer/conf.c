@@ -303,6 +303,20 @@ static const rmq_conf_prop_t props[] = {
     /* ClientConfig */
     {"namesrv_addr", "namesrvAddr", RMQ_CONF_STRING, OFF(namesrv_addr), "env NAMESRV_ADDR", NOLIM,
      "host:port;host:port", NULL, NULL, F_DYNAMIC, "Name server addresses."},
+    {"namesrv_domain", NULL, RMQ_CONF_STRING, OFF(namesrv_domain), NULL,
+     NOLIM, "host or host:port", NULL, NULL, 0,
+     "Name server address service (Java's system property rocketmq.namesrv.domain): when "
+     "namesrv_addr is not set, the list is fetched from "
+     "http://<namesrv_domain>:8080/rocketmq/<namesrv_domain_subgroup> (a domain with a port is "
+     "used as it is) at start and every namesrv_addr_refresh_interval ms; a failed fetch or a bad "
+     "answer keeps the last good list. Unset = off (Java's default, jmenv.tbsite.net, is not "
+     "assumed)."},
+    {"namesrv_domain_subgroup", NULL, RMQ_CONF_STRING,
+     OFF(namesrv_domain_subgroup), "nsaddr", NOLIM, NULL, NULL, NULL, 0,
+     "Last part of the address service's URL (Java's rocketmq.namesrv.domain.subgroup)."},
+    {"namesrv_addr_refresh_interval", NULL, RMQ_CONF_INT, OFF(namesrv_addr_refresh_interval),
+     "120000", 1, INT32_MAX, NULL, NULL, NULL, 0,
+     "Period of the address service fetch, ms (Java: a fixed 2 minutes)."},
     {"instance_name", "instanceName", RMQ_CONF_STRING, OFF(instance_name), "DEFAULT", NOLIM, NULL,
      NULL, NULL, 0,
      "Instance name in the clientId; DEFAULT becomes <pid>#<nanotime> in CLUSTERING mode."},

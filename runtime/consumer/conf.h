@@ -124,6 +124,9 @@ typedef struct rmq_conf {
     int64_t await_termination_millis_when_shutdown; /* 0 */
     /* ClientConfig */
     char *namesrv_addr;                           /* default: env NAMESRV_ADDR, else NULL */
+    char *namesrv_domain;                         /* NULL = no address service */
+    char *namesrv_domain_subgroup;                /* "nsaddr" */
+    int namesrv_addr_refresh_interval;            /* 120000 ms (rmqlua's own) */
     char *instance_name;                          /* "DEFAULT" */
     char *unit_name;                              /* NULL */
     char *client_ip;                              /* NULL = detect (RemotingUtil.getLocalAddress) */

@@ -201,10 +201,12 @@ void rmq__stats_batch_done(rmq_consumer_t *c, rmq_cbatch_t *cb)
 
 /* ---- connections: reconnects and the name server ----------------------------------------- */
 
-/* Is addr one of the configured name servers (as rmq__remoting_set_namesrv reads the list)? */
+/* Is addr one of the configured name servers, or of the address service's last list (as
+ * rmq__remoting_set_namesrv reads the list)? */
 static int is_namesrv(const rmq_consumer_t *c, const char *addr)
 {
-    const char *p = c->conf->namesrv_addr;
+    const char *p = c->conf->namesrv_addr && *c->conf->namesrv_addr ? c->conf->namesrv_addr
+                                                                  : c->nsaddr_list;
     size_t al = strlen(addr);
     while (p && *p) {
         size_t n = strcspn(p, ";");

@@ -1,0 +1,102 @@
+-- The name server list from an address service (namesrv_domain; Java's TopAddressing): a
+-- consumer started without namesrv_addr fetches http://<namesrv_domain>/rocketmq/ns-spec (its
+-- namesrv_domain_subgroup) from a local HTTP server, consumes through the name server it names,
+-- follows a changed answer to a second development broker, and keeps the last good list when the
+-- answer is garbage, too long or empty and when the service is down.
+local helpers = require "helpers"
+local rh = require "run_helpers"
+local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
+local lib = cons.lib
+
+local TOPIC, GROUP = "NsHttp", "g_nshttp"
+
+-- Store n messages with bodies "<prefix><i>" on broker db (queues round robin).
+local function put(db, prefix, n)
+  for i = 1, n do
+    local b = prefix .. i
+    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, -1, nil, nil, b, #b) >= 0)
+  end
+end
+
+local function consumed_all(out, prefix, n)
+  return function()
+    local seen = {}
+    for _, r in ipairs(cons.records(out)) do seen[r.body] = true end
+    for i = 1, n do if not seen[prefix .. i] then return false end end
+    return true
+  end
+end
+
+describe("consumer: name server from an HTTP address service", function()
+  it("consumes, follows a changed answer, keeps the last list on garbage and when down", function()
+    local db1, ns1 = cons.test_broker("--broker-name nsa --topic " .. TOPIC .. ":2")
+    local db2, ns2 = cons.test_broker("--broker-name nsb --topic " .. TOPIC .. ":2")
+    local dir = cons.tmpdir("nshttp")
+    local www = dir .. "/www"
+    assert(os.execute("mkdir -p " .. helpers.shq(www .. "/rocketmq")) == 0)
+    rh.replace(www .. "/rocketmq", "ns-spec", ns1 .. "\n")
+    local slog = dir .. "/http.log"
+    local spid = helpers.spawn("/usr/bin/python3 -u -m http.server --bind 127.0.0.1 --directory "
+      .. helpers.shq(www) .. " 0", { log = slog })
+    local port = helpers.wait_until(function()
+      return cons.read(slog):match("port (%d+)")
+    end, 20, "the HTTP server's port")
+    local out = dir .. "/out.txt"
+    local s = cons.script(dir, { group = GROUP, ns = "", topic = TOPIC, out = out,
+      extra = string.format("namesrv_domain = %q, namesrv_domain_subgroup = \"ns-spec\", "
+        .. "namesrv_addr_refresh_interval = 300,", "127.0.0.1:" .. port) })
+    local log = dir .. "/run.log"
+    local pid = cons.spawn(s, log, "--metrics 127.0.0.1:0")
+    local url = cons.metrics_url(log)
+
+    -- The first answer: the first broker's name server.
+    put(db1, "a", 20)
+    helpers.wait_until(consumed_all(out, "a", 20), 60, "the first broker's messages")
+    -- The name server of the fetched list counts as the consumer's name server (health).
+    helpers.wait_until(function()
+      local h = cons.scrape(url .. "/health")
+      return h and h.status == 200
+    end, 20, "/health 200 through the fetched name server")
+    assert.matches("name server list from http://127.0.0.1:" .. port .. "/rocketmq/ns-spec: "
+      .. ns1, cons.read(log), 1, true)
+
+    -- A garbage answer keeps the list.
+    rh.replace(www .. "/rocketmq", "ns-spec", "no address here\n")
+    helpers.wait_until(function()
+      return cons.read(log):find("answered \"no address here\"", 1, true)
+    end, 30, "the garbage answer logged")
+    assert.matches("keeping the last name server list", cons.read(log), 1, true)
+    -- So do an answer longer than 4096 bytes and an empty one.
+    rh.replace(www .. "/rocketmq", "ns-spec", string.rep(ns2 .. ";", 400))
+    helpers.wait_until(function()
+      return cons.read(log):find("answer longer than 4096 bytes", 1, true)
+    end, 30, "the long answer logged")
+    rh.replace(www .. "/rocketmq", "ns-spec", "\r\n")
+    helpers.wait_until(function()
+      return cons.read(log):find("answered an empty body", 1, true)
+    end, 30, "the empty answer logged")
+    put(db1, "c", 10)
+    helpers.wait_until(consumed_all(out, "c", 10), 60, "the first broker's later messages")
+
+    -- The answer changes: the consumer follows it to the second broker.
+    rh.replace(www .. "/rocketmq", "ns-spec", ns2 .. "\n")
+    helpers.wait_until(function()
+      return cons.read(log):find("/rocketmq/ns-spec: " .. ns2, 1, true)
+    end, 30, "the second name server taken")
+    put(db2, "b", 20)
+    helpers.wait_until(consumed_all(out, "b", 20), 60, "the second broker's messages")
+
+    -- The service down: the list is kept, consumption goes on.
+    helpers.kill(spid, "KILL")
+    helpers.wait_until(function()
+      local l = cons.read(log)
+      return l:find("name server address service http://127.0.0.1:" .. port
+        .. "/rocketmq/ns-spec: cannot connect", 1, true)
+    end, 30, "the failed fetch logged")
+    put(db2, "d", 10)
+    helpers.wait_until(consumed_all(out, "d", 10), 60, "the second broker's later messages")
+    assert.truthy(cons.alive(pid))
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log))
+  end)
+end)
