@@ -12,7 +12,6 @@
 -- AllocateMessageQueueAveragelyByCircle), so queue n always belongs to client n % #cid_all.
 --
 -- on_assign(mqs) / on_revoke(mqs) run after a rebalance changed what this client owns.
-local rmq = require "rmq"
 
 local function name(mq) return mq.topic .. "@" .. mq.broker_name .. "#" .. mq.queue_id end
 

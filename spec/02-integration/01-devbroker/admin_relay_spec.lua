@@ -11,7 +11,7 @@ local PULL, UPDATE_OFF, HEARTBEAT = 11, 15, 34
 local RESET_CLIENT, STATUS_CLIENT, INVOKE_RESET, INVOKE_STATUS = 220, 221, 222, 223
 
 describe("devbroker: admin relays", function()
-  local db, lib, baddr, bname
+  local db, _, lib, baddr, bname
 
   lazy_setup(function()
     wire.quiet()

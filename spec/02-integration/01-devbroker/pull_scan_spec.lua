@@ -9,7 +9,7 @@ local PULL = 11
 local CQ_FILE = 300000
 
 describe("devbroker: pull scan bounds", function()
-  local db, lib, c
+  local db, _, lib, c
 
   lazy_setup(function()
     wire.quiet()

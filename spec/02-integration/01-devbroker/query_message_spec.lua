@@ -65,7 +65,7 @@ local function fill(c)
 end
 
 describe("devbroker message queries", function()
-  local db, lib, baddr, c, sent
+  local db, _, lib, baddr, c, sent
 
   lazy_setup(function()
     wire.quiet()

@@ -38,7 +38,7 @@ end
 
 describe("devbroker: SQL92 subscriptions", function()
   describe("without --enable-property-filter (the Java broker's default)", function()
-    local db, lib, c
+    local db, _, lib, c
     lazy_setup(function()
       wire.quiet()
       db, _, lib = wire.start("--topic T:1")
@@ -73,7 +73,7 @@ describe("devbroker: SQL92 subscriptions", function()
   end)
 
   describe("with --enable-property-filter", function()
-    local db, lib, c
+    local db, _, lib, c
     lazy_setup(function()
       wire.quiet()
       db, _, lib = wire.start("--enable-property-filter --topic T:1 --topic W:1")
