@@ -2,6 +2,7 @@
 --
 --   rmqlua run examples/allocate.lua --namesrv 127.0.0.1:9876
 --   rmqlua run examples/allocate.lua --embedded
+--   rmqlua test examples/allocate.lua examples/cases/allocate.lua   (offline test cases, no broker)
 --
 -- allocate(group, client_id, mq_all, cid_all) runs in the control state on the network thread
 -- at every rebalance. mq_all is the sorted list of the topic's queues

@@ -1,6 +1,8 @@
 -- throttle.lua: keep a slow downstream healthy.
 --
 --   rmqlua run examples/throttle.lua --namesrv 127.0.0.1:9876
+--   rmqlua run examples/throttle.lua --embedded   (one line per message delivered)
+--   rmqlua test examples/throttle.lua examples/cases/throttle.lua   (offline test cases, no broker)
 --
 --  * consume_tps_limit = 200: this process consumes at most 200 messages a second. The pulls
 --    slow down (a token bucket paces them), so nothing piles up in memory. It is rmqlua's own
