@@ -17,6 +17,13 @@
 int rmq__log_level = RMQ_LOG_INFO;
 unsigned rmq__log_debug = 0;
 
+/* The name of err as a RocketMQ response code (they are positive), else fallback. */
+static const char *response_name_or(int err, const char *fallback)
+{
+    const char *n = err > 0 ? rmq_response_code_name(err) : NULL;
+    return n ? n : fallback;
+}
+
 const char *rmq_err_name(int err)
 {
     switch (err) {
@@ -26,13 +33,8 @@ const char *rmq_err_name(int err)
         RMQ_LOCAL_ERRORS(RMQ_ERR_NAME_)
 #undef RMQ_ERR_NAME_
     default:
-        break;
+        return response_name_or(err, "UNKNOWN");
     }
-    if (err > 0) {
-        const char *n = rmq_response_code_name(err);
-        if (n) return n;
-    }
-    return "UNKNOWN";
 }
 
 const char *rmq_err_str(int err)
@@ -44,13 +46,8 @@ const char *rmq_err_str(int err)
         RMQ_LOCAL_ERRORS(RMQ_ERR_MSG_)
 #undef RMQ_ERR_MSG_
     default:
-        break;
+        return response_name_or(err, "unknown error");
     }
-    if (err > 0) {
-        const char *n = rmq_response_code_name(err);
-        if (n) return n;
-    }
-    return "unknown error";
 }
 
 void rmq__seterr(char *errstr, size_t errstr_size, const char *fmt, ...)

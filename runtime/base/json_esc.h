@@ -1,7 +1,8 @@
 /*
  * json_esc.h -- the escape sequences of a JSON string (\" \\ \/ \b \f \n \r \t \uXXXX with
  * surrogate pairs) decoded to UTF-8. Shared by the RemotingCommand JSON header parser (cmd.c)
- * and the fastjson-style reader (fjson.c), which differ only in what a lone surrogate becomes.
+ * and the fastjson-style reader (fjson.c), which differ only in what a lone surrogate becomes;
+ * and the short escapes their writers use.
  *
  * Ownership: writes into the caller's buffer only. Threads: pure; any thread.
  */
@@ -25,5 +26,28 @@
  * past the escape and *op past the output; returns RMQ_JESC_OK or an RMQ_JESC_* error.
  */
 int rmq__json_unescape(const char **pp, const char *end, char **op, int flags);
+
+/* The other way: the letter of the two-character escape a JSON writer uses for byte c (\" \\ \b
+ * \f \n \r \t), or 0 when c has none. Used by cmd.c's and fjson.c's writers. */
+static inline char rmq__json_escape_letter(unsigned char c)
+{
+    switch (c) {
+    case '"':
+    case '\\':
+        return (char)c;
+    case '\b':
+        return 'b';
+    case '\f':
+        return 'f';
+    case '\n':
+        return 'n';
+    case '\r':
+        return 'r';
+    case '\t':
+        return 't';
+    default:
+        return 0;
+    }
+}
 
 #endif

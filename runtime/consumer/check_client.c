@@ -13,7 +13,8 @@
  * Java's wording and does not stop it (Java would fail start; a network blip must not end the
  * process): the pulls then show whatever the broker says.
  *
- * Ownership: one allocation per request (consumer + subscription index) until its callback.
+ * Ownership: one allocation per request (consumer + subscription index + what to do next) until
+ * its callback.
  * Threads: the loop thread.
  */
 #include "consumer_int.h"
@@ -24,6 +25,7 @@
 typedef struct check_req {
     rmq_consumer_t *c;
     int idx; /* subscription index (subs never move after start) */
+    void (*then)(rmq_consumer_t *c); /* after an answer that does not stop the consumer */
 } check_req_t;
 
 static void on_check(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
@@ -31,6 +33,7 @@ static void on_check(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     check_req_t *r = ud;
     rmq_consumer_t *c = r->c;
     rmq_csub_t *s = &c->subs[r->idx];
+    void (*then)(rmq_consumer_t *c) = r->then;
     free(r);
     s->check_state = RMQ_CHECK_DONE;
     if (c->state != RMQ_CLIENT_RUNNING) return;
@@ -53,10 +56,10 @@ static void on_check(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     } else {
         rmq_dbg(RMQ_DBG_REMOTING, "client", "CHECK_CLIENT_CONFIG %s: ok", s->sd->topic);
     }
-    rmq__c_heartbeat_rebalance(c);
+    then(c);
 }
 
-int rmq__check_client_config(rmq_consumer_t *c, rmq_csub_t *s)
+int rmq__check_client_config(rmq_consumer_t *c, rmq_csub_t *s, void (*then)(rmq_consumer_t *c))
 {
     if (s->check_state == RMQ_CHECK_PENDING) return 1;
     if (s->check_state == RMQ_CHECK_DONE || !strcmp(s->sd->expression_type, "TAG")) return 0;
@@ -78,6 +81,7 @@ int rmq__check_client_config(rmq_consumer_t *c, rmq_csub_t *s)
     check_req_t *r = rmq__xcalloc(1, sizeof(*r));
     r->c = c;
     r->idx = (int)(s - c->subs);
+    r->then = then;
     int rc = rmq__remoting_request(c->rt, addr, &cmd, c->conf->mq_client_api_timeout, on_check, r);
     cmd.body = NULL;
     rmq__cmd_free(&cmd);

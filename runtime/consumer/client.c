@@ -1,16 +1,19 @@
 /*
  * client.c -- the push consumer's client instance (MQClientInstance + DefaultMQPushConsumerImpl
- * start/shutdown, PROTOCOL.md 6.1-6.5, 6.17, 2.4): clientId, routes from the name servers every
- * poll_name_server_interval, heartbeats (HeartbeatData, 3.3) to every broker address at start,
- * every heartbeat_broker_interval and when a route changes, the broker-initiated requests
- * (NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_RUNNING_INFO, GET_CONSUMER_STATUS_FROM_CLIENT,
- * RESET_CONSUMER_CLIENT_OFFSET, CONSUME_MESSAGE_DIRECTLY), offsets persisted every
- * persist_consumer_offset_interval, the stats snapshot, and the shutdown sequence.
+ * start/shutdown, PROTOCOL.md 6.1-6.3, 6.17, 2.4): clientId, the start sequence (transport,
+ * producer, pool, timers, and the hooks the lower parts call: consumer_int.h), the
+ * broker-initiated requests (NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_RUNNING_INFO,
+ * GET_CONSUMER_STATUS_FROM_CLIENT, RESET_CONSUMER_CLIENT_OFFSET; CONSUME_MESSAGE_DIRECTLY is
+ * direct.c's), offsets persisted every persist_consumer_offset_interval, the stats snapshot, and
+ * the shutdown sequence. Routes and heartbeats are routes.c's; the state the parts share
+ * (addresses, subscriptions, state names, stop) is instance.c's. The top of the engine: it may
+ * call every other file of consumer/, and none of them calls it.
  *
  * Ownership: the consumer owns its loop, transport, producer, pool, control script, routes and
  * queues (see consumer_int.h). The conf given to rmq__consumer_new is copied.
  * Threads: rmq__consumer_new/run/destroy on the caller's thread (which becomes the loop thread);
- * rmq__consumer_stop and rmq__consumer_stats from any thread; everything else on the loop.
+ * rmq__consumer_reload and rmq__consumer_stats from any thread (rmq__consumer_stop too:
+ * instance.c); everything else on the loop.
  */
 #include "consumer_int.h"
 #include "net/dial.h"
@@ -28,359 +31,6 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- client state machine ------------------------------------------------------------------- */
-
-static const char *client_state_names[] = {"CREATED", "STARTING", "RUNNING",
-                                           "DRAINING", "CLOSING", "STOPPED"};
-
-const char *rmq__client_state_name(rmq_client_state_t s)
-{
-    return (unsigned)s < RMQ_ARRAY_SIZE(client_state_names) ? client_state_names[s] : "?";
-}
-
-void rmq__client_set_state(rmq_consumer_t *c, rmq_client_state_t s)
-{
-    if (c->state == s) return;
-    rmq_dbg(RMQ_DBG_ALL, "client", "%s: %s -> %s", c->client_id,
-            rmq__client_state_name(c->state), rmq__client_state_name(s));
-    c->state = s;
-}
-
-/* ---- namespaces (PROTOCOL.md 9, namespace.c) -------------------------------------------------- */
-
-/*
- * Before the handler runs: NamespaceUtil.withoutNamespace(msg.getTopic(), namespace), as
- * ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService do in
- * resetRetryAndNamespace after the retry topic was restored: "ns%T" -> "T",
- * "%RETRY%ns%G" -> "%RETRY%G". m->store_topic is left as stored.
- */
-void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m)
-{
-    rmq__ns_strip_msg(c->conf->namespace, m);
-}
-
-char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m)
-{
-    char *t = rmq__xstrndup(m->topic, m->topic_len);
-    char *w = rmq__ns_wrap(c->conf->namespace, t);
-    free(t);
-    return w;
-}
-
-/* ---- subscriptions and addresses -------------------------------------------------------------- */
-
-
-int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out, int *n_out,
-                      char *errstr, size_t errstr_size)
-{
-    rmq_csub_t *subs = rmq__xcalloc((size_t)cf->n_subs + 1, sizeof(rmq_csub_t));
-    int n = 0, retry = 0;
-    for (int i = 0; i < cf->n_subs; i++) {
-        char *t = rmq__ns_wrap(cf->namespace, cf->subs[i].topic);
-        int rc = rmq__sub_build(t, cf->subs[i].expression, cf->subs[i].type, &subs[n].sd, errstr,
-                                errstr_size);
-        free(t);
-        if (rc) {
-            for (int k = 0; k < n; k++) rmq__sub_destroy(subs[k].sd);
-            free(subs);
-            return RMQ_ERR_CONFIG;
-        }
-        if (!strcmp(subs[n].sd->topic, c->retry_topic)) retry = 1;
-        n++;
-    }
-    if (cf->message_model == RMQ_MODEL_CLUSTERING && !retry) {
-        rmq__sub_build(c->retry_topic, "*", NULL, &subs[n].sd, errstr, errstr_size);
-        n++;
-    }
-    *out = subs;
-    *n_out = n;
-    return 0;
-}
-
-rmq_csub_t *rmq__c_sub(rmq_consumer_t *c, const char *topic)
-{
-    for (int i = 0; i < c->n_subs; i++)
-        if (!strcmp(c->subs[i].sd->topic, topic)) return &c->subs[i];
-    return NULL;
-}
-
-int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m)
-{
-    return rmq__sub_match_tags(s->sd, m->tags_len ? m->tags : NULL, m->tags_len);
-}
-
-static rmq_route_t **routes_of(rmq_consumer_t *c) { return c->routes; }
-
-const char *rmq__c_master_addr(rmq_consumer_t *c, const char *broker_name)
-{
-    rmq_route_t **rt = routes_of(c);
-    for (int i = 0; i < c->n_subs; i++) {
-        if (!rt[i]) continue;
-        const char *a = rmq__route_master_addr(rt[i], broker_name);
-        if (a) return a;
-    }
-    return NULL;
-}
-
-const char *rmq__c_sub_addr(rmq_consumer_t *c, const char *broker_name, int64_t id, int *slave)
-{
-    rmq_route_t **rt = routes_of(c);
-    const rmq_broker_data_t *bd = NULL;
-    for (int i = 0; i < c->n_subs && !bd; i++)
-        if (rt[i]) bd = rmq__route_broker(rt[i], broker_name);
-    *slave = 0;
-    if (!bd || bd->n_addrs == 0) return NULL;
-    /* MQClientInstance.findBrokerAddressInSubscribe: the id, else id + 1 for a slave id (Java's
-     * long wraps past Long.MAX_VALUE, where no broker is: nothing to look for then). */
-    for (int k = 0; k < 2; k++) {
-        if (k == 1 && (id == 0 || id == INT64_MAX)) break;
-        int64_t want = k == 0 ? id : id + 1;
-        for (int j = 0; j < bd->n_addrs; j++)
-            if (bd->addrs[j].id == want) {
-                *slave = want != 0;
-                return bd->addrs[j].addr;
-            }
-    }
-    *slave = bd->addrs[0].id != 0;
-    return bd->addrs[0].addr;
-}
-
-const char *rmq__c_topic_addr(rmq_consumer_t *c, const char *topic)
-{
-    rmq_route_t **rt = routes_of(c);
-    for (int i = 0; i < c->n_subs; i++) {
-        if (strcmp(c->subs[i].sd->topic, topic) || !rt[i] || rt[i]->n_bds == 0) continue;
-        const rmq_broker_data_t *bd = &rt[i]->bds[rand() % rt[i]->n_bds];
-        const char *a = rmq__route_any_addr(rt[i], bd->broker_name);
-        if (a) return a;
-    }
-    return NULL;
-}
-
-/* Every distinct broker address over all routes. Returns the count; *out is malloc'ed. */
-static int all_addrs(rmq_consumer_t *c, const char ***out)
-{
-    rmq_route_t **rt = routes_of(c);
-    int n = 0, cap = 8;
-    const char **v = rmq__xmalloc(sizeof(*v) * (size_t)cap);
-    for (int i = 0; i < c->n_subs; i++) {
-        if (!rt[i]) continue;
-        for (int b = 0; b < rt[i]->n_bds; b++)
-            for (int a = 0; a < rt[i]->bds[b].n_addrs; a++) {
-                const char *addr = rt[i]->bds[b].addrs[a].addr;
-                int dup = 0;
-                for (int k = 0; k < n && !dup; k++) dup = !strcmp(v[k], addr);
-                if (dup) continue;
-                if (n == cap) v = realloc(v, sizeof(*v) * (size_t)(cap *= 2));
-                v[n++] = addr;
-            }
-    }
-    *out = v;
-    return n;
-}
-
-/* ---- heartbeat ---------------------------------------------------------------------------------- */
-
-static const char *cfw_name(int cfw)
-{
-    switch (cfw) {
-    case RMQ_CFW_FIRST_OFFSET: return "CONSUME_FROM_FIRST_OFFSET";
-    case RMQ_CFW_TIMESTAMP: return "CONSUME_FROM_TIMESTAMP";
-    case RMQ_CFW_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST:
-        return "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST";
-    case RMQ_CFW_MIN_OFFSET: return "CONSUME_FROM_MIN_OFFSET";
-    case RMQ_CFW_MAX_OFFSET: return "CONSUME_FROM_MAX_OFFSET";
-    default: return "CONSUME_FROM_LAST_OFFSET";
-    }
-}
-
-static void heartbeat_json(rmq_consumer_t *c, rmq_buf_t *b)
-{
-    rmq__buf_append(b, "{\"clientID\":", 12);
-    rmq__buf_append_json_str(b, c->client_id, strlen(c->client_id));
-    rmq__buf_appendf(b, ",\"consumerDataSet\":[{\"consumeFromWhere\":\"%s\",\"consumeType\":"
-                     "\"CONSUME_PASSIVELY\",\"groupName\":", cfw_name(c->conf->consume_from_where));
-    rmq__buf_append_json_str(b, c->group, strlen(c->group));
-    rmq__buf_appendf(b, ",\"messageModel\":\"%s\",\"subscriptionDataSet\":[",
-                     c->conf->message_model == RMQ_MODEL_BROADCASTING ? "BROADCASTING"
-                                                                       : "CLUSTERING");
-    for (int i = 0; i < c->n_subs; i++) {
-        if (i) rmq__buf_append(b, ",", 1);
-        rmq__sub_to_json(c->subs[i].sd, b);
-    }
-    rmq__buf_appendf(b, "],\"unitMode\":%s}],\"producerDataSet\":[{\"groupName\":\"%s\"}]}",
-                     c->conf->unit_mode ? "true" : "false", RMQ_PRODUCER_INNER_GROUP);
-}
-
-typedef struct hb_round {
-    rmq_consumer_t *c;
-    int pending;
-    int wake_rebalance;
-    int sent, failed;
-} hb_round_t;
-
-static void hb_round_done(hb_round_t *r)
-{
-    if (--r->pending > 0) return;
-    if (r->sent > 0 && !r->failed && !r->c->acl_established) {
-        r->c->acl_established = 1;
-        rmq_dbg(RMQ_DBG_ALL, "client", "every broker accepted the heartbeat");
-    }
-    if (r->wake_rebalance && r->c->state == RMQ_CLIENT_RUNNING) rmq__rb_wakeup(r->c);
-    free(r);
-}
-
-static void on_hb(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
-{
-    hb_round_t *r = ud;
-    if (err || resp->code != RMQ_RESP_SUCCESS) r->failed++;
-    if (err)
-        rmq_log_warn("client", "HEART_BEAT failed: %s", errmsg);
-    else if (resp->code != RMQ_RESP_SUCCESS && !rmq__acl_refused(resp))
-        rmq_log_warn("client", "HEART_BEAT answered %s: %s", rmq_err_name(resp->code),
-                     resp->remark ? resp->remark : "");
-    hb_round_done(r);
-}
-
-static void heartbeat_round(rmq_consumer_t *c, int wake)
-{
-    if (c->state != RMQ_CLIENT_RUNNING) return;
-    const char **addrs;
-    int n = all_addrs(c, &addrs);
-    rmq_buf_t body;
-    rmq__buf_init(&body);
-    heartbeat_json(c, &body);
-    hb_round_t *r = rmq__xcalloc(1, sizeof(*r));
-    r->c = c;
-    r->pending = 1;
-    r->wake_rebalance = wake;
-    for (int i = 0; i < n; i++) {
-        rmq_cmd_t cmd;
-        rmq__cmd_init(&cmd, RMQ_REQ_HEART_BEAT, RMQ_SERIALIZE_JSON);
-        cmd.language = c->conf->language;
-        cmd.body = body.data;
-        cmd.body_len = body.len;
-        int rc = rmq__remoting_request(c->rt, addrs[i], &cmd, c->conf->mq_client_api_timeout,
-                                       on_hb, r);
-        cmd.body = NULL;
-        rmq__cmd_free(&cmd);
-        if (rc == 0) r->pending++, r->sent++;
-        else r->failed++;
-        rmq_dbg(RMQ_DBG_REMOTING, "client", "HEART_BEAT -> %s (%s)", addrs[i],
-                rc ? rmq_err_name(rc) : "sent");
-    }
-    free(addrs);
-    rmq__buf_free(&body);
-    hb_round_done(r);
-}
-
-void rmq__c_heartbeat_all(rmq_consumer_t *c) { heartbeat_round(c, 0); }
-
-void rmq__c_heartbeat_rebalance(rmq_consumer_t *c) { heartbeat_round(c, 1); }
-
-static void on_hb_timer(uv_timer_t *t)
-{
-    rmq_consumer_t *c = t->data;
-    heartbeat_round(c, 0);
-}
-
-/* ---- routes ------------------------------------------------------------------------------------ */
-
-typedef struct route_req {
-    rmq_consumer_t *c;
-    int idx;
-    uint32_t gen; /* c->subs_gen when asked: idx means nothing in another one */
-} route_req_t;
-
-static void on_route_timer(uv_timer_t *t);
-
-static void on_route(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
-{
-    route_req_t *rq = ud;
-    rmq_consumer_t *c = rq->c;
-    int i = rq->idx;
-    uint32_t gen = rq->gen;
-    free(rq);
-    if (c->state != RMQ_CLIENT_RUNNING || gen != c->subs_gen) return;
-    rmq_csub_t *s = &c->subs[i];
-    s->route_inflight = 0;
-    if (err || resp->code != RMQ_RESP_SUCCESS || !resp->body) {
-        /* A topic without any route yet is asked again soon (the next name server after a
-         * transport failure), not only at the next poll. */
-        if (!s->have_route)
-            uv_timer_start(&c->t_route, on_route_timer,
-                           (uint64_t)c->conf->pull_time_delay_mills_when_exception,
-                           (uint64_t)c->conf->poll_name_server_interval);
-    }
-    if (err) {
-        rmq_log_warn("client", "GET_ROUTEINFO_BY_TOPIC %s failed: %s", s->sd->topic, errmsg);
-        return;
-    }
-    if (resp->code != RMQ_RESP_SUCCESS || !resp->body) {
-        /* TOPIC_NOT_EXIST on %RETRY% is normal until a heartbeat created it. */
-        rmq_dbg(RMQ_DBG_NAMESRV, "client", "route of %s: %s %s", s->sd->topic,
-                rmq_err_name(resp->code), resp->remark ? resp->remark : "");
-        if (strncmp(s->sd->topic, "%RETRY%", 7))
-            rmq_log_warn("client", "no route for topic %s: %s", s->sd->topic,
-                         resp->remark ? resp->remark : rmq_err_name(resp->code));
-        return;
-    }
-    char errstr[256];
-    rmq_route_t *r = NULL;
-    if (rmq__route_parse(resp->body, resp->body_len, &r, errstr, sizeof(errstr))) {
-        rmq_log_error("client", "bad route of %s: %s", s->sd->topic, errstr);
-        return;
-    }
-    rmq_route_t **rt = routes_of(c);
-    if (rt[i] && s->have_route && rmq__route_equal(rt[i], r)) {
-        rmq__route_free(r);
-        return;
-    }
-    rmq_mq_t *mqs = NULL;
-    int n = 0;
-    rmq__route_subscribe_mqs(r, s->sd->topic, &mqs, &n);
-    if (rt[i]) rmq__route_free(rt[i]);
-    rt[i] = r;
-    rmq__mqs_free(s->mqs, s->n_mqs);
-    s->mqs = mqs;
-    s->n_mqs = n;
-    s->have_route = 1;
-    rmq_log_info("client", "route of %s changed: %d readable queue(s) on %d broker(s)",
-                 s->sd->topic, n, r->n_bds);
-    /* A SQL92 subscription is checked with the broker first (check_client.c). New brokers
-     * need our heartbeat before pulls; then rebalance. */
-    if (rmq__check_client_config(c, s)) return;
-    heartbeat_round(c, 1);
-}
-
-void rmq__c_refresh_routes(rmq_consumer_t *c)
-{
-    if (c->state != RMQ_CLIENT_RUNNING) return;
-    for (int i = 0; i < c->n_subs; i++) {
-        rmq_csub_t *s = &c->subs[i];
-        if (s->route_inflight) continue;
-        rmq_cmd_t cmd;
-        rmq__cmd_init(&cmd, RMQ_REQ_GET_ROUTEINFO_BY_TOPIC, RMQ_SERIALIZE_JSON);
-        rmq__cmd_set_ext(&cmd, "topic", s->sd->topic);
-        route_req_t *rq = rmq__xcalloc(1, sizeof(*rq));
-        rq->c = c;
-        rq->idx = i;
-        rq->gen = c->subs_gen;
-        int rc = rmq__remoting_request(c->rt, NULL, &cmd, c->conf->mq_client_api_timeout,
-                                       on_route, rq);
-        rmq__cmd_free(&cmd);
-        if (rc) {
-            free(rq);
-            rmq_log_warn("client", "cannot ask the name server for %s: %s", s->sd->topic,
-                         rmq_err_str(rc));
-        } else {
-            s->route_inflight = 1;
-        }
-    }
-}
-
-static void on_route_timer(uv_timer_t *t) { rmq__c_refresh_routes(t->data); }
 
 /* ---- offsets persisted periodically ---------------------------------------------------------- */
 
@@ -442,25 +92,6 @@ const char *rmq__consumer_client_id(const rmq_consumer_t *c) { return c->client_
 
 /* ---- broker -> client requests ------------------------------------------------------------- */
 
-static void reply_error(rmq_conn_t *conn, rmq_cmd_t *req, int code, const char *remark)
-{
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, code, remark);
-    rmq__conn_reply(conn, &resp);
-    rmq__cmd_free(&resp);
-}
-
-static void reply_body(rmq_conn_t *conn, rmq_cmd_t *req, rmq_buf_t *body)
-{
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, RMQ_RESP_SUCCESS, NULL);
-    resp.body = body->data;
-    resp.body_len = body->len;
-    rmq__conn_reply(conn, &resp);
-    resp.body = NULL;
-    rmq__cmd_free(&resp);
-}
-
 static void h_notify(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 {
     rmq_consumer_t *c = ud;
@@ -468,17 +99,6 @@ static void h_notify(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     const char *g = rmq__cmd_ext(req, "consumerGroup");
     rmq_dbg(RMQ_DBG_REBALANCE, "client", "NOTIFY_CONSUMER_IDS_CHANGED for %s", g ? g : "?");
     if (c->state == RMQ_CLIENT_RUNNING) rmq__rb_wakeup(c);
-}
-
-static int group_is_ours(rmq_consumer_t *c, rmq_conn_t *conn, rmq_cmd_t *req, const char *key)
-{
-    const char *g = rmq__cmd_ext(req, key);
-    if (g && !strcmp(g, c->group)) return 1;
-    char remark[512];
-    snprintf(remark, sizeof(remark), "The Consumer Group <%s> not exist in this consumer",
-             g ? g : "");
-    if (!(req->flag & RMQ_FLAG_ONEWAY)) reply_error(conn, req, RMQ_RESP_SYSTEM_ERROR, remark);
-    return 0;
 }
 
 /* A Java double as fastjson writes it for these stats: at least one decimal ("0.0", "12.5"). */
@@ -494,7 +114,7 @@ static rmq_fj_t *fj_num_d(rmq_fjdoc_t *d, double v)
 static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 {
     rmq_consumer_t *c = ud;
-    if (!group_is_ours(c, conn, req, "consumerGroup")) return;
+    if (!rmq__c_group_is_ours(c, conn, req, "consumerGroup")) return;
     rmq_fjdoc_t *d = rmq__fj_new();
     rmq_fj_t *root = rmq__fj_new_obj(d);
     rmq__fj_set_root(d, root);
@@ -631,7 +251,7 @@ static void h_running_info(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     }
     if (sd) rmq__fj_free(sd);
     rmq__buf_free(&subs);
-    reply_body(conn, req, &body);
+    rmq__c_reply_body(conn, req, &body);
     rmq__buf_free(&body);
     rmq__fj_free(d);
 }
@@ -649,7 +269,7 @@ static uint32_t mq_bin(const rmq_mq_t *mq, uint32_t cap)
 static void h_consumer_status(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
 {
     rmq_consumer_t *c = ud;
-    if (!group_is_ours(c, conn, req, "group")) return;
+    if (!rmq__c_group_is_ours(c, conn, req, "group")) return;
     const char *topic = rmq__cmd_ext(req, "topic");
     rmq_fjdoc_t *d = rmq__fj_new();
     rmq_fj_t *root = rmq__fj_new_obj(d);
@@ -693,7 +313,7 @@ static void h_consumer_status(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     rmq_buf_t body;
     rmq__buf_init(&body);
     rmq__fj_write(&body, root, 0);
-    reply_body(conn, req, &body);
+    rmq__c_reply_body(conn, req, &body);
     rmq__buf_free(&body);
     rmq__fj_free(d);
 }
@@ -806,96 +426,6 @@ static void h_reset_offset(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     r->n_write = kept;
     uv_timer_init(&c->loop, &r->t);
     uv_timer_start(&r->t, on_reset_timer, RMQ_RESET_OFFSET_PAUSE_MS, 0);
-}
-
-/* CONSUME_MESSAGE_DIRECTLY: run the handler once on the stored message the broker sent, answer
- * with ConsumeMessageDirectlyResult (PROTOCOL.md 2.4.5, 3.9). Offsets and send-back untouched. */
-struct rmq_direct {
-    rmq_conn_t *conn;     /* kept */
-    rmq_cmd_t req;        /* only opaque, code and serialize are used for the answer */
-    rmq_msgset_t *set;    /* creator reference */
-    int64_t start_ms;
-};
-
-void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb)
-{
-    struct rmq_direct *d = cb->direct;
-    rmq_batch_t *b = &cb->b;
-    (void)c;
-    const char *res;
-    if (b->status == RMQ_CONSUME_NOT_RUN)
-        res = "CR_THROW_EXCEPTION";
-    else if (b->handler_error)
-        res = "CR_THROW_EXCEPTION";
-    else if (b->status == RMQ_CONSUME_SUCCESS)
-        res = "CR_SUCCESS";
-    else if (b->status == RMQ_CONSUME_COMMIT)
-        res = "CR_COMMIT";
-    else
-        res = "CR_LATER";
-    rmq_buf_t body;
-    rmq__buf_init(&body);
-    rmq__buf_appendf(&body, "{\"autoCommit\":true,\"consumeResult\":\"%s\",\"order\":%s,", res,
-                     b->orderly ? "true" : "false");
-    if (b->status == RMQ_CONSUME_NOT_RUN)
-        rmq__buf_appendf(&body, "\"remark\":\"the consumer is shutting down\",");
-    else if (b->handler_error)
-        rmq__buf_appendf(&body, "\"remark\":\"the handler raised an error (see the consumer log)\",");
-    rmq__buf_appendf(&body, "\"spentTimeMills\":%" PRId64 "}", rmq__now_ms() - d->start_ms);
-    rmq__pool_batch_release(b);
-    reply_body(d->conn, &d->req, &body);
-    rmq__buf_free(&body);
-    rmq__conn_release(d->conn);
-    rmq__msg_release(cb->msgs[0]);
-    rmq__msgset_release(d->set);
-    free(d);
-    free(cb);
-}
-
-static void h_consume_directly(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
-{
-    rmq_consumer_t *c = ud;
-    if (!group_is_ours(c, conn, req, "consumerGroup")) return;
-    if (c->state != RMQ_CLIENT_RUNNING || !c->pool) {
-        reply_error(conn, req, RMQ_RESP_SYSTEM_ERROR, "the consumer is not running");
-        return;
-    }
-    char err[256] = "";
-    rmq_msgset_t *set = NULL;
-    int rc = req->body ? rmq__msgset_decode(req->frame, req->body, req->body_len,
-                                            rmq__cmd_ext(req, "brokerName"), 0, 0, &set, err,
-                                            sizeof(err))
-                       : RMQ_ERR_BAD_MESSAGE;
-    if (!set || set->n < 1) {
-        char remark[300];
-        snprintf(remark, sizeof(remark), "cannot decode the message: %s",
-                 *err ? err : rmq_err_str(rc));
-        if (set) rmq__msgset_release(set);
-        reply_error(conn, req, RMQ_RESP_SYSTEM_ERROR, remark);
-        return;
-    }
-    for (int i = 1; i < set->n; i++) rmq__msg_release(&set->msgs[i]);
-    rmq_msg_t *m = &set->msgs[0];
-    rmq__msg_restore_retry_topic_for(m, c->retry_topic, c->retry_topic_len);
-    rmq__c_strip_namespace(c, m);
-    struct rmq_direct *d = rmq__xcalloc(1, sizeof(*d));
-    d->conn = rmq__conn_keep(conn);
-    d->req.opaque = req->opaque;
-    d->req.code = req->code;
-    d->req.serialize = req->serialize;
-    d->set = set;
-    d->start_ms = rmq__now_ms();
-    rmq_cbatch_t *cb = rmq__xcalloc(1, sizeof(*cb) + sizeof(rmq_msg_t *));
-    cb->msgs[0] = m;
-    cb->b.msgs = cb->msgs;
-    cb->b.n = 1;
-    cb->b.internal = cb;
-    cb->b.orderly = c->orderly;
-    cb->b.ack_count = 1;
-    cb->b.suspend_millis = -1;
-    cb->direct = d;
-    c->inflight_batches++;
-    rmq__pool_submit(c->pool, &cb->b);
 }
 
 /* ---- clientId --------------------------------------------------------------------------------- */
@@ -1013,6 +543,9 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     }
     c->thr_queue = cf->pull_threshold_for_queue;
     c->thr_size_queue = cf->pull_threshold_size_for_queue;
+    /* What the lower parts ask of the rebalance (consumer_int.h, "hooks"). */
+    c->hook_rb_wakeup = rmq__rb_wakeup;
+    c->hook_drop_queue = rmq__rb_drop_queue;
     if (uv_loop_init(&c->loop)) {
         rmq__seterr(errstr, errstr_size, "cannot create the event loop");
         rmq__consumer_destroy(c);
@@ -1041,12 +574,6 @@ static void on_stop_async(uv_async_t *a)
     }
     if (c->stop_requested && c->state == RMQ_CLIENT_RUNNING) shutdown_begin(c);
     else if (c->stop_requested && c->state == RMQ_CLIENT_CREATED) uv_close((uv_handle_t *)a, NULL);
-}
-
-void rmq__consumer_stop(rmq_consumer_t *c)
-{
-    c->stop_requested = 1;
-    uv_async_send(&c->stop_async);
 }
 
 void rmq__consumer_reload(rmq_consumer_t *c)
@@ -1112,7 +639,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     rmq__remoting_set_handler(c->rt, RMQ_REQ_GET_CONSUMER_STATUS_FROM_CLIENT, h_consumer_status,
                               c);
     rmq__remoting_set_handler(c->rt, RMQ_REQ_RESET_CONSUMER_CLIENT_OFFSET, h_reset_offset, c);
-    rmq__remoting_set_handler(c->rt, RMQ_REQ_CONSUME_MESSAGE_DIRECTLY, h_consume_directly, c);
+    rmq__remoting_set_handler(c->rt, RMQ_REQ_CONSUME_MESSAGE_DIRECTLY, rmq__direct_request, c);
     rmq_producer_opts_t po = {0};
     po.group = RMQ_PRODUCER_INNER_GROUP;
     po.retry_times = -1;
@@ -1161,9 +688,10 @@ int rmq__consumer_run(rmq_consumer_t *c)
     rmq__client_set_state(c, RMQ_CLIENT_RUNNING);
     rmq_log_info("client", "consumer %s started as %s (%d subscription(s), %d consume "
                  "thread(s))", c->group, c->client_id, c->n_subs, cf->consume_thread_min);
-    uv_timer_start(&c->t_route, on_route_timer, (uint64_t)cf->poll_name_server_interval,
+    uv_timer_start(&c->t_route, rmq__c_route_timer, (uint64_t)cf->poll_name_server_interval,
                    (uint64_t)cf->poll_name_server_interval);
-    uv_timer_start(&c->t_heartbeat, on_hb_timer, (uint64_t)cf->heartbeat_broker_interval,
+    uv_timer_start(&c->t_heartbeat, rmq__c_heartbeat_timer,
+                   (uint64_t)cf->heartbeat_broker_interval,
                    (uint64_t)cf->heartbeat_broker_interval);
     uv_timer_start(&c->t_persist, on_persist_timer, (uint64_t)cf->persist_consumer_offset_interval,
                    (uint64_t)cf->persist_consumer_offset_interval);
@@ -1265,7 +793,7 @@ static void shutdown_persist(rmq_consumer_t *c)
     rmq__offset_persist_all(c);
     while (c->queues) rmq__rb_drop_queue(c, c->queues, 0);
     const char **addrs;
-    int n = all_addrs(c, &addrs);
+    int n = rmq__c_all_addrs(c, &addrs);
     unreg_round_t *r = rmq__xcalloc(1, sizeof(*r));
     r->c = c;
     r->pending = 1;

@@ -1,7 +1,9 @@
 /*
- * consumer_int.h -- private state of the push consumer engine, shared by client.c (instance,
- * routes, heartbeats, broker requests, start/stop), rebalance.c, pull.c, undecodable.c,
- * consume.c and offset_store.c.
+ * consumer_int.h -- private state of the push consumer engine, shared by its files: client.c
+ * (start, broker requests, shutdown), instance.c (the state the parts share), queue.c, routes.c
+ * (routes, heartbeats), check_client.c, direct.c, rebalance.c, pull.c, flow.c, undecodable.c,
+ * consume.c, consume_orderly.c, offset_store.c, offset_local.c and stats.c. Which file declares
+ * what, and the order they call each other in, is at the end ("the files of the engine").
  *
  * Ownership: the consumer owns everything reachable from rmq_consumer_t. An owned queue
  * (rmq_qent_t) is reference-counted: one reference for the queue table, one per pull in flight,
@@ -229,9 +231,25 @@ struct rmq_consumer {
     uv_mutex_t stats_mu;
     rmq_consumer_stats_t snap;
     rmq_cstats_t stats;     /* stats.c: metrics, on_stats, health */
+
+    /* Hooks: what a lower part asks of a higher one, as a call through these (set by
+     * rmq__consumer_new) instead of a call up the files. */
+    void (*hook_rb_wakeup)(rmq_consumer_t *c); /* rmq__rb_wakeup: a heartbeat round after a
+                                                * route change (routes.c) */
+    void (*hook_drop_queue)(rmq_consumer_t *c, rmq_qent_t *q, int persist);
+                                               /* rmq__rb_drop_queue: OFFSET_ILLEGAL (pull.c) */
 };
 
-/* client.c */
+/* ---- the files of the engine and what each declares ------------------------------------------
+ *
+ * Lowest first: a file calls functions of the files listed before it only, except in three
+ * circles of two (stats.c and metrics_http.c, consume.c and consume_orderly.c, pull.c and
+ * flow.c). A part that must make a higher one act calls a hook of the consumer instead:
+ * c->hook_rb_wakeup and c->hook_drop_queue, set by rmq__consumer_new (client.c, the top). The
+ * files with a header of their own (conf, allocate, process_queue, flow, stats, metrics_http,
+ * offset_file) declare it there. */
+
+/* instance.c: the state the engine's parts share; it calls no other file of the engine */
 const char *rmq__client_state_name(rmq_client_state_t s);
 void rmq__client_set_state(rmq_consumer_t *c, rmq_client_state_t s);
 rmq_csub_t *rmq__c_sub(rmq_consumer_t *c, const char *topic);
@@ -241,55 +259,100 @@ const char *rmq__c_master_addr(rmq_consumer_t *c, const char *broker_name);
 const char *rmq__c_sub_addr(rmq_consumer_t *c, const char *broker_name, int64_t id, int *slave);
 /* Any address of some broker serving topic (random BrokerData, master preferred), or NULL. */
 const char *rmq__c_topic_addr(rmq_consumer_t *c, const char *topic);
-void rmq__c_heartbeat_all(rmq_consumer_t *c);
+/* Every distinct broker address over all routes. Returns the count; *out is malloc'ed (the
+ * addresses are the routes'). */
+int rmq__c_all_addrs(rmq_consumer_t *c, const char ***out);
 /* resetRetryAndNamespace's second half: strip the namespace from m->topic (loop thread, before
  * the message is handed to a consume thread). */
 void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m);
 /* The topic a message is sent back under: m->topic wrapped with the namespace again (Java's
  * sendMessageBack: msg.setTopic(withNamespace(msg.getTopic()))). A new string. */
 char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m);
-/* Heartbeat every broker, then rebalance (a subscription changed). */
-void rmq__c_heartbeat_rebalance(rmq_consumer_t *c);
 /* The subscriptions of cf as rmq_csub_t entries (namespace-wrapped; %RETRY%<group> added in
  * CLUSTERING), new SubscriptionData each. 0 or RMQ_ERR_CONFIG with errstr. */
 int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out, int *n,
                       char *errstr, size_t errstr_size);
-/* Shutdown: go on once the consume threads (and any pool a reload retired) are done. */
-void rmq__c_shutdown_resume(rmq_consumer_t *c);
-void rmq__c_refresh_routes(rmq_consumer_t *c);
 int rmq__c_tag_match(const rmq_csub_t *s, const rmq_msg_t *m);
+/* Answers to a broker's request: an error with remark, or success with body (borrowed). */
+void rmq__c_reply_error(rmq_conn_t *conn, rmq_cmd_t *req, int code, const char *remark);
+void rmq__c_reply_body(rmq_conn_t *conn, rmq_cmd_t *req, rmq_buf_t *body);
+/* 1 when the request's ext field key names our group; else answers SYSTEM_ERROR (unless
+ * oneway) and returns 0. */
+int rmq__c_group_is_ours(rmq_consumer_t *c, rmq_conn_t *conn, rmq_cmd_t *req, const char *key);
+/* (rmq__consumer_stop, consumer.h, is instance.c's too.) */
 
-/* check_client.c: CHECK_CLIENT_CONFIG for a non-TAG subscription whose route just arrived.
- * Returns 1 when the check is on its way (its answer sends the heartbeat and wakes the
- * rebalance, or stops the consumer when the broker refuses), 0 when none is needed. */
-int rmq__check_client_config(rmq_consumer_t *c, rmq_csub_t *s);
-
-/* rebalance.c */
-void rmq__rb_wakeup(rmq_consumer_t *c);
-void rmq__rb_timer_start(rmq_consumer_t *c);
-const char *rmq__rb_state_name(rmq_rb_state_t s);
-/* Drop a queue: mark dropped, persist + remove its offset, leave the table. */
-void rmq__rb_drop_queue(rmq_consumer_t *c, rmq_qent_t *q, int persist);
-/* The per-queue pull thresholds from the topic-wide ones (when set) over the queues owned now
- * (RebalancePushImpl.messageQueueChanged); loop thread. */
-void rmq__rb_flow_thresholds(rmq_consumer_t *c);
-
-/* qent lifetime (rebalance.c) */
+/* queue.c: an owned queue's entry, from rmq__qent_new (it enters the queue table; one
+ * reference, the table's) to the free after its last rmq__qent_release */
+rmq_qent_t *rmq__qent_new(rmq_consumer_t *c, const rmq_mq_t *mq);
 rmq_qent_t *rmq__qent_keep(rmq_qent_t *q);
 void rmq__qent_release(rmq_qent_t *q);
 
-/* pull.c */
-void rmq__pull_now(rmq_qent_t *q);
-void rmq__pull_later(rmq_qent_t *q, int64_t delay_ms);
+/* check_client.c: CHECK_CLIENT_CONFIG for a non-TAG subscription whose route just arrived.
+ * Returns 1 when the check is on its way (its answer calls then(c), or stops the consumer when
+ * the broker refuses), 0 when none is needed. */
+int rmq__check_client_config(rmq_consumer_t *c, rmq_csub_t *s, void (*then)(rmq_consumer_t *c));
 
-/* undecodable.c: a message of a pull response that could not be decoded (set->bad) goes to
- * %DLQ%<group>; takes its reference. */
-void rmq__undecodable_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m);
-void rmq__undecodable_timer(uv_timer_t *t);
-/* Shutdown: forget those waiting to be sent again (their messages stay held). */
-void rmq__undecodable_abandon(rmq_consumer_t *c);
+/* routes.c: routes and heartbeats */
+void rmq__c_heartbeat_all(rmq_consumer_t *c);
+/* Heartbeat every broker, then rebalance (a subscription changed). */
+void rmq__c_heartbeat_rebalance(rmq_consumer_t *c);
+void rmq__c_refresh_routes(rmq_consumer_t *c);
+/* The periodic timers (timer data = consumer). */
+void rmq__c_route_timer(uv_timer_t *t);
+void rmq__c_heartbeat_timer(uv_timer_t *t);
 
-/* consume.c */
+/* offset_store.c (with offset_local.c below it): offsets */
+void rmq__offset_update(rmq_qent_t *q, int64_t off, int increase_only);
+void rmq__offset_persist(rmq_consumer_t *c, rmq_qent_t *q);
+void rmq__offset_persist_all(rmq_consumer_t *c);
+/* Start: BROADCASTING locates (and checks) the local offset file; CLUSTERING does nothing.
+ * Returns 0 or RMQ_ERR_BAD_JSON / RMQ_ERR_NOMEM with errstr (the consumer does not start). */
+int rmq__offset_load(rmq_consumer_t *c, char *errstr, size_t errstr_size);
+/* offset_local.c: the BROADCASTING store (LocalFileOffsetStore). load: at start, before the
+ * loop runs (0, or RMQ_ERR_BAD_JSON / RMQ_ERR_NOMEM with errstr); read: the file's offset of mq
+ * or -1; set: put an offset in the table (written by the next persist_all); persist_all: write
+ * the table with the owned queues' offsets, off the loop thread; free: after the loop ended. */
+typedef struct rmq_local_offsets rmq_local_offsets_t;
+int rmq__local_offsets_load(rmq_consumer_t *c, char *errstr, size_t errstr_size);
+int64_t rmq__local_offsets_read(rmq_consumer_t *c, const rmq_mq_t *mq);
+void rmq__local_offsets_set(rmq_consumer_t *c, const rmq_mq_t *mq, int64_t off);
+void rmq__local_offsets_persist_all(rmq_consumer_t *c);
+void rmq__local_offsets_free(rmq_consumer_t *c);
+/* READ_FROM_STORE: cb(ud, offset) with offset >= 0, -1 (no offset) or -2 (error). */
+typedef void (*rmq_offset_cb)(void *ud, int64_t offset);
+int rmq__offset_query(rmq_consumer_t *c, const rmq_mq_t *mq, rmq_offset_cb cb, void *ud);
+/* GET_MAX_OFFSET (code RMQ_REQ_GET_MAX_OFFSET) / SEARCH_OFFSET_BY_TIMESTAMP (ts >= 0). */
+int rmq__offset_admin(rmq_consumer_t *c, const rmq_mq_t *mq, int64_t ts, rmq_offset_cb cb,
+                      void *ud);
+
+/* stats.c (stats.h): the live counters, where things happen; one call each */
+void rmq__stats_pulled(rmq_qent_t *q, rmq_msgset_t *set, int n);   /* FOUND, after the filter */
+void rmq__stats_pull_done(rmq_qent_t *q, int err, int code);      /* any pull outcome */
+void rmq__stats_consumed(rmq_qent_t *q, int ok, int failed);
+void rmq__stats_sent_back(rmq_qent_t *q, int dlq);
+void rmq__stats_timeout(rmq_qent_t *q);                           /* a batch hit consume_timeout */
+void rmq__stats_batch_done(rmq_consumer_t *c, rmq_cbatch_t *cb);  /* a batch came back, ran */
+void rmq__stats_ran(void *ud, rmq_batch_t *b, const rmq_batch_run_t *run); /* pool's ran hook */
+/* Transport on_open / on_close (ud = consumer): reconnects, name-server connectivity. */
+void rmq__stats_on_open(rmq_conn_t *conn, void *ud);
+void rmq__stats_on_close(rmq_conn_t *conn, int err, const char *why, void *ud);
+/* Lifecycle: init in rmq__consumer_new; start when running (the metrics endpoint, on_stats):
+ * 0 or an error with errstr; tick every second (sampling, snapshot); close with the other
+ * handles; free in rmq__consumer_destroy (stops the endpoint). */
+void rmq__stats_init(rmq_consumer_t *c);
+int rmq__stats_start(rmq_consumer_t *c, char *errstr, size_t errstr_size);
+void rmq__stats_tick(rmq_consumer_t *c);
+/* After a reload: (re)start or stop the on_stats timer for the new hooks and interval. */
+void rmq__stats_reconf(rmq_consumer_t *c);
+void rmq__stats_close(rmq_consumer_t *c);
+void rmq__stats_free(rmq_consumer_t *c);
+
+/* direct.c: CONSUME_MESSAGE_DIRECTLY, the request (a remoting handler, ud = consumer) and the
+ * result of its batch (answers the broker, frees it). */
+void rmq__direct_request(rmq_conn_t *conn, rmq_cmd_t *req, void *ud);
+void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb);
+
+/* consume.c (and consume_orderly.c: they call each other) */
 /* Put pulled messages into q's process queue and submit them in batches; takes the messages'
  * references (duplicates are released). */
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n);
@@ -332,57 +395,33 @@ void rmq__orderly_dispatch(rmq_qent_t *q);
  * (RMQ_CONSUME_NOT_RUN, RMQ_CONSUME_SKIPPED). Frees cb. */
 void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
 
+/* undecodable.c: a message of a pull response that could not be decoded (set->bad) goes to
+ * %DLQ%<group>; takes its reference. */
+void rmq__undecodable_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m);
+void rmq__undecodable_timer(uv_timer_t *t);
+/* Shutdown: forget those waiting to be sent again (their messages stay held). */
+void rmq__undecodable_abandon(rmq_consumer_t *c);
+
+/* pull.c (and flow.c, flow.h: they call each other) */
+void rmq__pull_now(rmq_qent_t *q);
+void rmq__pull_later(rmq_qent_t *q, int64_t delay_ms);
+
+/* rebalance.c */
+void rmq__rb_wakeup(rmq_consumer_t *c);
+void rmq__rb_timer_start(rmq_consumer_t *c);
+const char *rmq__rb_state_name(rmq_rb_state_t s);
+/* Drop a queue: mark dropped, persist + remove its offset, leave the table. */
+void rmq__rb_drop_queue(rmq_consumer_t *c, rmq_qent_t *q, int persist);
+/* The per-queue pull thresholds from the topic-wide ones (when set) over the queues owned now
+ * (RebalancePushImpl.messageQueueChanged); loop thread. */
+void rmq__rb_flow_thresholds(rmq_consumer_t *c);
+
+/* client.c: the top (start, broker requests, shutdown) */
+/* Shutdown: go on once the consume threads (and any pool a reload retired) are done. */
+void rmq__c_shutdown_resume(rmq_consumer_t *c);
+
 /* reload.c (hot reload, reload.h) */
 void rmq__reload_request(rmq_consumer_t *c);
 void rmq__reload_close(rmq_consumer_t *c);
-
-/* client.c: the result of a CONSUME_MESSAGE_DIRECTLY batch (answers the broker, frees it). */
-void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb);
-
-/* stats.c (stats.h): the live counters, where things happen; one call each */
-void rmq__stats_pulled(rmq_qent_t *q, rmq_msgset_t *set, int n);   /* FOUND, after the filter */
-void rmq__stats_pull_done(rmq_qent_t *q, int err, int code);      /* any pull outcome */
-void rmq__stats_consumed(rmq_qent_t *q, int ok, int failed);
-void rmq__stats_sent_back(rmq_qent_t *q, int dlq);
-void rmq__stats_timeout(rmq_qent_t *q);                           /* a batch hit consume_timeout */
-void rmq__stats_batch_done(rmq_consumer_t *c, rmq_cbatch_t *cb);  /* a batch came back, ran */
-void rmq__stats_ran(void *ud, rmq_batch_t *b, const rmq_batch_run_t *run); /* pool's ran hook */
-/* Transport on_open / on_close (ud = consumer): reconnects, name-server connectivity. */
-void rmq__stats_on_open(rmq_conn_t *conn, void *ud);
-void rmq__stats_on_close(rmq_conn_t *conn, int err, const char *why, void *ud);
-/* Lifecycle: init in rmq__consumer_new; start when running (the metrics endpoint, on_stats):
- * 0 or an error with errstr; tick every second (sampling, snapshot); close with the other
- * handles; free in rmq__consumer_destroy (stops the endpoint). */
-void rmq__stats_init(rmq_consumer_t *c);
-int rmq__stats_start(rmq_consumer_t *c, char *errstr, size_t errstr_size);
-void rmq__stats_tick(rmq_consumer_t *c);
-/* After a reload: (re)start or stop the on_stats timer for the new hooks and interval. */
-void rmq__stats_reconf(rmq_consumer_t *c);
-void rmq__stats_close(rmq_consumer_t *c);
-void rmq__stats_free(rmq_consumer_t *c);
-
-/* offset_store.c */
-void rmq__offset_update(rmq_qent_t *q, int64_t off, int increase_only);
-void rmq__offset_persist(rmq_consumer_t *c, rmq_qent_t *q);
-void rmq__offset_persist_all(rmq_consumer_t *c);
-/* Start: BROADCASTING locates (and checks) the local offset file; CLUSTERING does nothing.
- * Returns 0 or RMQ_ERR_BAD_JSON / RMQ_ERR_NOMEM with errstr (the consumer does not start). */
-int rmq__offset_load(rmq_consumer_t *c, char *errstr, size_t errstr_size);
-/* offset_local.c: the BROADCASTING store (LocalFileOffsetStore). load: at start, before the
- * loop runs (0, or RMQ_ERR_BAD_JSON / RMQ_ERR_NOMEM with errstr); read: the file's offset of mq
- * or -1; set: put an offset in the table (written by the next persist_all); persist_all: write
- * the table with the owned queues' offsets, off the loop thread; free: after the loop ended. */
-typedef struct rmq_local_offsets rmq_local_offsets_t;
-int rmq__local_offsets_load(rmq_consumer_t *c, char *errstr, size_t errstr_size);
-int64_t rmq__local_offsets_read(rmq_consumer_t *c, const rmq_mq_t *mq);
-void rmq__local_offsets_set(rmq_consumer_t *c, const rmq_mq_t *mq, int64_t off);
-void rmq__local_offsets_persist_all(rmq_consumer_t *c);
-void rmq__local_offsets_free(rmq_consumer_t *c);
-/* READ_FROM_STORE: cb(ud, offset) with offset >= 0, -1 (no offset) or -2 (error). */
-typedef void (*rmq_offset_cb)(void *ud, int64_t offset);
-int rmq__offset_query(rmq_consumer_t *c, const rmq_mq_t *mq, rmq_offset_cb cb, void *ud);
-/* GET_MAX_OFFSET (code RMQ_REQ_GET_MAX_OFFSET) / SEARCH_OFFSET_BY_TIMESTAMP (ts >= 0). */
-int rmq__offset_admin(rmq_consumer_t *c, const rmq_mq_t *mq, int64_t ts, rmq_offset_cb cb,
-                      void *ud);
 
 #endif

@@ -2,7 +2,9 @@
  * pull.c -- one pull loop per owned queue (DefaultMQPushConsumerImpl.pullMessage,
  * PullAPIWrapper, PROTOCOL.md 5): flow control, PULL_MESSAGE with long polling, result handling
  * (FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL), client-side tag filter, retries after
- * pull_time_delay_mills_when_exception. Messages that cannot be decoded go to undecodable.c.
+ * pull_time_delay_mills_when_exception. Messages that cannot be decoded go to undecodable.c. A
+ * queue whose offset is illegal is dropped through the consumer's hook_drop_queue (the
+ * rebalance's, which starts the pulls).
  *
  * Each queue has exactly one pull in flight, or one armed timer, or neither (dropped).
  * Ownership: an in-flight pull and an armed timer each hold one reference on the queue.
@@ -238,7 +240,7 @@ static void on_illegal(uv_timer_t *t)
         rmq__offset_persist(c, q);
         rmq_log_warn("pull", "%s: offset illegal, corrected to %" PRId64 ", queue dropped until"
                      " the next rebalance", q->name, q->next_offset);
-        rmq__rb_drop_queue(c, q, 1);
+        c->hook_drop_queue(c, q, 1); /* rmq__rb_drop_queue */
     }
     rmq__qent_release(q);
 }

@@ -5,7 +5,8 @@
  * or the script's allocate hook, validated), then the queue table update: a queue that leaves is
  * dropped (its results are ignored from then on) and its offset persisted and removed; a queue
  * that arrives gets its start offset (QUERY_CONSUMER_OFFSET, then consume_from_where) and one pull
- * loop. Also owns the queue entries' lifetime (rmq__qent_keep/release).
+ * loop (the entry itself: queue.c). Dropping a queue is here (rmq__rb_drop_queue; pull.c drops
+ * one through the consumer's hook_drop_queue).
  *
  * Wake-ups that arrive while a round runs are merged into one extra round.
  * Ownership: see consumer_int.h (queue references). Contexts of async steps hold a queue
@@ -35,77 +36,7 @@ static void rb_set_state(rmq_consumer_t *c, rmq_rb_state_t s)
     c->rb_state = s;
 }
 
-/* ---- queue entries ------------------------------------------------------------------------ */
-
-rmq_qent_t *rmq__qent_keep(rmq_qent_t *q)
-{
-    q->refs++;
-    return q;
-}
-
-static void release_msg(void *ud, rmq_msg_t *m)
-{
-    (void)ud;
-    rmq__msg_release(m);
-}
-
-static void qent_closed(uv_handle_t *h)
-{
-    rmq_qent_t *q = h->data;
-    if (--q->n_closing > 0) return;
-    free(q->mq.topic);
-    free(q->mq.broker_name);
-    free(q->name);
-    free(q);
-}
-
-void rmq__qent_release(rmq_qent_t *q)
-{
-    if (--q->refs > 0) return;
-    rmq_consumer_t *c = q->c;
-    if (q->live_prev) q->live_prev->live_next = q->live_next;
-    else c->live = q->live_next;
-    if (q->live_next) q->live_next->live_prev = q->live_prev;
-    q->live_prev = q->live_next = NULL;
-    /* Nobody else holds any of the messages still indexed: they are ours to release. */
-    rmq__pq_clear(&q->pq, release_msg, NULL);
-    rmq__pq_free(&q->pq);
-    q->n_closing = 2;
-    uv_close((uv_handle_t *)&q->timer, qent_closed);
-    uv_close((uv_handle_t *)&q->dtimer, qent_closed);
-}
-
-static rmq_qent_t *qent_new(rmq_consumer_t *c, const rmq_mq_t *mq)
-{
-    rmq_qent_t *q = rmq__xcalloc(1, sizeof(*q));
-    q->c = c;
-    q->mq.topic = rmq__xstrdup(mq->topic);
-    q->mq.broker_name = rmq__xstrdup(mq->broker_name);
-    q->mq.queue_id = mq->queue_id;
-    q->sub = rmq__c_sub(c, mq->topic);
-    int nlen = snprintf(NULL, 0, "%s@%s#%d", mq->topic, mq->broker_name, mq->queue_id);
-    q->name = rmq__xmalloc((size_t)nlen + 1);
-    snprintf(q->name, (size_t)nlen + 1, "%s@%s#%d", mq->topic, mq->broker_name, mq->queue_id);
-    rmq__pq_init(&q->pq, q->name);
-    q->refs = 1;
-    q->in_table = 1;
-    q->gen = ++c->next_gen;
-    q->offset = -1;
-    q->broker_max = -1;
-    q->last_pull_ms = rmq__mono_ms();
-    q->pq.last_consume_ms = rmq__now_ms(); /* Java: ProcessQueue created = now */
-    uv_timer_init(&c->loop, &q->timer);
-    q->timer.data = q;
-    uv_timer_init(&c->loop, &q->dtimer);
-    q->dtimer.data = q;
-    q->next = c->queues;
-    c->queues = q;
-    c->n_queues++;
-    q->live_next = c->live;
-    if (c->live) c->live->live_prev = q;
-    c->live = q;
-    return q;
-}
+/* ---- dropping a queue ---------------------------------------------------------------------- */
 
 void rmq__rb_drop_queue(rmq_consumer_t *c, rmq_qent_t *q, int persist)
 {
@@ -237,7 +168,7 @@ static void on_arrival_lock(rmq_qent_t *q, int ok)
 
 static void queue_arrives(rmq_consumer_t *c, const rmq_mq_t *mq)
 {
-    rmq_qent_t *q = qent_new(c, mq);
+    rmq_qent_t *q = rmq__qent_new(c, mq);
     q->after_revoke = c->orderly; /* the queue may come back while its old batch runs */
     /* Orderly: a queue is added only once its broker lock is held (updateProcessQueueTable). */
     if (c->orderly && c->conf->message_model == RMQ_MODEL_CLUSTERING)

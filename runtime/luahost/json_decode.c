@@ -342,6 +342,25 @@ static int word(const jd_t *d, const char *w, size_t len)
     return 1;
 }
 
+/* The token of a structural character: { } [ ] : , */
+static inline jd_tok_type_t punct_type(int ch)
+{
+    switch (ch) {
+    case '{':
+        return T_OBJ_BEGIN;
+    case '}':
+        return T_OBJ_END;
+    case '[':
+        return T_ARR_BEGIN;
+    case ']':
+        return T_ARR_END;
+    case ':':
+        return T_COLON;
+    default:
+        return T_COMMA;
+    }
+}
+
 static void next_token(jd_t *d, jd_tok_t *t)
 {
     int ch;
@@ -356,27 +375,12 @@ static void next_token(jd_t *d, jd_tok_t *t)
         t->type = T_END;
         return;
     case '{':
-        t->type = T_OBJ_BEGIN;
-        d->p++;
-        return;
     case '}':
-        t->type = T_OBJ_END;
-        d->p++;
-        return;
     case '[':
-        t->type = T_ARR_BEGIN;
-        d->p++;
-        return;
     case ']':
-        t->type = T_ARR_END;
-        d->p++;
-        return;
     case ':':
-        t->type = T_COLON;
-        d->p++;
-        return;
     case ',':
-        t->type = T_COMMA;
+        t->type = punct_type(ch);
         d->p++;
         return;
     case '"':
@@ -448,9 +452,30 @@ static void value(jd_t *d, jd_tok_t *t);
 /* Every stack check while members wait also keeps this many slots spare for the flush. */
 #define FLUSH_SLOTS 3
 
-/* Move the n pending key/value pairs above base into a new table of at least hint slots. */
-static void object_flush(lua_State *L, int base, int n, int hint)
+/*
+ * Enter an object or array whose members take `slots` stack slots each. Returns 1 when it is
+ * empty (its table pushed, the depth back), else 0 with *t its first token, *base the stack top
+ * below it and *direct set when its members go straight into a table pushed already (too many
+ * pending on the stack), clear when they wait on the stack.
+ */
+static int container_open(jd_t *d, int slots, jd_tok_type_t end, jd_tok_t *t, int *base,
+                          int *direct)
 {
+    descend(d, slots);
+    *base = lua_gettop(d->L);
+    *direct = d->pending > PEND_BUDGET;
+    if (*direct) lua_newtable(d->L);
+    next_token(d, t);
+    if (t->type != end) return 0;
+    if (!*direct) lua_newtable(d->L);
+    d->depth--;
+    return 1;
+}
+
+/* Move the n pending key/value pairs above base into a new table of at least hint slots. */
+static void object_flush(jd_t *d, int base, int n, int hint)
+{
+    lua_State *L = d->L;
     lua_createtable(L, 0, hint);
     for (int k = 0; k < n; k++) {
         lua_pushvalue(L, base + 1 + 2 * k);
@@ -459,31 +484,23 @@ static void object_flush(lua_State *L, int base, int n, int hint)
     }
     lua_replace(L, base + 1);
     lua_settop(L, base + 1);
+    d->pending -= 2 * n;
 }
 
 static void object(jd_t *d)
 {
     lua_State *L = d->L;
     jd_tok_t t;
-    descend(d, 3);
-    int base = lua_gettop(L), n = 0, direct = d->pending > PEND_BUDGET;
-    if (direct) lua_newtable(L);
-    next_token(d, &t);
-    if (t.type == T_OBJ_END) {
-        if (!direct) lua_newtable(L);
-        d->depth--;
-        return;
-    }
+    int base, n = 0, direct;
+    if (container_open(d, 3, T_OBJ_END, &t, &base, &direct)) return;
     for (;;) {
         if (t.type != T_STRING) parse_error(d, "object key string", &t);
         if (!direct && n == PEND_MAX) {
-            object_flush(L, base, n, 2 * PEND_MAX);
-            d->pending -= 2 * n;
+            object_flush(d, base, n, 2 * PEND_MAX);
             direct = 1;
         }
         if (!direct && (n & 15) == 0 && !lua_checkstack(L, 2 * 16 + 3 + FLUSH_SLOTS)) {
-            object_flush(L, base, n, n);
-            d->pending -= 2 * n;
+            object_flush(d, base, n, n);
             direct = 1;
         }
         lua_pushlstring(L, t.str, t.len);
@@ -497,10 +514,7 @@ static void object(jd_t *d)
             n++, d->pending += 2;
         next_token(d, &t);
         if (t.type == T_OBJ_END) {
-            if (!direct) {
-                object_flush(L, base, n, n);
-                d->pending -= 2 * n;
-            }
+            if (!direct) object_flush(d, base, n, n);
             d->depth--;
             return;
         }
@@ -509,8 +523,10 @@ static void object(jd_t *d)
     }
 }
 
-static void array_flush(lua_State *L, int base, int n, int hint)
+/* Move the n pending values above base into a new table of at least hint slots. */
+static void array_flush(jd_t *d, int base, int n, int hint)
 {
+    lua_State *L = d->L;
     lua_createtable(L, hint, 0);
     for (int k = 0; k < n; k++) {
         lua_pushvalue(L, base + 1 + k);
@@ -518,30 +534,22 @@ static void array_flush(lua_State *L, int base, int n, int hint)
     }
     lua_replace(L, base + 1);
     lua_settop(L, base + 1);
+    d->pending -= n;
 }
 
 static void array(jd_t *d)
 {
     lua_State *L = d->L;
     jd_tok_t t;
-    descend(d, 2);
-    int base = lua_gettop(L), direct = d->pending > PEND_BUDGET;
-    if (direct) lua_newtable(L);
-    next_token(d, &t);
-    if (t.type == T_ARR_END) {
-        if (!direct) lua_newtable(L);
-        d->depth--;
-        return;
-    }
+    int base, direct;
+    if (container_open(d, 2, T_ARR_END, &t, &base, &direct)) return;
     for (int i = 1;; i++) {
         if (!direct && i == PEND_MAX + 1) {
-            array_flush(L, base, i - 1, 2 * PEND_MAX);
-            d->pending -= i - 1;
+            array_flush(d, base, i - 1, 2 * PEND_MAX);
             direct = 1;
         }
         if (!direct && (i & 15) == 1 && !lua_checkstack(L, 16 + 2 + FLUSH_SLOTS)) {
-            array_flush(L, base, i - 1, i - 1);
-            d->pending -= i - 1;
+            array_flush(d, base, i - 1, i - 1);
             direct = 1;
         }
         value(d, &t);
@@ -551,10 +559,7 @@ static void array(jd_t *d)
             d->pending++;
         next_token(d, &t);
         if (t.type == T_ARR_END) {
-            if (!direct) {
-                array_flush(L, base, i, i);
-                d->pending -= i;
-            }
+            if (!direct) array_flush(d, base, i, i);
             d->depth--;
             return;
         }

@@ -36,6 +36,14 @@ static const struct {
     {"on_revoke", RMQ_HOOK_ON_REVOKE}, {"on_stats", RMQ_HOOK_ON_STATS},
 };
 
+/* Push element i of the array on top of the stack, then its fields names[0..n) (n + 1 slots). */
+static void push_record(lua_State *L, int i, const char *const *names, int n)
+{
+    lua_rawgeti(L, -1, i);
+    for (int k = 0; k < n; k++)
+        lua_getfield(L, -1 - k, names[k]);
+}
+
 /* Apply spec.__options and spec.__subscribe (spec at index si) to conf. */
 static int apply_conf(lua_State *L, int si, const char *path, unsigned hooks, rmq_conf_t *conf,
                       char *errstr, size_t errstr_size)
@@ -45,10 +53,8 @@ static int apply_conf(lua_State *L, int si, const char *path, unsigned hooks, rm
     lua_getfield(L, si, "__options");
     int n = (int)lua_objlen(L, -1);
     for (int i = 1; i <= n; i++) {
-        lua_rawgeti(L, -1, i);
-        lua_getfield(L, -1, "name");
-        lua_getfield(L, -2, "value");
-        lua_getfield(L, -3, "line");
+        static const char *const fields[] = {"name", "value", "line"};
+        push_record(L, i, fields, 3);
         const char *name = lua_tostring(L, -3);
         const char *value = lua_tostring(L, -2);
         int line = (int)lua_tointeger(L, -1);
@@ -70,11 +76,8 @@ static int apply_conf(lua_State *L, int si, const char *path, unsigned hooks, rm
     lua_getfield(L, si, "__subscribe");
     n = (int)lua_objlen(L, -1);
     for (int i = 1; i <= n; i++) {
-        lua_rawgeti(L, -1, i);
-        lua_getfield(L, -1, "topic");
-        lua_getfield(L, -2, "expression");
-        lua_getfield(L, -3, "line");
-        lua_getfield(L, -4, "type");
+        static const char *const fields[] = {"topic", "expression", "line", "type"};
+        push_record(L, i, fields, 4);
         const char *topic = lua_tostring(L, -4);
         const char *expr = lua_tostring(L, -3);
         int line = (int)lua_tointeger(L, -2);

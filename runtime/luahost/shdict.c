@@ -465,35 +465,34 @@ RMQ_EXPORT int rmq_shdict_incr(rmq_shdict_t *d, const char *key, size_t key_len,
     return rc;
 }
 
-RMQ_EXPORT int rmq_shdict_ttl(rmq_shdict_t *d, const char *key, size_t key_len, double *ttl_ms)
+/* Lock d and find key's entry: returned when it is live, else NULL (missing or expired); *now
+ * is the time that was judged at. The caller unlocks d->mu. */
+static node_t *lock_live(rmq_shdict_t *d, const char *key, size_t key_len, int64_t *now)
 {
     uint64_t h = hash_of(key, key_len);
     uv_mutex_lock(&d->mu);
-    int64_t now = rmq__mono_ms();
+    *now = rmq__mono_ms();
     node_t *x = lookup(d, key, key_len, h);
-    int rc = -1;
-    if (x && !expired(x, now)) {
-        *ttl_ms = x->expires ? (double)(x->expires - now) : 0;
-        rc = 0;
-    }
+    return x && !expired(x, *now) ? x : NULL;
+}
+
+RMQ_EXPORT int rmq_shdict_ttl(rmq_shdict_t *d, const char *key, size_t key_len, double *ttl_ms)
+{
+    int64_t now;
+    node_t *x = lock_live(d, key, key_len, &now);
+    if (x) *ttl_ms = x->expires ? (double)(x->expires - now) : 0;
     uv_mutex_unlock(&d->mu);
-    return rc;
+    return x ? 0 : -1;
 }
 
 RMQ_EXPORT int rmq_shdict_expire(rmq_shdict_t *d, const char *key, size_t key_len,
                                  int64_t exptime_ms)
 {
-    uint64_t h = hash_of(key, key_len);
-    uv_mutex_lock(&d->mu);
-    int64_t now = rmq__mono_ms();
-    node_t *x = lookup(d, key, key_len, h);
-    int rc = -1;
-    if (x && !expired(x, now)) {
-        x->expires = deadline(exptime_ms, now);
-        rc = 0;
-    }
+    int64_t now;
+    node_t *x = lock_live(d, key, key_len, &now);
+    if (x) x->expires = deadline(exptime_ms, now);
     uv_mutex_unlock(&d->mu);
-    return rc;
+    return x ? 0 : -1;
 }
 
 RMQ_EXPORT void rmq_shdict_flush_all(rmq_shdict_t *d)

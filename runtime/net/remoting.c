@@ -16,10 +16,11 @@
  * A connection may own a TLS session (tls.c; the "TLS" section below holds the hooks): reads go
  * through it into the framer, writes through it as ciphertext; it is freed with the handle.
  * Plain connections never touch it. With ACL keys, request_on signs each request (acl.c).
+ * The pending requests, sending requests and replies, and dispatch are in remoting_request.c;
+ * the listener and accepting in remoting_server.c; what the three share in remoting_int.h.
  * Threads: the loop thread of opts.loop only.
  */
-#include "remoting.h"
-#include "protocol/acl.h"
+#include "remoting_int.h"
 #include "base/codes.h"
 #include "dial.h"
 #include "tls.h"
@@ -29,191 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define SUB(t) ((t)->name)
-
-/* ---- intrusive doubly linked lists ----------------------------------------------------------- */
-
-typedef struct link {
-    struct link *prev, *next;
-} link_t;
-
-static void list_init(link_t *h)
-{
-    h->prev = h->next = h;
-}
-static int list_empty(const link_t *h)
-{
-    return h->next == h;
-}
-static void list_insert_after(link_t *pos, link_t *n)
-{
-    n->prev = pos;
-    n->next = pos->next;
-    pos->next->prev = n;
-    pos->next = n;
-}
-static void list_push_back(link_t *h, link_t *n)
-{
-    list_insert_after(h->prev, n);
-}
-static void list_remove(link_t *n)
-{
-    n->prev->next = n->next;
-    n->next->prev = n->prev;
-    n->prev = n->next = n;
-}
-
-#define CONTAINER_OF(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
-
-/* ---- types ----------------------------------------------------------------------------------- */
-
-typedef struct pending {
-    link_t by_deadline; /* t->pending, sorted by deadline */
-    link_t by_conn;     /* conn->pending */
-    struct pending *hnext;
-    rmq_conn_t *conn;
-    int32_t opaque;
-    int32_t code;
-    unsigned flags;
-    int64_t deadline;
-    int64_t timeout_ms;
-    rmq_response_cb cb;
-    void *ud;
-} pending_t;
-
-typedef struct wreq {
-    uv_write_t req;
-    link_t link; /* conn->queued while the connection is not OPEN */
-    rmq_conn_t *conn;
-    rmq_written_cb written;
-    void *wud;
-    int32_t opaque; /* a request's opaque, when awaited is set */
-    int awaited;    /* a request with a pending entry: skipped if that is gone when queued */
-    rmq_buf_t hdr;  /* encoded header (and body, when copied) */
-    unsigned nbufs;
-    uv_buf_t bufs[];
-} wreq_t;
-
-#define BATCH_MAX_BYTES (256 * 1024) /* hand a batch to libuv once it holds this much */
-#define BATCH_MAX_SEGS 512           /* ... or this many slices (stays under IOV_MAX) */
-#define BATCH_SPARES 4               /* finished batches a connection keeps for reuse */
-#define SPARE_MAX_BYTES (64 * 1024)  /* ... without a buffer larger than this (a burst's) */
-
-typedef struct wseg {
-    const char *ext; /* a lent buffer, or NULL: [off, off + len) of the batch's data */
-    size_t off, len;
-} wseg_t;
-
-typedef struct wdone {
-    rmq_written_cb cb;
-    void *ud;
-} wdone_t;
-
-/* Frames collected for one uv_write (see the top of the file). */
-typedef struct wbatch {
-    uv_write_t req;
-    struct wbatch *next_spare;
-    rmq_conn_t *conn;
-    rmq_buf_t data; /* encoded headers and copied bodies */
-    wseg_t *segs;
-    unsigned nsegs, segcap;
-    wdone_t *done; /* written callbacks of lent buffers */
-    unsigned ndone, donecap;
-    uv_buf_t *bufs;
-    unsigned bufcap;
-} wbatch_t;
-
-typedef struct peer {
-    link_t link; /* t->peers */
-    char *addr;
-    rmq_conn_t *conn; /* the live connection (state < CLOSING), or NULL */
-    int fails;        /* consecutive failed connects */
-    int64_t retry_at; /* no connect before this (loop time) */
-    int unanswered;   /* consecutive plain connections closed by it before any answer */
-    int hinted;       /* the likely cause of those closes was logged */
-} peer_t;
-
-struct rmq_conn {
-    uv_tcp_t tcp; /* tcp.data = this */
-    rmq_remoting_t *t;
-    int refs;
-    int state;
-    int is_server;
-    int handle_inited;
-    int doomed; /* close at the next timer run (a failure found where closing is unsafe) */
-    int connect_failed;
-    char doom_why[160];
-    link_t live;    /* t->conns while state < CLOSING */
-    link_t all;     /* t->all_conns while allocated */
-    link_t pending; /* pending_t.by_conn */
-    link_t queued;  /* wreq_t written once OPEN */
-    link_t dirty;   /* t->dirty while out holds frames */
-    wbatch_t *out;  /* frames not yet handed to libuv (OPEN only), or NULL */
-    wbatch_t *spare; /* finished batches kept for reuse (next_spare), up to BATCH_SPARES */
-    int nspare;
-    size_t npending;
-    peer_t *peer; /* client side: its address entry (NULL once detached) */
-    uv_connect_t connect_req;
-    struct rmq_dial *dial; /* host name being resolved and dialled (counted in t->handles) */
-    int host_name; /* host is a name: resolved (asynchronously) before each connect */
-    int port;
-    char host[256];
-    struct sockaddr_storage sa;
-    int64_t deadline; /* WAITING: connect start; CONNECTING: connect timeout */
-    int64_t last_io;
-    void *ud;
-    char addr[80];
-    rmq_framer_t framer;
-    rmq_tls_t *tls; /* the TLS session (see "TLS" below), or NULL: plain */
-    int sniff;      /* accepted by a TLS listener: the first byte read decides */
-    int reading;    /* uv_read_start done */
-    int answered;   /* a frame arrived on it */
-};
-
-typedef struct handler_slot {
-    rmq_request_handler h;
-    void *ud;
-} handler_slot_t;
-
-struct rmq_remoting {
-    uv_loop_t *loop;
-    char name[32];
-    rmq_remoting_opts_t opts;
-    uv_timer_t timer;
-    int64_t timer_at; /* deadline the timer is armed for, or -1 */
-    uv_idle_t flusher; /* hands the open batches of t->dirty to libuv */
-    link_t dirty;      /* connections with an open batch */
-    int in_scan;
-    uv_tcp_t listener;
-    int listening;
-    int port;
-    int handles; /* handles initialised and not yet closed (timer, listener, connections) */
-    int destroying;
-    void (*destroy_cb)(void *ud);
-    void *destroy_ud;
-    uint32_t next_opaque;
-
-    link_t conns;     /* live connections */
-    link_t all_conns; /* every allocated connection */
-    link_t peers;
-    link_t pending; /* by deadline */
-    size_t npending;
-    pending_t **hash;
-    size_t hash_size; /* power of two */
-
-    handler_slot_t *handlers;
-    int n_handlers;
-    handler_slot_t dflt;
-
-    char **ns;
-    int n_ns;
-    int ns_idx;
-
-    rmq_remoting_stats_t st; /* conns and pending are filled in by rmq__remoting_stats */
-
-    char *acl_ak, *acl_sk, *acl_token; /* copies of the opts' ACL keys (acl_ak NULL: unsigned) */
-};
 
 static const char *const state_names[] = {"WAITING", "CONNECTING", "OPEN", "CLOSING", "CLOSED"};
 
@@ -231,97 +47,8 @@ static void set_state(rmq_conn_t *c, int state)
     c->state = state;
 }
 
-static int64_t now_ms(rmq_remoting_t *t)
-{
-    return (int64_t)uv_now(t->loop);
-}
-
 static void arm_timer(rmq_remoting_t *t, int64_t at);
 static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why);
-
-/* ---- pending hash ---------------------------------------------------------------------------- */
-
-static size_t hslot(const rmq_remoting_t *t, int32_t opaque)
-{
-    uint32_t h = (uint32_t)opaque * 2654435761u;
-    return h & (t->hash_size - 1);
-}
-
-static void hash_grow(rmq_remoting_t *t)
-{
-    size_t nsize = t->hash_size ? t->hash_size * 2 : 256;
-    pending_t **nh = rmq__xcalloc(nsize, sizeof(*nh));
-    size_t old = t->hash_size;
-    pending_t **oh = t->hash;
-    t->hash = nh;
-    t->hash_size = nsize;
-    for (size_t i = 0; i < old; i++) {
-        pending_t *p = oh[i];
-        while (p) {
-            pending_t *n = p->hnext;
-            size_t s = hslot(t, p->opaque);
-            p->hnext = nh[s];
-            nh[s] = p;
-            p = n;
-        }
-    }
-    free(oh);
-}
-
-static void hash_add(rmq_remoting_t *t, pending_t *p)
-{
-    if (t->npending + 1 > t->hash_size) hash_grow(t);
-    size_t s = hslot(t, p->opaque);
-    p->hnext = t->hash[s];
-    t->hash[s] = p;
-}
-
-static pending_t *hash_find(rmq_remoting_t *t, int32_t opaque)
-{
-    if (!t->hash_size) return NULL;
-    for (pending_t *p = t->hash[hslot(t, opaque)]; p; p = p->hnext)
-        if (p->opaque == opaque) return p;
-    return NULL;
-}
-
-static void hash_del(rmq_remoting_t *t, pending_t *p)
-{
-    pending_t **pp = &t->hash[hslot(t, p->opaque)];
-    while (*pp && *pp != p)
-        pp = &(*pp)->hnext;
-    if (*pp) *pp = p->hnext;
-}
-
-/* Insert p in the deadline list (from the tail: most requests share a timeout). */
-static void pending_add(rmq_remoting_t *t, rmq_conn_t *c, pending_t *p)
-{
-    link_t *pos = t->pending.prev;
-    while (pos != &t->pending && CONTAINER_OF(pos, pending_t, by_deadline)->deadline > p->deadline)
-        pos = pos->prev;
-    list_insert_after(pos, &p->by_deadline);
-    list_push_back(&c->pending, &p->by_conn);
-    hash_add(t, p);
-    t->npending++;
-    c->npending++;
-    arm_timer(t, p->deadline);
-}
-
-static void pending_unlink(rmq_remoting_t *t, pending_t *p)
-{
-    list_remove(&p->by_deadline);
-    list_remove(&p->by_conn);
-    hash_del(t, p);
-    t->npending--;
-    p->conn->npending--;
-}
-
-/* Unlink p, run its callback with a local error, free it. */
-static void pending_fail(rmq_remoting_t *t, pending_t *p, int err, const char *msg)
-{
-    pending_unlink(t, p);
-    p->cb(p->ud, err, NULL, msg);
-    free(p);
-}
 
 /* ---- connection objects ---------------------------------------------------------------------- */
 
@@ -375,7 +102,7 @@ rmq_remoting_t *rmq__conn_transport(const rmq_conn_t *c)
     return c->t;
 }
 
-static rmq_conn_t *conn_new(rmq_remoting_t *t, int is_server)
+rmq_conn_t *rmq__remoting_conn_new(rmq_remoting_t *t, int is_server)
 {
     rmq_conn_t *c = rmq__xcalloc(1, sizeof(*c));
     c->t = t;
@@ -404,6 +131,11 @@ static void arm_timer(rmq_remoting_t *t, int64_t at)
     int64_t now = now_ms(t);
     t->timer_at = at;
     uv_timer_start(&t->timer, on_timer, at > now ? (uint64_t)(at - now) : 0, 0);
+}
+
+void rmq__remoting_arm_timer(rmq_remoting_t *t, int64_t at)
+{
+    arm_timer(t, at);
 }
 
 static int64_t conn_deadline(const rmq_remoting_t *t, const rmq_conn_t *c)
@@ -478,7 +210,7 @@ static void on_timer(uv_timer_t *tm)
                  rmq__conn_state_name(c->state));
         rmq_log_warn(SUB(t), "%s", msg);
         t->st.timeouts++;
-        pending_fail(t, p, RMQ_ERR_TIMEOUT, msg);
+        rmq__remoting_pending_fail(t, p, RMQ_ERR_TIMEOUT, msg);
         if (close_it) conn_close(c, RMQ_ERR_TIMEOUT, RMQ_ERR_TRANSPORT, msg);
         rmq__conn_release(c);
     }
@@ -517,6 +249,34 @@ static int conn_write(rmq_conn_t *c, uv_write_t *req, const uv_buf_t *bufs, unsi
     return uv_write(req, (uv_stream_t *)&c->tcp, bufs, n, cb);
 }
 
+/*
+ * A uv_write on c (one frame, or a batch) completed with status: run its callbacks through
+ * finish(arg, 0 or RMQ_ERR_TRANSPORT), close c when the write failed while it was OPEN, and drop
+ * the reference the write held.
+ */
+static void write_ended(rmq_conn_t *c, int status, void (*finish)(void *arg, int status), void *arg)
+{
+    if (status < 0 && status != UV_ECANCELED && c->state == RMQ_CONN_OPEN) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "write to %s failed: %s", c->addr, uv_strerror(status));
+        rmq_log_warn(c->t ? SUB(c->t) : "remoting", "%s", msg);
+        finish(arg, RMQ_ERR_TRANSPORT);
+        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
+    } else {
+        finish(arg, status < 0 ? RMQ_ERR_TRANSPORT : 0);
+    }
+    rmq__conn_release(c);
+}
+
+/* A uv_write on c failed synchronously (rc): c is closed at the next timer run. */
+static void write_refused(rmq_conn_t *c, int rc)
+{
+    snprintf(c->doom_why, sizeof c->doom_why, "write failed: %s", uv_strerror(rc));
+    rmq_log_warn(SUB(c->t), "write to %s failed: %s", c->addr, uv_strerror(rc));
+    c->doomed = 1;
+    arm_timer(c->t, 0);
+}
+
 static void wreq_done(wreq_t *w, int status)
 {
     if (w->written) w->written(w->wud, status);
@@ -524,21 +284,15 @@ static void wreq_done(wreq_t *w, int status)
     free(w);
 }
 
+static void wreq_finish(void *w, int status)
+{
+    wreq_done(w, status);
+}
+
 static void on_write(uv_write_t *req, int status)
 {
     wreq_t *w = CONTAINER_OF(req, wreq_t, req);
-    rmq_conn_t *c = w->conn;
-    if (status < 0 && status != UV_ECANCELED && c->state == RMQ_CONN_OPEN) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "write to %s failed: %s", c->addr, uv_strerror(status));
-        rmq_log_warn(c->t ? SUB(c->t) : "remoting", "%s", msg);
-        wreq_done(w, RMQ_ERR_TRANSPORT);
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
-        rmq__conn_release(c);
-        return;
-    }
-    wreq_done(w, status < 0 ? RMQ_ERR_TRANSPORT : 0);
-    rmq__conn_release(c);
+    write_ended(w->conn, status, wreq_finish, w);
 }
 
 /* Hand w to libuv; on a synchronous failure the connection is closed at the next timer run. */
@@ -546,10 +300,7 @@ static int wreq_issue(rmq_conn_t *c, wreq_t *w)
 {
     int rc = conn_write(c, &w->req, w->bufs, w->nbufs, on_write);
     if (rc < 0) {
-        snprintf(c->doom_why, sizeof c->doom_why, "write failed: %s", uv_strerror(rc));
-        rmq_log_warn(SUB(c->t), "write to %s failed: %s", c->addr, uv_strerror(rc));
-        c->doomed = 1;
-        arm_timer(c->t, 0);
+        write_refused(c, rc);
         return RMQ_ERR_TRANSPORT;
     }
     rmq__conn_keep(c);
@@ -590,21 +341,15 @@ static void batch_finish(rmq_conn_t *c, wbatch_t *b, int status)
     }
 }
 
+static void batch_written(void *b, int status)
+{
+    batch_finish(((wbatch_t *)b)->conn, b, status);
+}
+
 static void on_batch_write(uv_write_t *req, int status)
 {
     wbatch_t *b = CONTAINER_OF(req, wbatch_t, req);
-    rmq_conn_t *c = b->conn;
-    if (status < 0 && status != UV_ECANCELED && c->state == RMQ_CONN_OPEN) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "write to %s failed: %s", c->addr, uv_strerror(status));
-        rmq_log_warn(c->t ? SUB(c->t) : "remoting", "%s", msg);
-        batch_finish(c, b, RMQ_ERR_TRANSPORT);
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
-        rmq__conn_release(c);
-        return;
-    }
-    batch_finish(c, b, status < 0 ? RMQ_ERR_TRANSPORT : 0);
-    rmq__conn_release(c);
+    write_ended(b->conn, status, batch_written, b);
 }
 
 /* Hand c's open batch to libuv (one uv_write); on a synchronous failure the connection is
@@ -627,10 +372,7 @@ static void batch_flush(rmq_conn_t *c)
     }
     int rc = conn_write(c, &b->req, b->bufs, b->nsegs, on_batch_write);
     if (rc < 0) {
-        snprintf(c->doom_why, sizeof c->doom_why, "write failed: %s", uv_strerror(rc));
-        rmq_log_warn(SUB(c->t), "write to %s failed: %s", c->addr, uv_strerror(rc));
-        c->doomed = 1;
-        arm_timer(c->t, 0);
+        write_refused(c, rc);
         batch_finish(c, b, RMQ_ERR_TRANSPORT);
         return;
     }
@@ -670,6 +412,28 @@ static void batch_own(wbatch_t *b, size_t off)
     sg->len = b->data.len - off;
 }
 
+/*
+ * Encode cmd's header into out, its frame length counting the body and every extra buffer;
+ * copy: the body and the extra buffers follow it in out. *body_len gets that frame's body
+ * length. Returns 0 or an error (out may hold part of the frame).
+ */
+static int encode_frame(const rmq_cmd_t *cmd, int copy, const uv_buf_t *extra, unsigned n_extra,
+                        rmq_buf_t *out, size_t *body_len)
+{
+    rmq_cmd_t tmp = *cmd;
+    for (unsigned i = 0; i < n_extra; i++)
+        tmp.body_len += extra[i].len;
+    *body_len = tmp.body_len;
+    int rc = rmq__cmd_encode_header(&tmp, out);
+    if (!rc && copy) {
+        rc = rmq__buf_reserve(out, tmp.body_len);
+        if (!rc && cmd->body_len) rc = rmq__buf_append(out, cmd->body, cmd->body_len);
+        for (unsigned i = 0; !rc && i < n_extra; i++)
+            rc = rmq__buf_append(out, extra[i].base, extra[i].len);
+    }
+    return rc;
+}
+
 /* OPEN: append the frame to c's open batch. Same contract as conn_send. */
 static int batch_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_buf_t *extra,
                       unsigned n_extra, rmq_written_cb written, void *wud)
@@ -687,17 +451,8 @@ static int batch_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_bu
         }
         b->conn = c;
     }
-    size_t start = b->data.len;
-    rmq_cmd_t tmp = *cmd;
-    for (unsigned i = 0; i < n_extra; i++)
-        tmp.body_len += extra[i].len;
-    int rc = rmq__cmd_encode_header(&tmp, &b->data);
-    if (!rc && copy) {
-        rc = rmq__buf_reserve(&b->data, tmp.body_len);
-        if (!rc && cmd->body_len) rc = rmq__buf_append(&b->data, cmd->body, cmd->body_len);
-        for (unsigned i = 0; !rc && i < n_extra; i++)
-            rc = rmq__buf_append(&b->data, extra[i].base, extra[i].len);
-    }
+    size_t start = b->data.len, body_len;
+    int rc = encode_frame(cmd, copy, extra, n_extra, &b->data, &body_len);
     if (!rc && written && b->ndone == b->donecap) {
         b->donecap = b->donecap ? 2 * b->donecap : 16;
         b->done = realloc(b->done, b->donecap * sizeof(*b->done));
@@ -727,7 +482,7 @@ static int batch_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_bu
         b->done[b->ndone].cb = written;
         b->done[b->ndone++].ud = wud;
     }
-    t->st.bytes_out += (b->data.len - start) + (copy ? 0 : tmp.body_len);
+    t->st.bytes_out += (b->data.len - start) + (copy ? 0 : body_len);
     c->last_io = now_ms(t);
     if (!c->out) {
         c->out = b;
@@ -743,8 +498,9 @@ static int batch_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int copy, const uv_bu
  * transport's buffer; else body and extra are lent until written runs. Returns 0 or an error
  * (nothing sent, written never runs).
  */
-static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, int copy,
-                     const uv_buf_t *extra, unsigned n_extra, rmq_written_cb written, void *wud)
+int rmq__remoting_conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, int copy,
+                            const uv_buf_t *extra, unsigned n_extra, rmq_written_cb written,
+                            void *wud)
 {
     if (c->state >= RMQ_CONN_CLOSING || !c->t || c->t->destroying) return RMQ_ERR_TRANSPORT;
     if (c->state == RMQ_CONN_OPEN) return batch_send(c, cmd, copy, extra, n_extra, written, wud);
@@ -757,17 +513,8 @@ static int conn_send(rmq_conn_t *c, const rmq_cmd_t *cmd, int awaited, int copy,
     w->opaque = cmd->opaque;
     rmq__buf_init(&w->hdr);
     list_init(&w->link);
-    /* The frame length counts the body and every extra buffer. */
-    rmq_cmd_t tmp = *cmd;
-    for (unsigned i = 0; i < n_extra; i++)
-        tmp.body_len += extra[i].len;
-    int rc = rmq__cmd_encode_header(&tmp, &w->hdr);
-    if (!rc && copy) {
-        rc = rmq__buf_reserve(&w->hdr, tmp.body_len);
-        if (!rc && cmd->body_len) rc = rmq__buf_append(&w->hdr, cmd->body, cmd->body_len);
-        for (unsigned i = 0; !rc && i < n_extra; i++)
-            rc = rmq__buf_append(&w->hdr, extra[i].base, extra[i].len);
-    }
+    size_t body_len;
+    int rc = encode_frame(cmd, copy, extra, n_extra, &w->hdr, &body_len);
     if (rc) {
         rmq_log_warn(SUB(c->t), "cannot encode %d for %s: %s", cmd->code, c->addr, rmq_err_str(rc));
         rmq__buf_free(&w->hdr);
@@ -845,7 +592,7 @@ static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
     snprintf(msg, sizeof msg, "connection to %s closed: %s", c->addr, why);
     while (!list_empty(&c->pending)) {
         pending_t *p = CONTAINER_OF(c->pending.next, pending_t, by_conn);
-        pending_fail(t, p, pending_err, msg);
+        rmq__remoting_pending_fail(t, p, pending_err, msg);
     }
     if (t->opts.on_close) t->opts.on_close(c, err, why, t->opts.ud);
     if (!c->handle_inited) {
@@ -853,6 +600,11 @@ static void conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
         c->refs--; /* the transport's reference (no close callback will come); ours remains */
     }
     rmq__conn_release(c);
+}
+
+void rmq__remoting_conn_close(rmq_conn_t *c, int err, int pending_err, const char *why)
+{
+    conn_close(c, err, pending_err, why);
 }
 
 void rmq__conn_close(rmq_conn_t *c, int err, const char *why)
@@ -897,57 +649,25 @@ static void on_handle_close(uv_handle_t *h)
     handle_closed(t);
 }
 
-static void on_plain_close(uv_handle_t *h)
+void rmq__remoting_plain_closed(uv_handle_t *h)
 {
     handle_closed(h->data);
 }
 
 /* ---- reading and dispatch -------------------------------------------------------------------- */
 
-static void reply_not_supported(rmq_conn_t *c, const rmq_cmd_t *req)
-{
-    char remark[64];
-    rmq_cmd_t resp;
-    snprintf(remark, sizeof remark, " request type %d not supported", req->code);
-    rmq__cmd_init_response(&resp, req, RMQ_RESP_REQUEST_CODE_NOT_SUPPORTED, remark);
-    resp.serialize = c->t->opts.serialize;
-    rmq_log_warn(SUB(c->t), "%s%s", c->addr, remark);
-    rmq__conn_reply(c, &resp);
-    rmq__cmd_free(&resp);
-}
-
-static void dispatch(rmq_conn_t *c, rmq_cmd_t *cmd)
-{
-    rmq_remoting_t *t = c->t;
-    if (cmd->flag & RMQ_FLAG_RESPONSE) {
-        pending_t *p = hash_find(t, cmd->opaque);
-        if (!p || p->conn != c) {
-            rmq_log_warn(SUB(t), "response opaque=%d code=%d from %s matches no request (late?)",
-                         cmd->opaque, cmd->code, c->addr);
-            return;
-        }
-        pending_unlink(t, p);
-        t->st.responses_recv++;
-        if (RMQ_UNLIKELY(t->opts.on_acl_refused != NULL) && rmq__acl_refused(cmd))
-            t->opts.on_acl_refused(t->opts.ud, c->addr, p->code, cmd);
-        p->cb(p->ud, 0, cmd, "");
-        free(p);
-        return;
-    }
-    t->st.requests_recv++;
-    handler_slot_t *s = NULL;
-    if (cmd->code >= 0 && cmd->code < t->n_handlers && t->handlers[cmd->code].h)
-        s = &t->handlers[cmd->code];
-    else if (t->dflt.h)
-        s = &t->dflt;
-    if (s)
-        s->h(c, cmd, s->ud);
-    else
-        reply_not_supported(c, cmd);
-}
-
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* A frame from c does not decode (err says why): c is closed. */
+static void frame_malformed(rmq_conn_t *c, const char *err)
+{
+    char why[300];
+    snprintf(why, sizeof why, "malformed frame: %s", err);
+    rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr, err);
+    c->t->st.malformed++;
+    conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
+}
 
 static void on_frame(void *ud, rmq_rbuf_t *frame)
 {
@@ -961,12 +681,7 @@ static void on_frame(void *ud, rmq_rbuf_t *frame)
     int rc = rmq__cmd_decode(frame, &cmd, err, sizeof err);
     rmq__rbuf_release(frame);
     if (rc) {
-        char why[300];
-        snprintf(why, sizeof why, "malformed frame: %s", err);
-        rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
-                      err);
-        c->t->st.malformed++;
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
+        frame_malformed(c, err);
         return;
     }
     if (RMQ_UNLIKELY(rmq__log_debug & RMQ_DBG_REMOTING)) {
@@ -978,7 +693,7 @@ static void on_frame(void *ud, rmq_rbuf_t *frame)
         c->answered = 1;
         if (c->peer) c->peer->unanswered = 0;
     }
-    dispatch(c, &cmd);
+    rmq__remoting_dispatch(c, &cmd);
     rmq__cmd_free(&cmd);
 }
 
@@ -1018,16 +733,10 @@ static void tls_alloc(void *ud, char **base, size_t *len)
 static int tls_commit(void *ud, char *base, size_t n)
 {
     rmq_conn_t *c = ud;
-    char err[200], why[300];
+    char err[200];
     if (c->state != RMQ_CONN_OPEN) return 1;
     int rc = rmq__framer_commit(&c->framer, base, n, on_frame, c, err, sizeof err);
-    if (rc && c->state == RMQ_CONN_OPEN) {
-        snprintf(why, sizeof why, "malformed frame: %s", err);
-        rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
-                      err);
-        c->t->st.malformed++;
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
-    }
+    if (rc && c->state == RMQ_CONN_OPEN) frame_malformed(c, err);
     return c->state != RMQ_CONN_OPEN;
 }
 
@@ -1138,13 +847,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         c->t->st.bytes_in += (uint64_t)nread;
         int rc =
             rmq__framer_commit(&c->framer, buf->base, (size_t)nread, on_frame, c, err, sizeof err);
-        if (rc && c->state == RMQ_CONN_OPEN) {
-            snprintf(why, sizeof why, "malformed frame: %s", err);
-            rmq_log_error(SUB(c->t), "malformed frame from %s: %s; closing the connection", c->addr,
-                          err);
-            c->t->st.malformed++;
-            conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, why);
-        }
+        if (rc && c->state == RMQ_CONN_OPEN) frame_malformed(c, err);
     } else {
         if (nread == UV_EOF)
             snprintf(why, sizeof why, "closed by peer");
@@ -1183,7 +886,7 @@ static void conn_opened(rmq_conn_t *c)
     while (!list_empty(&c->queued) && c->state == RMQ_CONN_OPEN) {
         wreq_t *w = CONTAINER_OF(c->queued.next, wreq_t, link);
         list_remove(&w->link);
-        pending_t *p = w->awaited ? hash_find(t, w->opaque) : NULL;
+        pending_t *p = w->awaited ? rmq__remoting_pending_find(t, w->opaque) : NULL;
         if (w->awaited && (!p || p->conn != c)) {
             /* It timed out while the connection was being made: do not send it late. */
             rmq_dbg(RMQ_DBG_REMOTING, SUB(t),
@@ -1201,6 +904,11 @@ static void conn_opened(rmq_conn_t *c)
     if (c->state == RMQ_CONN_OPEN && t->opts.idle_timeout_ms > 0)
         arm_timer(t, c->last_io + t->opts.idle_timeout_ms);
     if (c->state == RMQ_CONN_OPEN && t->opts.on_open) t->opts.on_open(c, t->opts.ud);
+}
+
+void rmq__remoting_conn_opened(rmq_conn_t *c)
+{
+    conn_opened(c);
 }
 
 /* ---- client connections ---------------------------------------------------------------------- */
@@ -1379,15 +1087,15 @@ static peer_t *peer_find(rmq_remoting_t *t, const char *addr)
  * is in its reconnect backoff (the timer starts the connect). Returns 0 with *out, or an error
  * (bad address, socket failure); nothing is left behind on error.
  */
-static int conn_for_addr(rmq_remoting_t *t, const char *addr, rmq_conn_t **out, char *err,
-                         size_t errsz)
+int rmq__remoting_conn_for_addr(rmq_remoting_t *t, const char *addr, rmq_conn_t **out, char *err,
+                                size_t errsz)
 {
     peer_t *p = peer_find(t, addr);
     if (p && p->conn) {
         *out = p->conn;
         return 0;
     }
-    rmq_conn_t *c = conn_new(t, 0);
+    rmq_conn_t *c = rmq__remoting_conn_new(t, 0);
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     int rc = parse_addr(c, addr, err, errsz);
     if (rc) {
@@ -1427,204 +1135,6 @@ static int conn_for_addr(rmq_remoting_t *t, const char *addr, rmq_conn_t **out, 
     }
     *out = c;
     return 0;
-}
-
-/* ---- requests -------------------------------------------------------------------------------- */
-
-static int request_on(rmq_remoting_t *t, rmq_conn_t *c, rmq_cmd_t *req, int64_t timeout_ms,
-                      unsigned flags, rmq_response_cb cb, void *ud)
-{
-    int oneway = (flags & RMQ_REQF_ONEWAY) != 0;
-    if (oneway ? cb != NULL : (cb == NULL || timeout_ms <= 0)) return RMQ_ERR_INVALID;
-    if (c->state >= RMQ_CONN_CLOSING) return RMQ_ERR_TRANSPORT;
-    /* AclClientRPCHook.doBeforeRequest: every request, sync, async or oneway. */
-    if (t->acl_ak && rmq__acl_sign(req, t->acl_ak, t->acl_sk, t->acl_token))
-        return RMQ_ERR_NOMEM;
-    req->opaque = (int32_t)t->next_opaque++;
-    req->flag &= ~(RMQ_FLAG_RESPONSE | RMQ_FLAG_ONEWAY);
-    if (oneway) req->flag |= RMQ_FLAG_ONEWAY;
-    pending_t *p = NULL;
-    if (!oneway) {
-        p = rmq__xcalloc(1, sizeof(*p));
-        p->conn = c;
-        p->opaque = req->opaque;
-        p->code = req->code;
-        p->flags = flags;
-        p->timeout_ms = timeout_ms;
-        p->deadline = now_ms(t) + timeout_ms;
-        p->cb = cb;
-        p->ud = ud;
-        pending_add(t, c, p);
-    }
-    if (RMQ_UNLIKELY(rmq__log_debug & RMQ_DBG_REMOTING)) {
-        char d[160];
-        rmq__cmd_describe(req, d, sizeof d);
-        rmq_dbg(RMQ_DBG_REMOTING, SUB(t), "%s -> %s (connection %s)", c->addr, d,
-                rmq__conn_state_name(c->state));
-    }
-    int rc = conn_send(c, req, !oneway, 1, NULL, 0, NULL, NULL);
-    if (rc == 0) t->st.requests_sent++;
-    if (rc) {
-        if (p) {
-            pending_unlink(t, p);
-            free(p);
-        }
-        return rc;
-    }
-    return 0;
-}
-
-int rmq__remoting_request_ex(rmq_remoting_t *t, const char *addr, rmq_cmd_t *req,
-                             int64_t timeout_ms, unsigned flags, rmq_response_cb cb, void *ud)
-{
-    char err[256];
-    rmq_conn_t *c;
-    if (t->destroying) return RMQ_ERR_SHUTDOWN;
-    if (!addr) {
-        if (!t->n_ns) return RMQ_ERR_NOT_FOUND;
-        addr = t->ns[t->ns_idx];
-    }
-    int oneway = (flags & RMQ_REQF_ONEWAY) != 0;
-    if (oneway ? cb != NULL : (cb == NULL || timeout_ms <= 0)) return RMQ_ERR_INVALID;
-    int rc = conn_for_addr(t, addr, &c, err, sizeof err);
-    if (rc) {
-        rmq_log_warn(SUB(t), "request %d to %s not sent: %s", req->code, addr, err);
-        return rc;
-    }
-    return request_on(t, c, req, timeout_ms, flags, cb, ud);
-}
-
-int rmq__remoting_request(rmq_remoting_t *t, const char *addr, rmq_cmd_t *req, int64_t timeout_ms,
-                          rmq_response_cb cb, void *ud)
-{
-    return rmq__remoting_request_ex(t, addr, req, timeout_ms, 0, cb, ud);
-}
-
-int rmq__remoting_oneway(rmq_remoting_t *t, const char *addr, rmq_cmd_t *req)
-{
-    return rmq__remoting_request_ex(t, addr, req, 0, RMQ_REQF_ONEWAY, NULL, NULL);
-}
-
-int rmq__conn_request(rmq_conn_t *c, rmq_cmd_t *req, int64_t timeout_ms, unsigned flags,
-                      rmq_response_cb cb, void *ud)
-{
-    if (!c->t || c->t->destroying) return RMQ_ERR_TRANSPORT;
-    return request_on(c->t, c, req, timeout_ms, flags, cb, ud);
-}
-
-int rmq__conn_reply(rmq_conn_t *c, rmq_cmd_t *resp)
-{
-    if (c->state != RMQ_CONN_OPEN) return RMQ_ERR_TRANSPORT;
-    resp->flag = (resp->flag | RMQ_FLAG_RESPONSE) & ~RMQ_FLAG_ONEWAY;
-    return conn_send(c, resp, 0, 1, NULL, 0, NULL, NULL);
-}
-
-int rmq__conn_reply_ex(rmq_conn_t *c, rmq_cmd_t *resp, const uv_buf_t *extra, unsigned n_extra,
-                       rmq_written_cb written, void *wud)
-{
-    if (c->state != RMQ_CONN_OPEN) return RMQ_ERR_TRANSPORT;
-    resp->flag = (resp->flag | RMQ_FLAG_RESPONSE) & ~RMQ_FLAG_ONEWAY;
-    return conn_send(c, resp, 0, written == NULL, extra, n_extra, written, wud);
-}
-
-/* ---- server side ----------------------------------------------------------------------------- */
-
-static void format_sockaddr(const struct sockaddr_storage *sa, char *dst, size_t n)
-{
-    char ip[64] = "?";
-    if (sa->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
-        uv_ip6_name(s6, ip, sizeof ip);
-        snprintf(dst, n, "[%s]:%d", ip, ntohs(s6->sin6_port));
-    } else {
-        const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
-        uv_ip4_name(s4, ip, sizeof ip);
-        snprintf(dst, n, "%s:%d", ip, ntohs(s4->sin_port));
-    }
-}
-
-static void on_connection(uv_stream_t *server, int status)
-{
-    rmq_remoting_t *t = server->data;
-    if (status < 0) {
-        rmq_log_warn(SUB(t), "accept on port %d failed: %s", t->port, uv_strerror(status));
-        return;
-    }
-    if (t->destroying) return;
-    rmq_conn_t *c = conn_new(t, 1);
-    int rc = uv_tcp_init(t->loop, &c->tcp);
-    if (rc < 0) {
-        rmq_log_warn(SUB(t), "accept: socket: %s", uv_strerror(rc));
-        rmq__conn_release(c);
-        return;
-    }
-    c->tcp.data = c;
-    c->handle_inited = 1;
-    t->handles++;
-    list_push_back(&t->conns, &c->live);
-    rc = uv_accept(server, (uv_stream_t *)&c->tcp);
-    if (rc < 0) {
-        char msg[120];
-        snprintf(msg, sizeof msg, "accept failed: %s", uv_strerror(rc));
-        snprintf(c->addr, sizeof c->addr, "(unaccepted)");
-        conn_close(c, RMQ_ERR_TRANSPORT, RMQ_ERR_TRANSPORT, msg);
-        return;
-    }
-    struct sockaddr_storage sa;
-    int len = sizeof sa;
-    memset(&sa, 0, sizeof sa);
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len) == 0)
-        format_sockaddr(&sa, c->addr, sizeof c->addr);
-    else
-        snprintf(c->addr, sizeof c->addr, "(unknown peer)");
-    rmq_log_info(SUB(t), "accepted connection from %s", c->addr);
-    t->st.accepts++;
-    c->sniff = t->opts.tls_server != NULL;
-    conn_opened(c);
-}
-
-int rmq__remoting_listen(rmq_remoting_t *t, const char *host, int port, char *errstr,
-                         size_t errstr_size)
-{
-    struct sockaddr_storage sa;
-    memset(&sa, 0, sizeof sa);
-    if (t->listening || t->destroying) {
-        rmq__seterr(errstr, errstr_size, "transport already listening or destroyed");
-        return RMQ_ERR_INVALID;
-    }
-    if (port < 0 || port > 65535 ||
-        (uv_ip4_addr(host, port, (struct sockaddr_in *)&sa) != 0 &&
-         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&sa) != 0)) {
-        rmq__seterr(errstr, errstr_size, "bad listen address \"%s\" port %d", host, port);
-        return RMQ_ERR_INVALID;
-    }
-    int rc = uv_tcp_init(t->loop, &t->listener);
-    if (rc < 0) {
-        rmq__seterr(errstr, errstr_size, "listen socket: %s", uv_strerror(rc));
-        return RMQ_ERR_IO;
-    }
-    t->listener.data = t;
-    t->handles++;
-    t->listening = 1;
-    rc = uv_tcp_bind(&t->listener, (struct sockaddr *)&sa, 0);
-    if (rc == 0) rc = uv_listen((uv_stream_t *)&t->listener, 1024, on_connection);
-    if (rc < 0) {
-        rmq__seterr(errstr, errstr_size, "listen on %s:%d: %s", host, port, uv_strerror(rc));
-        t->listening = 0;
-        uv_close((uv_handle_t *)&t->listener, on_plain_close);
-        return RMQ_ERR_IO;
-    }
-    int len = sizeof sa;
-    uv_tcp_getsockname(&t->listener, (struct sockaddr *)&sa, &len);
-    t->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
-                                             : ((struct sockaddr_in *)&sa)->sin_port);
-    rmq_log_info(SUB(t), "listening on %s:%d", host, t->port);
-    return 0;
-}
-
-int rmq__remoting_port(const rmq_remoting_t *t)
-{
-    return t->listening ? t->port : 0;
 }
 
 /* ---- connections, enumeration ---------------------------------------------------------------- */
@@ -1671,30 +1181,6 @@ void rmq__remoting_stats(const rmq_remoting_t *t, rmq_remoting_stats_t *out)
     for (const link_t *l = t->conns.next; l != &t->conns; l = l->next)
         out->conns++;
     out->pending = t->npending;
-}
-
-/* ---- handlers -------------------------------------------------------------------------------- */
-
-void rmq__remoting_set_handler(rmq_remoting_t *t, int32_t code, rmq_request_handler h, void *ud)
-{
-    if (code < 0 || code >= 65536) return;
-    if (code >= t->n_handlers) {
-        if (!h) return;
-        int n = code + 1;
-        handler_slot_t *nh = realloc(t->handlers, (size_t)n * sizeof(*nh));
-        if (!nh) abort();
-        memset(nh + t->n_handlers, 0, (size_t)(n - t->n_handlers) * sizeof(*nh));
-        t->handlers = nh;
-        t->n_handlers = n;
-    }
-    t->handlers[code].h = h;
-    t->handlers[code].ud = ud;
-}
-
-void rmq__remoting_set_default_handler(rmq_remoting_t *t, rmq_request_handler h, void *ud)
-{
-    t->dflt.h = h;
-    t->dflt.ud = ud;
 }
 
 /* ---- name servers ---------------------------------------------------------------------------- */
@@ -1832,11 +1318,11 @@ void rmq__remoting_destroy(rmq_remoting_t *t, void (*close_cb)(void *ud), void *
     t->n_handlers = 0;
     t->dflt.h = NULL;
     uv_timer_stop(&t->timer);
-    uv_close((uv_handle_t *)&t->timer, on_plain_close);
+    uv_close((uv_handle_t *)&t->timer, rmq__remoting_plain_closed);
     uv_idle_stop(&t->flusher);
-    uv_close((uv_handle_t *)&t->flusher, on_plain_close);
+    uv_close((uv_handle_t *)&t->flusher, rmq__remoting_plain_closed);
     if (t->listening) {
         t->listening = 0;
-        uv_close((uv_handle_t *)&t->listener, on_plain_close);
+        uv_close((uv_handle_t *)&t->listener, rmq__remoting_plain_closed);
     }
 }

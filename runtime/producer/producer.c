@@ -16,6 +16,7 @@
 
 #include "base/codes.h"
 #include "protocol/message.h"
+#include "protocol/namespace.h"
 #include "protocol/route.h"
 
 #include <stdio.h>
@@ -796,15 +797,6 @@ static int parse_int_slice(const char *s, size_t n, int32_t *out)
 /* Validators.checkTopic and isNotAllowedSendTopic. */
 static int check_topic(const char *topic, char *errstr, size_t errstr_size)
 {
-    static const char *const forbidden[] = {"TBW102",
-                                            "SCHEDULE_TOPIC_XXXX",
-                                            "BenchmarkTest",
-                                            "RMQ_SYS_TRANS_HALF_TOPIC",
-                                            "RMQ_SYS_TRACE_TOPIC",
-                                            "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                            "TRANS_CHECK_MAX_TIME_TOPIC",
-                                            "SELF_TEST_TOPIC",
-                                            "OFFSET_MOVED_EVENT"};
     if (!topic || !*topic) {
         rmq__seterr(errstr, errstr_size, "the specified topic is blank");
         return RMQ_ERR_INVALID;
@@ -821,11 +813,9 @@ static int check_topic(const char *topic, char *errstr, size_t errstr_size)
                     RMQ_PRODUCER_TOPIC_MAX_LEN);
         return RMQ_ERR_INVALID;
     }
-    for (size_t i = 0; i < RMQ_ARRAY_SIZE(forbidden); i++) {
-        if (!strcmp(topic, forbidden[i])) {
-            rmq__seterr(errstr, errstr_size, "sending message to topic [%s] is forbidden", topic);
-            return RMQ_ERR_INVALID;
-        }
+    if (rmq__ns_system_topic(topic)) {
+        rmq__seterr(errstr, errstr_size, "sending message to topic [%s] is forbidden", topic);
+        return RMQ_ERR_INVALID;
     }
     return 0;
 }

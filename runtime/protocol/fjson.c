@@ -221,13 +221,7 @@ static rmq_fj_t *parse_container(parser_t *ps, int depth, int is_obj)
         }
         val = parse_value(ps, depth + 1);
         if (!val) return NULL;
-        val->key = key;
-        if (v->last)
-            v->last->next = val;
-        else
-            v->child = val;
-        v->last = val;
-        v->len++;
+        rmq__fj_obj_add(v, key, val); /* key NULL in an array */
         skip_ws(ps);
         if (ps->p >= ps->end)
             return fail(ps, is_obj ? "unterminated object" : "unterminated array");
@@ -450,9 +444,18 @@ rmq_fj_t *rmq__fj_new_mq(rmq_fjdoc_t *doc, const char *topic, const char *broker
 
 /* ---- writing ----------------------------------------------------------------------------- */
 
-int rmq__fj_write_str(rmq_buf_t *out, const char *s, size_t len, int flags)
+/* \u00XX for byte d into e; returns the 6 characters written. */
+static size_t u00_escape(char *e, unsigned char d)
 {
     static const char hex[] = "0123456789ABCDEF";
+    memcpy(e, "\\u00", 4);
+    e[4] = hex[d >> 4];
+    e[5] = hex[d & 15];
+    return 6;
+}
+
+int rmq__fj_write_str(rmq_buf_t *out, const char *s, size_t len, int flags)
+{
     size_t i = 0;
     if (rmq__buf_reserve(out, len + 2)) return RMQ_ERR_NOMEM;
     out->data[out->len++] = '"';
@@ -460,68 +463,21 @@ int rmq__fj_write_str(rmq_buf_t *out, const char *s, size_t len, int flags)
         unsigned char c = (unsigned char)s[i];
         char e[12];
         size_t en = 0;
-        switch (c) {
-        case '"':
+        char x = c == '/' ? ((flags & RMQ_FJ_ASCII) ? '/' : 0) : rmq__json_escape_letter(c);
+        if (x) {
             e[0] = '\\';
-            e[1] = '"';
+            e[1] = x;
             en = 2;
-            break;
-        case '\\':
-            e[0] = '\\';
-            e[1] = '\\';
-            en = 2;
-            break;
-        case '\b':
-            e[0] = '\\';
-            e[1] = 'b';
-            en = 2;
-            break;
-        case '\f':
-            e[0] = '\\';
-            e[1] = 'f';
-            en = 2;
-            break;
-        case '\n':
-            e[0] = '\\';
-            e[1] = 'n';
-            en = 2;
-            break;
-        case '\r':
-            e[0] = '\\';
-            e[1] = 'r';
-            en = 2;
-            break;
-        case '\t':
-            e[0] = '\\';
-            e[1] = 't';
-            en = 2;
-            break;
-        case '/':
-            if (flags & RMQ_FJ_ASCII) {
-                e[0] = '\\';
-                e[1] = '/';
-                en = 2;
-            }
-            break;
-        default:
-            break;
         }
         if (en) {
             i++;
         } else if (c < 0x20 || c == 0x7F) {
-            memcpy(e, "\\u00", 4);
-            e[4] = hex[c >> 4];
-            e[5] = hex[c & 15];
-            en = 6;
+            en = u00_escape(e, c);
             i++;
         } else if (c == 0xC2 && i + 1 < len && (unsigned char)s[i + 1] < 0xA0 &&
                    (unsigned char)s[i + 1] >= 0x80) {
             /* fastjson escapes U+0080..U+009F (IOUtils.specicalFlags_doubleQuotes) in any mode. */
-            unsigned char d = (unsigned char)s[i + 1];
-            memcpy(e, "\\u00", 4);
-            e[4] = hex[d >> 4];
-            e[5] = hex[d & 15];
-            en = 6;
+            en = u00_escape(e, (unsigned char)s[i + 1]);
             i += 2;
         } else if (c >= 0x80 && (flags & RMQ_FJ_ASCII)) {
             /* Decode one UTF-8 sequence; write UTF-16 units as \uXXXX. Bad bytes pass through. */

@@ -10,22 +10,28 @@
 
 #include <string.h>
 
-/* TopicValidator's system topics (and "rmq_sys_..."), MixAll.isSysConsumerGroup. */
-static const char *system_topics[] = {"TBW102",
-                                      "SCHEDULE_TOPIC_XXXX",
-                                      "BenchmarkTest",
-                                      "RMQ_SYS_TRANS_HALF_TOPIC",
-                                      "RMQ_SYS_TRACE_TOPIC",
-                                      "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                      "TRANS_CHECK_MAX_TIME_TOPIC",
-                                      "SELF_TEST_TOPIC",
-                                      "OFFSET_MOVED_EVENT"};
+/* TopicValidator's system topics. */
+static const char *const system_topics[] = {"TBW102",
+                                            "SCHEDULE_TOPIC_XXXX",
+                                            "BenchmarkTest",
+                                            "RMQ_SYS_TRANS_HALF_TOPIC",
+                                            "RMQ_SYS_TRACE_TOPIC",
+                                            "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                                            "TRANS_CHECK_MAX_TIME_TOPIC",
+                                            "SELF_TEST_TOPIC",
+                                            "OFFSET_MOVED_EVENT"};
 
-static int is_system(const char *r)
+int rmq__ns_system_topic(const char *topic)
 {
     for (size_t i = 0; i < RMQ_ARRAY_SIZE(system_topics); i++)
-        if (!strcmp(r, system_topics[i])) return 1;
-    return !strncmp(r, "rmq_sys_", 8) || !strncmp(r, "CID_RMQ_SYS_", 12);
+        if (!strcmp(topic, system_topics[i])) return 1;
+    return 0;
+}
+
+/* A system topic, "rmq_sys_...", or MixAll.isSysConsumerGroup. */
+static int is_system(const char *r)
+{
+    return rmq__ns_system_topic(r) || !strncmp(r, "rmq_sys_", 8) || !strncmp(r, "CID_RMQ_SYS_", 12);
 }
 
 char *rmq__ns_wrap(const char *ns, const char *r)

@@ -14,6 +14,10 @@
 
 #include "message.h"
 
+/* 1 when topic is one of TopicValidator's system topics (TBW102, SCHEDULE_TOPIC_XXXX, ...): never
+ * wrapped in a namespace, and refused by a producer's send. */
+int rmq__ns_system_topic(const char *topic);
+
 /* NamespaceUtil.wrapNamespace(ns, r): a new string; r itself (copied) when ns is NULL or empty,
  * r is a system topic or group, or r is wrapped already. */
 char *rmq__ns_wrap(const char *ns, const char *r);

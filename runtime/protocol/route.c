@@ -353,6 +353,22 @@ static int bd_ptr_cmp(const void *a, const void *b)
     return bd_cmp(*(const rmq_broker_data_t *const *)a, *(const rmq_broker_data_t *const *)b);
 }
 
+/* 1 when the n entries (of size bytes) of arrays xa and xb are the same ones in any order:
+ * pointers to them (in pa and pb, room for n each) sorted by cmp, then compared pairwise. */
+static int same_sorted(const void **pa, const void **pb, const void *xa, const void *xb, int n,
+                       size_t size, int (*cmp)(const void *, const void *))
+{
+    for (int i = 0; i < n; i++) {
+        pa[i] = (const char *)xa + (size_t)i * size;
+        pb[i] = (const char *)xb + (size_t)i * size;
+    }
+    qsort(pa, (size_t)n, sizeof(*pa), cmp);
+    qsort(pb, (size_t)n, sizeof(*pb), cmp);
+    for (int i = 0; i < n; i++)
+        if (cmp(&pa[i], &pb[i]) != 0) return 0;
+    return 1;
+}
+
 int rmq__route_equal(const rmq_route_t *a, const rmq_route_t *b)
 {
     int n = a->n_qds > a->n_bds ? a->n_qds : a->n_bds, eq = 1;
@@ -364,22 +380,8 @@ int rmq__route_equal(const rmq_route_t *a, const rmq_route_t *b)
     pa = malloc(sizeof(*pa) * (size_t)n * 2);
     if (!pa) return 0; /* unknown: report a change, the caller re-applies the route */
     pb = pa + n;
-    for (int i = 0; i < a->n_qds; i++) {
-        pa[i] = &a->qds[i];
-        pb[i] = &b->qds[i];
-    }
-    qsort(pa, (size_t)a->n_qds, sizeof(*pa), qd_ptr_cmp);
-    qsort(pb, (size_t)a->n_qds, sizeof(*pb), qd_ptr_cmp);
-    for (int i = 0; i < a->n_qds && eq; i++)
-        eq = qd_ptr_cmp(&pa[i], &pb[i]) == 0;
-    for (int i = 0; i < a->n_bds; i++) {
-        pa[i] = &a->bds[i];
-        pb[i] = &b->bds[i];
-    }
-    qsort(pa, (size_t)a->n_bds, sizeof(*pa), bd_ptr_cmp);
-    qsort(pb, (size_t)a->n_bds, sizeof(*pb), bd_ptr_cmp);
-    for (int i = 0; i < a->n_bds && eq; i++)
-        eq = bd_ptr_cmp(&pa[i], &pb[i]) == 0;
+    eq = same_sorted(pa, pb, a->qds, b->qds, a->n_qds, sizeof(*a->qds), qd_ptr_cmp) &&
+         same_sorted(pa, pb, a->bds, b->bds, a->n_bds, sizeof(*a->bds), bd_ptr_cmp);
     free(pa);
     return eq;
 }

@@ -638,6 +638,10 @@ static void test_validation_and_destroy(void)
     CHECK(strstr(err, "illegal characters") != NULL);
     m.topic = "TBW102";
     CHECK(rmq__producer_send(p, &m, on_done, &o, err, sizeof(err)) == RMQ_ERR_INVALID);
+    CHECK(strstr(err, "sending message to topic [TBW102] is forbidden") != NULL);
+    m.topic = "OFFSET_MOVED_EVENT"; /* the last of TopicValidator's system topics */
+    CHECK(rmq__producer_send(p, &m, on_done, &o, err, sizeof(err)) == RMQ_ERR_INVALID);
+    CHECK(strstr(err, "is forbidden") != NULL);
     m.topic = "Fine";
     m.body_len = 0;
     CHECK(rmq__producer_send(p, &m, on_done, &o, err, sizeof(err)) == RMQ_ERR_INVALID);
