@@ -110,17 +110,30 @@ function M.run_deferred()
   if first_err then error(first_err, 0) end
 end
 
--- busted gives finally() to the environment of the spec functions, not to modules: find it in
--- the environment of the nearest caller that has one.
-local function busted_finally()
+-- busted gives finally(), lazy_setup() and the like to the environment of the spec functions,
+-- not to modules: find one in the environment of the nearest caller that has it.
+local function busted_fn(name)
   for level = 1, 40 do
     local ok, env = pcall(getfenv, level)
     if not ok then return nil end
     if env ~= _G and type(env) == "table" then
-      local f = env.finally
+      local f = env[name]
       if f then return f end
     end
   end
+end
+
+local function busted_finally() return busted_fn("finally") end
+
+-- A fixture of the describe block this is called in: setup() runs in its lazy_setup and fills
+-- the table returned (setup(t)), teardown(t) in its lazy_teardown.
+function M.describe_fixture(setup, teardown)
+  local lazy_setup, lazy_teardown = busted_fn("lazy_setup"), busted_fn("lazy_teardown")
+  assert(lazy_setup and lazy_teardown, "a describe fixture is made inside a describe block")
+  local t = {}
+  lazy_setup(function() setup(t) end)
+  lazy_teardown(function() teardown(t) end)
+  return t
 end
 
 -- Returns true when fn will run at the end of the current `it`; false outside one (describe,

@@ -9,6 +9,10 @@ local helpers = require "helpers"
 
 local M = {}
 
+-- The targets of the development broker's controls besides a broker's index: every broker,
+-- the name server.
+M.ALL, M.NAMESRV = -2, -1
+
 -- Write text to dir/name; returns the path.
 function M.write(dir, name, text)
   local path = dir .. "/" .. name
@@ -25,6 +29,34 @@ function M.replace(dir, name, text)
   assert(os.rename(M.write(dir, name .. ".tmp", text), path))
   return path
 end
+
+-- Lua source of statements that create the file marker and then keep the CPU busy for 0.5 s:
+-- the start of a handler (or predicate) that says it started and is still at work.
+function M.busy_after_marker(marker)
+  return string.format([[
+  local mk = io.open(%q, "w"); mk:write("x"); mk:close()
+  local t = os.clock() + 0.5
+  while os.clock() < t do end
+]], marker)
+end
+
+local function expect(plain, run, args, want, ...)
+  local luassert = require "luassert"
+  local rc, out = run(args)
+  luassert.are.equal(want, rc, out)
+  for i = 1, select("#", ...) do
+    if plain then luassert.matches(select(i, ...), out, 1, true)
+    else luassert.matches(select(i, ...), out) end
+  end
+  return out
+end
+
+-- run(args) (a spec's function that runs a command: rc, output) must exit with want and print
+-- each of the strings given (plain text). Returns the output.
+function M.expect(run, args, want, ...) return expect(true, run, args, want, ...) end
+
+-- The same with Lua patterns to match.
+function M.expect_pattern(run, args, want, ...) return expect(false, run, args, want, ...) end
 
 -- A file's whole text, "" while it does not exist (a run that has not written it yet).
 function M.read(path)

@@ -38,6 +38,13 @@ end
 
 local function is_int(v) return type(v) == "number" and v == floor(v) end
 
+-- ctx[key] when it is nil or an integer; otherwise nil and the error that fails the batch.
+local function int_or_nil(ctx, key)
+  local v = ctx[key]
+  if v == nil or is_int(v) then return v end
+  return nil, "ctx." .. key .. " must be an integer, got " .. tostring(v)
+end
+
 -- Message ids for a log line (cold path: only after a failure), at most 16.
 local function ids_of(b)
   local out = {}
@@ -156,17 +163,10 @@ function M.new(spec, info)
     if view.dirty then view.reset() end
 
     local status, ack, err = result(ok, r, n)
-    local dl = ctx.delay_level
-    if dl ~= nil and not is_int(dl) then
-      status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0,
-        "ctx.delay_level must be an integer, got " .. tostring(dl)
-      dl = nil
-    end
-    local sm = ctx.suspend_millis
-    if sm ~= nil and not is_int(sm) then
-      status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0,
-        "ctx.suspend_millis must be an integer, got " .. tostring(sm)
-      sm = nil
+    local dl, dl_err = int_or_nil(ctx, "delay_level")
+    local sm, sm_err = int_or_nil(ctx, "suspend_millis")
+    if dl_err or sm_err then
+      status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0, sm_err or dl_err
     end
     b.status = status
     b.ack_count = ack

@@ -143,23 +143,22 @@ local function store(self, op, key, value, exptime, flags)
   return false, ffi_string(err_p[0]), forcible_p[0] == 1
 end
 
-function methods.set(self, key, value, exptime, flags)
-  return store(self, SET, key, value, exptime, flags)
+-- set, add and replace return ok, err, forcible; safe_set and safe_add (which never evict) ok,
+-- err.
+local function store_method(op)
+  return function(self, key, value, exptime, flags)
+    return store(self, op, key, value, exptime, flags)
+  end
 end
-function methods.safe_set(self, key, value, exptime, flags)
-  local ok, err = store(self, SET + SAFE, key, value, exptime, flags)
-  return ok, err
+local function safe_store_method(op)
+  return function(self, key, value, exptime, flags)
+    local ok, err = store(self, op + SAFE, key, value, exptime, flags)
+    return ok, err
+  end
 end
-function methods.add(self, key, value, exptime, flags)
-  return store(self, ADD, key, value, exptime, flags)
-end
-function methods.safe_add(self, key, value, exptime, flags)
-  local ok, err = store(self, ADD + SAFE, key, value, exptime, flags)
-  return ok, err
-end
-function methods.replace(self, key, value, exptime, flags)
-  return store(self, REPLACE, key, value, exptime, flags)
-end
+methods.set, methods.safe_set = store_method(SET), safe_store_method(SET)
+methods.add, methods.safe_add = store_method(ADD), safe_store_method(ADD)
+methods.replace = store_method(REPLACE)
 function methods.delete(self, key)
   return store(self, SET, key, nil)
 end

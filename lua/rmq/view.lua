@@ -51,6 +51,17 @@ local function parse_props(p, n)
 end
 M.parse_props = parse_props
 
+-- cache[v], made on first access as make(p, n) (and the caches marked for clearing).
+local function cached(cache, v, make, p, n)
+  local x = cache[v]
+  if x == nil then
+    x = make(p, n)
+    cache[v] = x
+    M.dirty = true
+  end
+  return x
+end
+
 local function property(v, name)
   local m = v.m
   if m == nil then error("message view used after its handler returned", 2) end
@@ -69,26 +80,10 @@ local get = {
   tags = function(m) return opt_str(m.tags, m.tags_len) end,
   keys = function(m) return opt_str(m.keys, m.keys_len) end,
   broker_name = function(m) return opt_str(m.broker_name, m.broker_name_len) end,
-  body = function(m, v)
-    local s = body_cache[v]
-    if s == nil then
-      s = str(m.body, m.body_len)
-      body_cache[v] = s
-      M.dirty = true
-    end
-    return s
-  end,
+  body = function(m, v) return cached(body_cache, v, str, m.body, m.body_len) end,
   body_ptr = function(m) return m.body end,
   body_len = function(m) return m.body_len end,
-  properties = function(m, v)
-    local t = props_cache[v]
-    if t == nil then
-      t = parse_props(m.props, m.props_len)
-      props_cache[v] = t
-      M.dirty = true
-    end
-    return t
-  end,
+  properties = function(m, v) return cached(props_cache, v, parse_props, m.props, m.props_len) end,
   offset_msg_id = function(m)
     local n = C.rmq_msg_offset_msg_id(m, idbuf)
     return str(idbuf, n)

@@ -39,14 +39,8 @@ local probe = tmp .. "/probe.json"
 lib.write_file(probe, '{"probe":{n}}')
 
 local function consumer_script(group, cfile, size, since)
-  return lib.SCRIPT_MAP .. string.format([=[
-local base
-return {
-  consumer_group = %q,
-  subscribe = { [%q] = "*" },
-  consume_from_where = "CONSUME_FROM_LAST_OFFSET",
-  consume_thread_min = %d,
-  consume_thread_max = %d,
+  return lib.consumer_script("local base\n", group, opt.topic, "LAST", opt.threads,
+    string.format([=[
   consume_message_batch_max_size = %d,
   init = function(ctx)
     base = ffi.cast("int32_t *", map(%q, %d)) + (ctx.thread_index - 1) * %d
@@ -82,9 +76,7 @@ return {
       ::skip::
     end
   end,
-}
-]=], group, opt.topic, opt.threads, opt.threads, opt.batch, cfile, size, SLOT,
-    HB, HB, since, HB - 1, HB - 1, HB - 1, HB - 1)
+]=], opt.batch, cfile, size, SLOT, HB, HB, since, HB - 1, HB - 1, HB - 1, HB - 1))
 end
 
 local function percentiles(hist_of)

@@ -329,6 +329,21 @@ local function map(path, size)
 end
 ]=]
 
+-- A benchmark's consumer script: SCRIPT_MAP, then pre (Lua source before the script's table),
+-- then the table: group, topic subscribed with "*", consume_from_where CONSUME_FROM_<from>_OFFSET
+-- ("FIRST" or "LAST"), threads consume threads (min and max), and hooks (Lua source: the rest of
+-- the table's fields).
+function M.consumer_script(pre, group, topic, from, threads, hooks)
+  return M.SCRIPT_MAP .. pre .. string.format([=[
+return {
+  consumer_group = %q,
+  subscribe = { [%q] = "*" },
+  consume_from_where = "CONSUME_FROM_%s_OFFSET",
+  consume_thread_min = %d,
+  consume_thread_max = %d,
+]=], group, topic, from, threads, threads) .. hooks .. "}\n"
+end
+
 -- ---- the machine and the tables --------------------------------------------------------------
 function M.machine()
   local cpu = (M.read_file("/proc/cpuinfo") or ""):match("model name%s*:%s*([^\n]+)") or "?"

@@ -19,14 +19,8 @@ if opt.namesrv then
 end
 
 local function counter_script(group, topic, cfile, size)
-  return lib.SCRIPT_MAP .. string.format([=[
-local slot
-return {
-  consumer_group = %q,
-  subscribe = { [%q] = "*" },
-  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
-  consume_thread_min = %d,
-  consume_thread_max = %d,
+  return lib.consumer_script("local slot\n", group, topic, "FIRST", opt.threads,
+    string.format([=[
   init = function(ctx)
     slot = map(%q, %d) + ctx.thread_index * %d
   end,
@@ -37,8 +31,7 @@ return {
     s[2] = t
     s[0] = s[0] + #msgs
   end,
-}
-]=], group, topic, opt.threads, opt.threads, cfile, size, SLOT)
+]=], cfile, size, SLOT))
 end
 
 local function one_run(q, k, run)

@@ -24,33 +24,22 @@ end
 local group = "bench_rebalance_" .. math.random(1e9)
 
 local function script_for(k)
-  return lib.SCRIPT_MAP .. string.format([=[
+  local pre = string.format([=[
 local seen = ffi.cast("uint8_t *", map(%q, %d)) + %d
 local owned, path = {}, %q
-local function publish()
+local function publish(mqs, own)
+  for _, mq in ipairs(mqs) do
+    if mq.topic == %q then owned[mq.broker_name .. ":" .. mq.queue_id] = own end
+  end
   local f = assert(io.open(path .. ".tmp", "wb"))
   for key in pairs(owned) do f:write(key, "\n") end
   f:close()
   assert(os.rename(path .. ".tmp", path))
 end
-return {
-  consumer_group = %q,
-  subscribe = { [%q] = "*" },
-  consume_from_where = "CONSUME_FROM_LAST_OFFSET",
-  consume_thread_min = %d,
-  consume_thread_max = %d,
-  on_assign = function(mqs)
-    for _, mq in ipairs(mqs) do
-      if mq.topic == %q then owned[mq.broker_name .. ":" .. mq.queue_id] = true end
-    end
-    publish()
-  end,
-  on_revoke = function(mqs)
-    for _, mq in ipairs(mqs) do
-      if mq.topic == %q then owned[mq.broker_name .. ":" .. mq.queue_id] = nil end
-    end
-    publish()
-  end,
+]=], seen_path, MAXC * MAXN, k * MAXN, string.format("%s/owned.%d", tmp, k), opt.topic)
+  return lib.consumer_script(pre, group, opt.topic, "LAST", opt.threads, string.format([=[
+  on_assign = function(mqs) publish(mqs, true) end,
+  on_revoke = function(mqs) publish(mqs, nil) end,
   consume = function(msgs)
     for i = 1, #msgs do
       local m = msgs[i]
@@ -59,9 +48,7 @@ return {
       if n < %d then seen[n] = seen[n] + 1 end
     end
   end,
-}
-]=], seen_path, MAXC * MAXN, k * MAXN, string.format("%s/owned.%d", tmp, k), group, opt.topic,
-    opt.threads, opt.threads, opt.topic, opt.topic, MAXN)
+]=], MAXN))
 end
 
 local consumers = {} -- k -> { pid =, alive = }

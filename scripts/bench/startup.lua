@@ -16,14 +16,8 @@ if not namesrv then
 end
 
 local function script(group, cfile, size)
-  return lib.SCRIPT_MAP .. string.format([=[
-local slot
-return {
-  consumer_group = %q,
-  subscribe = { [%q] = "*" },
-  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
-  consume_thread_min = %d,
-  consume_thread_max = %d,
+  return lib.consumer_script("local slot\n", group, opt.topic, "FIRST", opt.threads,
+    string.format([=[
   init = function(ctx)
     slot = map(%q, %d) + ctx.thread_index * %d
     slot[0] = mono_ns()
@@ -31,8 +25,7 @@ return {
   consume = function(msgs, ctx)
     if slot[1] == 0 then slot[1] = mono_ns() end
   end,
-}
-]=], group, opt.topic, opt.threads, opt.threads, cfile, size, SLOT)
+]=], cfile, size, SLOT))
 end
 
 local rows, firsts, readies, rsss = {}, {}, {}, {}

@@ -191,6 +191,18 @@ function Ctx:paced(opts)
   return p
 end
 
+-- A scenario's messages in either mode: in the long mode a steady producer of o.rate msgs/s for
+-- o.secs seconds (Ctx:paced, returned), else opts.n messages sent at once (Ctx:produce: nothing
+-- returned, or the proc when opts.wait is false). opts: ns, topic, n, prefix, wait.
+function Ctx:feed(o, opts)
+  if o.long then
+    return self:paced({ns = opts.ns, topic = opts.topic, rate = o.rate, secs = o.secs,
+                       prefix = opts.prefix})
+  end
+  local r = self:produce(opts)
+  if opts.wait == false then return r end
+end
+
 -- ---- results -------------------------------------------------------------------------------
 
 function Ctx:sample_mem()
@@ -264,6 +276,14 @@ function Ctx:count(no_check)
 end
 
 -- Wait until every produced message was consumed at least once.
+-- Wait (up to 120 s) until the record files hold n records, what naming the wait.
+function Ctx:wait_records(n, what)
+  return L.wait_for(function()
+    self.tally:poll()
+    return self.tally.nrec >= n
+  end, 120, what)
+end
+
 function Ctx:wait_consumed(timeout, what)
   return L.wait_for(function()
     self.tally:poll()

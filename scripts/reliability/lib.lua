@@ -9,13 +9,9 @@
 local ffi = require "ffi"
 local cjson = require "cjson"
 local raw = require "rawclient"
+local clock = require "clock"
 
-pcall(ffi.cdef, [[
-  struct rel_timespec { long tv_sec; long tv_nsec; };
-  int clock_gettime(int clk, struct rel_timespec *ts);
-  int poll(void *fds, unsigned long nfds, int timeout);
-  int kill(int pid, int sig);
-]])
+pcall(ffi.cdef, "int kill(int pid, int sig);")
 local C = ffi.C
 
 local M = {}
@@ -29,36 +25,18 @@ M.work = nil     -- the run's temp folder (removed by reliability.sh)
 M.namesrv = nil  -- --namesrv: an existing cluster
 M.quiet = false
 
-local ts = ffi.new("struct rel_timespec")
-function M.now_ms()
-  C.clock_gettime(0, ts)
-  return tonumber(ts.tv_sec) * 1000 + math.floor(tonumber(ts.tv_nsec) / 1e6)
-end
-function M.mono()
-  C.clock_gettime(1, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) / 1e9
-end
+M.now_ms, M.mono, M.exists = clock.now_ms, clock.mono, clock.exists
 M.t0 = M.mono()
 
-function M.shq(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+M.shq = require("helpers").shq
 local shq = M.shq
 
-function M.read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+-- A file's whole text, "" while it does not exist.
+M.read = require("run_helpers").read
 function M.write(path, s)
   local f = assert(io.open(path, "wb"))
   f:write(s)
   f:close()
-end
-function M.exists(path)
-  local f = io.open(path, "r")
-  if f then f:close() return true end
-  return false
 end
 
 -- 12345 -> "12,345"
@@ -90,7 +68,7 @@ function M.sleep(sec)
   if coroutine.running() then
     coroutine.yield(M.mono() + sec)
   else
-    C.poll(nil, 0, math.max(0, math.floor(sec * 1000)))
+    clock.sleep_ms(math.max(0, math.floor(sec * 1000)))
   end
 end
 
@@ -103,7 +81,7 @@ function M.run_tasks()
     end
     local t = tasks[best]
     local d = t.wake - M.mono()
-    if d > 0 then C.poll(nil, 0, math.ceil(d * 1000)) end
+    if d > 0 then clock.sleep_ms(math.ceil(d * 1000)) end
     local ok, res = coroutine.resume(t.co)
     if not ok then
       t.err = debug.traceback(t.co, tostring(res))

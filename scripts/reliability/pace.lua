@@ -8,14 +8,7 @@
 -- input is closed and pace.lua waits for the command to finish. COMMAND (one shell word) runs
 -- with this process's standard output and error; its pid is appended to PIDFILE (so that
 -- whoever started this can stop both by pid).
-local ffi = require "ffi"
-pcall(ffi.cdef, [[
-  struct pace_timespec { long tv_sec; long tv_nsec; };
-  int clock_gettime(int clk, struct pace_timespec *ts);
-  int poll(void *fds, unsigned long nfds, int timeout);
-  int getpid(void);
-]])
-local C = ffi.C
+local clock = require "clock"
 local rate = tonumber(arg[1]) or error("usage: pace.lua RATE SECONDS PIDFILE COMMAND")
 local secs = tonumber(arg[2]) or 0
 local pidfile, command = assert(arg[3]), assert(arg[4])
@@ -23,11 +16,7 @@ local function shq(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 -- The pid with its start time (stat field 22), as scripts/reliability.sh records every pid.
 local out = assert(io.popen("echo \"$$ $(sed 's/^.*) //' /proc/$$/stat | cut -d' ' -f20)\" >> " ..
   shq(pidfile) .. "; exec " .. command, "w"))
-local ts = ffi.new("struct pace_timespec")
-local function now()
-  C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) / 1e9
-end
+local now = clock.mono
 out:setvbuf("full")
 local t0 = now()
 local written = 0
@@ -42,6 +31,6 @@ while true do
     if not out:flush() then break end
     written = due
   end
-  C.poll(nil, 0, 10)
+  clock.sleep_ms(10)
 end
 out:close()

@@ -18,25 +18,8 @@
 -- store_topic, status one of: k consumed, f failed (RECONSUME_LATER), e raised an error,
 -- s stuck (blocking), l looping, a allocating.
 local rmq = require "rmq"
-local ffi = require "ffi"
-
-pcall(ffi.cdef, [[
-  struct rel_timespec { long tv_sec; long tv_nsec; };
-  int clock_gettime(int clk, struct rel_timespec *ts);
-  int poll(void *fds, unsigned long nfds, int timeout);
-]])
-local C = ffi.C
-local ts = ffi.new("struct rel_timespec")
-local function now_ms()
-  C.clock_gettime(0, ts) -- CLOCK_REALTIME: comparable with the driver's clock
-  return tonumber(ts.tv_sec) * 1000 + math.floor(tonumber(ts.tv_nsec) / 1e6)
-end
-local function sleep_ms(ms) C.poll(nil, 0, ms) end
-local function exists(path)
-  local f = io.open(path, "r")
-  if f then f:close() return true end
-  return false
-end
+local clock = require "clock" -- beside this script; CLOCK_REALTIME, as the driver's clock
+local now_ms, sleep_ms, exists = clock.now_ms, clock.sleep_ms, clock.exists
 
 local out = assert(io.open(assert(os.getenv("REL_OUT"), "REL_OUT not set"), "a"))
 out:setvbuf("no")

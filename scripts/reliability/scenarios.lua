@@ -152,12 +152,7 @@ S[1] = {title = "consumer kill -9 ×10", long_title = "consumer kill -9 every 3-
   local topic, group = ctx:topic(), ctx:group()
   local b = cluster(ctx, topic, 8)
   local N = o.long and 0 or 20000
-  local producer
-  if o.long then
-    producer = ctx:paced({ns = b.ns, topic = topic, rate = o.rate, secs = o.secs, prefix = "a"})
-  else
-    ctx:produce({ns = b.ns, topic = topic, n = N, prefix = "a"})
-  end
+  local producer = ctx:feed(o, {ns = b.ns, topic = topic, n = N, prefix = "a"})
   local kills = o.long and math.huge or 10
   local ends, files, committed = {}, {}, {}
   local k, deadline = 0, L.mono() + (o.secs or 0)
@@ -237,22 +232,14 @@ S[2] = {title = "broker kill -9 + restart", long_title = "broker kill -9 every 1
   local topic, group = ctx:topic(), ctx:group()
   local store = ctx.dir .. "/store"
   local _, b = split_cluster(ctx, topic, 8, "--store " .. L.shq(store))
-  local producer
-  if o.long then
-    producer = ctx:paced({ns = b.ns, topic = topic, rate = o.rate, secs = o.secs, prefix = "b"})
-  else
-    ctx:produce({ns = b.ns, topic = topic, n = 20000, prefix = "b"})
-  end
+  local producer = ctx:feed(o, {ns = b.ns, topic = topic, n = 20000, prefix = "b"})
   -- ~2000 msg/s: the kill lands with most of the messages still to come.
   local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", sleep_ms = o.long and 0 or 10})
   local ends = {}
   local deadline = L.mono() + (o.secs or 0)
   local restarts = 0
   repeat
-    L.wait_for(function()
-      ctx.tally:poll()
-      return ctx.tally.nrec >= (o.long and 1 or 4000) * (restarts + 1)
-    end, 120, "consumption before the broker kill")
+    ctx:wait_records((o.long and 1 or 4000) * (restarts + 1), "consumption before the broker kill")
     if o.long then L.sleep(60 + math.random() * 60) end
     ctx.tally:poll()
     local killed_at = L.now_ms()
@@ -290,20 +277,12 @@ end}
 S[3] = {title = "broker SIGSTOP 40 s", long_title = "broker SIGSTOP 40 s every 1-2 min", dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local _, b = split_cluster(ctx, topic, 8)
-  local producer
-  if o.long then
-    producer = ctx:paced({ns = b.ns, topic = topic, rate = o.rate, secs = o.secs, prefix = "c"})
-  else
-    ctx:produce({ns = b.ns, topic = topic, n = 20000, prefix = "c"})
-  end
+  local producer = ctx:feed(o, {ns = b.ns, topic = topic, n = 20000, prefix = "c"})
   local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", sleep_ms = o.long and 0 or 10})
   local deadline = L.mono() + (o.secs or 0)
   local freezes = 0
   repeat
-    L.wait_for(function()
-      ctx.tally:poll()
-      return ctx.tally.nrec >= 4000 * (freezes + 1)
-    end, 120, "consumption before the freeze")
+    ctx:wait_records(4000 * (freezes + 1), "consumption before the freeze")
     if o.long then L.sleep(60 + math.random() * 60) end
     ctx.tally:poll()
     b.proc:signal(19) -- SIGSTOP: sockets stay open, nothing answers
@@ -353,12 +332,7 @@ S[4] = {title = "connection resets (200k)", long_title = "connection resets", de
   local b = ctx:broker(string.format("--topic %s:8 %s --log-level info", topic, faults))
   local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c",
                           set = {persist_consumer_offset_interval = 1000, heartbeat_broker_interval = 5000}})
-  local p
-  if o.long then
-    p = ctx:paced({ns = b.ns, topic = topic, rate = o.rate, secs = o.secs, prefix = "d"})
-  else
-    p = ctx:produce({ns = b.ns, topic = topic, n = 200000, prefix = "d", wait = false})
-  end
+  local p = ctx:feed(o, {ns = b.ns, topic = topic, n = 200000, prefix = "d", wait = false})
   p:wait((o.secs or 0) + 300)
   ctx:collect(p)
   ctx:log("%s produced", L.num(ctx.nproduced))
@@ -477,10 +451,7 @@ S[6] = {title = "2 brokers, one down 30 s", dev = true, run = function(ctx, o)
     per[key] = (per[key] or 0) + 1
   end
   local c = ctx:consumer({ns = a.ns, group = group, topic = topic, label = "c", sleep_ms = 40})
-  L.wait_for(function()
-    ctx.tally:poll()
-    return ctx.tally.nrec >= 3000
-  end, 120, "consumption before taking broker b down")
+  ctx:wait_records(3000, "consumption before taking broker b down")
   ctx.tally:poll()
   t_down = L.now_ms()
   bb.proc:kill9()

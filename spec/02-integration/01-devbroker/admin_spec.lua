@@ -513,11 +513,7 @@ describe("devbroker admin: unsupported request codes", function()
      function()
     local pid, out = helpers.spawn_broker("--listen 127.0.0.1:0 --log-level warn")
     helpers.defer(function() helpers.kill(pid) end)
-    local ns
-    helpers.wait_until(function()
-      ns = helpers.read_file(out):match("rmqlua broker: name server at (127%.0%.0%.1:%d+)")
-      return ns
-    end, 10, "ready line")
+    local ns = wire.ready_ns(out)
     local n = assert(wire.connect(ns))
     helpers.defer(function() n:close() end)
     for _ = 1, 3 do

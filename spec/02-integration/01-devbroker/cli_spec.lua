@@ -32,11 +32,7 @@ describe("rmqlua broker", function()
 
   it("prints the ready line, serves routes and stops cleanly on SIGTERM", function()
     local pid, out = spawn("--listen 127.0.0.1:0 --brokers 2 --topic CliT:3 --log-level warn")
-    local ns
-    helpers.wait_until(function()
-      ns = helpers.read_file(out):match("rmqlua broker: name server at (127%.0%.0%.1:%d+)")
-      return ns
-    end, 10, "ready line")
+    local ns = wire.ready_ns(out)
     local c = assert(wire.connect(ns))
     local r = assert(c:request(105, {topic = "CliT"}))
     assert.equal(0, r.code)

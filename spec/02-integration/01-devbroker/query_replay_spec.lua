@@ -53,13 +53,7 @@ describe("devbroker replay of mqadmin's message queries (4.9.4 capture)", functi
       while tonumber(lib.rmq_devbroker_max_offset(db, 0, m.topic, m.queueId)) < m.queueOffset do
         lib.rmq_devbroker_produce(db, 0, m.topic, m.queueId, nil, nil, "filler", 6)
       end
-      local props = {}
-      for k, v in pairs(m.properties) do
-        if k ~= "CLUSTER" then props[#props + 1] = {k, v} end
-      end
-      local ext = wire.send_ext(m.topic, {queue = m.queueId})
-      ext.i = wire.props(props)
-      local r = assert(c:request(SEND_V2, ext, string.rep("x", m.bodyLength)))
+      local r = assert(c:request(SEND_V2, wire.resend_ext(m), string.rep("x", m.bodyLength)))
       assert.equal(0, r.code)
       assert.equal(tostring(m.queueOffset), r.extFields.queueOffset)
       ours[m.commitLogOffset] = phys_of(r.extFields.msgId)

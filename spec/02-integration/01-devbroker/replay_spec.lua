@@ -123,12 +123,7 @@ local function replay(capname)
       if not done[key] then
         done[key] = true
         fill(m.topic, m.queueId, m.queueOffset)
-        local props = {}
-        for k, v in pairs(m.properties) do
-          if k ~= "CLUSTER" then props[#props + 1] = {k, v} end
-        end
-        local ext = wire.send_ext(m.topic, {queue = m.queueId})
-        ext.i = wire.props(props)
+        local ext = wire.resend_ext(m)
         ext.f = tostring(m.sysFlag)
         local r = assert(c:request(310, ext, string.rep("x", m.bodyLength)))
         assert(r.code == 0, "seeding failed: " .. tostring(r.remark))
@@ -157,6 +152,16 @@ local function replay(capname)
 
   local function note(f, what)
     problems[#problems + 1] = capname .. "/" .. f.file .. ": " .. what
+  end
+
+  -- Notes each of the extFields keys whose value in resp is not the real one (of rh).
+  local function same_ext(f, resp, rh, keys)
+    for _, k in ipairs(keys) do
+      if resp.extFields[k] ~= (rh.extFields or {})[k] then
+        note(f, k .. " " .. tostring(resp.extFields[k]) .. ", real " ..
+                tostring((rh.extFields or {})[k]))
+      end
+    end
   end
 
   -- Answer server -> client requests (the relayed GET_CONSUMER_RUNNING_INFO) as the captured
@@ -254,25 +259,12 @@ local function replay(capname)
             if not capped[req.extFields.topic .. "/" .. req.extFields.queueId] then
               ks[#ks + 1] = "maxOffset"
             end
-            for _, k in ipairs(ks) do
-              if resp.extFields[k] ~= (rh.extFields or {})[k] then
-                note(f, k .. " " .. tostring(resp.extFields[k]) .. ", real " ..
-                        tostring((rh.extFields or {})[k]))
-              end
-            end
+            same_ext(f, resp, rh, ks)
           end
           if resp.code == 0 and (f.request_code == 310 or f.request_code == 10) then
-            for _, k in ipairs({"queueId", "queueOffset"}) do
-              if resp.extFields[k] ~= (rh.extFields or {})[k] then
-                note(f, k .. " " .. tostring(resp.extFields[k]) .. ", real " ..
-                        tostring((rh.extFields or {})[k]))
-              end
-            end
+            same_ext(f, resp, rh, {"queueId", "queueOffset"})
           end
-          if f.request_code == 14 and resp.extFields.offset ~= (rh.extFields or {}).offset then
-            note(f, "offset " .. tostring(resp.extFields.offset) .. ", real " ..
-                    tostring((rh.extFields or {}).offset))
-          end
+          if f.request_code == 14 then same_ext(f, resp, rh, {"offset"}) end
           if keyset(resp.extFields) ~= keyset(rh.extFields) then
             note(f, "ext fields {" .. keyset(resp.extFields) .. "}, real {" ..
                     keyset(rh.extFields) .. "}")

@@ -69,4 +69,25 @@ function M.broker_addr(db, i)
   return ffi.string(M.lib().rmq_devbroker_broker_addr(db, i or 0))
 end
 
+-- The name server address of a `rmqlua broker` process whose output goes to the file out, once
+-- it printed its ready line (waits up to 10 s, scaled).
+function M.ready_ns(out)
+  local helpers = require "helpers"
+  return helpers.wait_until(function()
+    return helpers.read_file(out):match("rmqlua broker: name server at (127%.0%.0%.1:%d+)")
+  end, 10, "ready line")
+end
+
+-- SEND_MESSAGE_V2 extFields storing again a message of a capture (m: an entry of its
+-- index.json): its topic, queue and properties, but for CLUSTER (the real cluster's name).
+function M.resend_ext(m)
+  local props = {}
+  for k, v in pairs(m.properties) do
+    if k ~= "CLUSTER" then props[#props + 1] = {k, v} end
+  end
+  local ext = M.send_ext(m.topic, {queue = m.queueId})
+  ext.i = M.props(props)
+  return ext
+end
+
 return M

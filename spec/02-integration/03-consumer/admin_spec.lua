@@ -3,15 +3,10 @@
 -- form (MessageQueue objects as map keys) with the key order of a Java 4.9.4 consumer
 -- (spec/fixtures/wire/04_consumer_status).
 local helpers = require "helpers"
-local ffi = require "ffi"
 local cjson = require "cjson"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 local lib = cons.lib
-
-pcall(ffi.cdef, [[
-const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx);
-]])
 
 local TOPIC, GROUP, N = "AdmTopic", "g_admin", 100
 
@@ -34,27 +29,19 @@ local function fixture_running_info()
 end
 
 describe("consumer: GET_CONSUMER_RUNNING_INFO", function()
-  local db, ns, dir
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":4")
-    dir = cons.tmpdir("admin")
-  end)
-  lazy_teardown(function()
-    raw.close_all()
-    if db then lib.rmq_devbroker_stop(db) end
-  end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":4", "admin")
+  lazy_teardown(raw.close_all)
 
   it("answers like a Java consumer", function()
-    cons.produce(db, TOPIC, N, "a")
-    local out = dir .. "/out.txt"
-    local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out })
-    local log = dir .. "/run.log"
+    cons.produce(fx.db, TOPIC, N, "a")
+    local out = fx.dir .. "/out.txt"
+    local s = cons.script(fx.dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out })
+    local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out) >= N end, 60, "consumed")
     local cid = helpers.wait_until(function() return cons.read(log):match("started as (%S+)") end,
       10, "clientId in the log")
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(fx.db)
     local r
     helpers.wait_until(function()
       r = assert(raw.request(baddr, 307, { consumerGroup = GROUP, clientId = cid,
@@ -80,9 +67,9 @@ describe("consumer: GET_CONSUMER_RUNNING_INFO", function()
       .. '"expressionType":"TAG","subString":"%*","subVersion":%d+,"tagsSet":%[%],'
       .. '"topic":"%%RETRY%%' .. GROUP .. '"},{.-"topic":"' .. TOPIC .. '"}%]}$', body)
     -- ProcessQueueInfo and ConsumeStatus keys exactly as the Java client writes them.
-    local fx = fixture_running_info()
-    assert.same(keys_after(fx, '"topic":"CapTopic"}:'), keys_after(body, '"topic":"' .. TOPIC .. '"}:'))
-    assert.same(keys_after(fx, '"CapTopic":'), keys_after(body, '"' .. TOPIC .. '":'))
+    local want = fixture_running_info()
+    assert.same(keys_after(want, '"topic":"CapTopic"}:'), keys_after(body, '"topic":"' .. TOPIC .. '"}:'))
+    assert.same(keys_after(want, '"CapTopic":'), keys_after(body, '"' .. TOPIC .. '":'))
     -- statusTable is a TreeMap: %RETRY%... sorts before the topic.
     assert.is_true(body:find('"%RETRY%' .. GROUP .. '":{"consumeFailedMsgs"', 1, true)
       < body:find('"' .. TOPIC .. '":{"consumeFailedMsgs"', 1, true))
@@ -91,7 +78,7 @@ describe("consumer: GET_CONSUMER_RUNNING_INFO", function()
     assert.matches('"PROP_CONSUMEORDERLY":"false"', body, 1, true)
     assert.matches('"PROP_CONSUMER_START_TIMESTAMP":"%d+"', body)
     assert.matches('"PROP_CLIENT_VERSION":"V4_9_4"', body, 1, true)
-    assert.matches('"PROP_NAMESERVER_ADDR":"' .. ns:gsub("%p", "%%%0") .. ';"', body)
+    assert.matches('"PROP_NAMESERVER_ADDR":"' .. fx.ns:gsub("%p", "%%%0") .. ';"', body)
     assert.matches('"consumerGroup":"' .. GROUP .. '"', body, 1, true)
     -- A group the consumer does not have: SYSTEM_ERROR naming it.
     local e = assert(raw.request(baddr, 307, { consumerGroup = "g_other", clientId = cid,

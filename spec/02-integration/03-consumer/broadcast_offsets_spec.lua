@@ -66,8 +66,7 @@ end
 describe("consumer: broadcasting offsets.json", function()
   it("is left untouched, .bak included, by a run that never owns a queue", function()
     local TOPIC = "BcKeep"
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":4")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":4")
     local dir = helpers.tmpdir("bckeep")
     produce(db, 0, TOPIC, 40, "k")
     -- A first run consumes everything and persists (several times: the .bak exists too).
@@ -111,8 +110,7 @@ describe("consumer: broadcasting offsets.json", function()
 
   it("keeps the offsets of queues this run does not own", function()
     local TOPIC = "BcSubset"
-    local db, ns = cons.start_broker("--brokers 2 --topic " .. TOPIC .. ":4")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--brokers 2 --topic " .. TOPIC .. ":4")
     local dir = helpers.tmpdir("bcsubset")
     local name_b = require("ffi").string(lib.rmq_devbroker_broker_name(db, 1))
     produce(db, 0, TOPIC, 20, "a")
@@ -159,8 +157,7 @@ describe("consumer: broadcasting offsets.json", function()
   it("goes on consuming while a write of the file is blocked, and persists once it can",
     function()
     local TOPIC = "BcSlow"
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":2")
     local dir = helpers.tmpdir("bcslow")
     produce(db, 0, TOPIC, 10, "a")
     local out = dir .. "/out.txt"
@@ -207,8 +204,7 @@ describe("consumer: broadcasting offsets.json", function()
 
   it("writes the last offsets at shutdown before the process exits", function()
     local TOPIC = "BcLast"
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":4")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":4")
     local dir = helpers.tmpdir("bclast")
     produce(db, 0, TOPIC, 24, "a")
     local out = dir .. "/out.txt"

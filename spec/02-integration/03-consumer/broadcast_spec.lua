@@ -7,27 +7,19 @@ local lib = cons.lib
 local TOPIC, GROUP, N, QUEUES = "BcTopic", "g_bc", 2000, 4
 
 describe("consumer: broadcasting", function()
-  local db, ns, dir
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES)
-    dir = cons.tmpdir("bc")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES, "bc")
 
   it("delivers everything to each consumer and resumes from the local offset file", function()
-    cons.produce(db, TOPIC, N, "b")
+    cons.produce(fx.db, TOPIC, N, "b")
     local function script(i, out)
-      return cons.script(dir, { name = "bc" .. i, group = GROUP, ns = ns, topic = TOPIC, out = out,
-        extra = string.format('message_model = "BROADCASTING", instance_name = "inst%d", '
-          .. 'local_offset_store_dir = %q,', i, dir .. "/offsets") })
+      return cons.script(fx.dir, { name = "bc" .. i, group = GROUP, ns = fx.ns, topic = TOPIC,
+        out = out, extra = string.format('message_model = "BROADCASTING", '
+          .. 'instance_name = "inst%d", local_offset_store_dir = %q,', i, fx.dir .. "/offsets") })
     end
     local outs, pids, logs = {}, {}, {}
-    helpers.defer(function()
-      for _, pid in pairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
-    end)
     for i = 1, 2 do
-      outs[i] = dir .. "/out" .. i .. ".txt"
-      logs[i] = dir .. "/run" .. i .. ".log"
+      outs[i] = fx.dir .. "/out" .. i .. ".txt"
+      logs[i] = fx.dir .. "/run" .. i .. ".log"
       pids[i] = cons.spawn(script(i, outs[i]), logs[i])
     end
     for i = 1, 2 do
@@ -44,23 +36,23 @@ describe("consumer: broadcasting", function()
       end
       for k = 1, N do assert.is_true(seen["b" .. k], "b" .. k) end
     end
-    -- The file of consumer 1: <dir>/<ip>@inst1/g_bc/offsets.json with every queue at its max.
-    local p = io.popen("ls " .. dir .. "/offsets/*@inst1/" .. GROUP .. "/offsets.json")
+    -- The file of consumer 1: <fx.dir>/<ip>@inst1/g_bc/offsets.json with every queue at its max.
+    local p = io.popen("ls " .. fx.dir .. "/offsets/*@inst1/" .. GROUP .. "/offsets.json")
     local path = p:read("*l")
     p:close()
     assert.is_truthy(path, "offsets.json of consumer 1")
     local content = cons.read(path)
     for q = 0, QUEUES - 1 do
-      local max = tonumber(lib.rmq_devbroker_max_offset(db, 0, TOPIC, q))
+      local max = tonumber(lib.rmq_devbroker_max_offset(fx.db, 0, TOPIC, q))
       local pat = '"queueId":' .. q .. ',%s*"topic":"' .. TOPIC .. '"%s*}:%s*(%d+)'
       assert.equal(max, tonumber(content:match(pat)), "queue " .. q .. " in " .. content)
     end
     -- No offsets were committed on the broker.
-    assert.equal(-1, tonumber(lib.rmq_devbroker_committed_offset(db, 0, GROUP, TOPIC, 0)))
+    assert.equal(-1, tonumber(lib.rmq_devbroker_committed_offset(fx.db, 0, GROUP, TOPIC, 0)))
     -- Restart consumer 1 and add messages: only the new ones arrive.
-    cons.produce(db, TOPIC, 100, "n")
-    local out3 = dir .. "/out3.txt"
-    pids[3] = cons.spawn(script(1, out3), dir .. "/run3.log")
+    cons.produce(fx.db, TOPIC, 100, "n")
+    local out3 = fx.dir .. "/out3.txt"
+    pids[3] = cons.spawn(script(1, out3), fx.dir .. "/run3.log")
     helpers.wait_until(function() return cons.count_lines(out3) >= 100 end, 60, "new messages")
     cons.stop(pids[3])
     for _, r in ipairs(cons.records(out3)) do assert.equal("n", r.body:sub(1, 1)) end

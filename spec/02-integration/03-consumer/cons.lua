@@ -3,13 +3,10 @@
 -- subprocesses.
 local helpers = require "helpers"
 local rh = require "run_helpers"
+local ffi = require "ffi"
+local lib = require "devbroker_ffi"
 
-require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
-
-local M = {}
-local lib = helpers.lib()
-M.lib = lib
-M.ALL, M.NAMESRV = -2, -1
+local M = { lib = lib, ALL = rh.ALL, NAMESRV = rh.NAMESRV }
 
 -- A fresh temp directory for one test (removed when the test ends).
 function M.tmpdir(name)
@@ -18,6 +15,56 @@ end
 
 -- A development broker in-process: db, name server address.
 M.start_broker = rh.start_broker
+
+-- The development broker of a describe block, started (args as M.start_broker) in its
+-- lazy_setup and stopped in its lazy_teardown: returns the table the setup fills, with db, ns,
+-- and dir (M.tmpdir(tmpname)) when tmpname is given.
+function M.broker_fixture(args, tmpname)
+  return helpers.describe_fixture(function(t)
+    t.db, t.ns = M.start_broker(args)
+    if tmpname then t.dir = M.tmpdir(tmpname) end
+  end, function(t) if t.db then lib.rmq_devbroker_stop(t.db) end end)
+end
+
+-- A development broker for one test (args as M.start_broker), stopped when the test ends: db,
+-- name server address.
+function M.test_broker(args)
+  local db, ns = M.start_broker(args)
+  helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+  return db, ns
+end
+
+-- A raw client joins group (on topic) with one heartbeat to broker 0: it sorts after every
+-- rmqlua client id, so the allocation gives it the last queues. Returns a function that makes it
+-- leave (UNREGISTER_CLIENT; the response, or nil once it left) and that runs anyway when the
+-- test ends.
+function M.join_group(db, group, topic)
+  local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
+  local c = assert(wire.connect(wire.broker_addr(db, 0)))
+  local cid = "zzz-member@spec"
+  require("luassert").equal(0, assert(c:request(34 --[[HEART_BEAT]], nil,
+    wire.heartbeat_body(cid, group, { { topic = topic } }))).code)
+  local left = false
+  local function leave()
+    if left then return nil end
+    left = true
+    local r = c:request(35 --[[UNREGISTER_CLIENT]], { clientID = cid, consumerGroup = group })
+    c:close()
+    return r
+  end
+  helpers.defer(leave)
+  return leave
+end
+
+-- The address of broker idx (0 when not given) of a development broker.
+function M.broker_addr(db, idx)
+  return ffi.string(lib.rmq_devbroker_broker_addr(db, idx or 0))
+end
+
+-- Store one message with body on queue q of topic (broker 0).
+function M.put(db, topic, q, body)
+  assert(lib.rmq_devbroker_produce(db, 0, topic, q, nil, nil, body, #body) >= 0)
+end
 
 -- Store n messages on topic, spread round robin over queues; bodies "<prefix><i>".
 M.produce = rh.produce_n

@@ -21,7 +21,6 @@ describe("consumer: one consumer, 8 queues", function()
     local script = cons.script(dir, { group = "g_all", ns = ns, topic = "AllTopic", out = out,
       extra = "consume_message_batch_max_size = 8," })
     local pid = cons.spawn(script, dir .. "/run.log")
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out) >= N end, 180,
       "100000 messages consumed (log: " .. dir .. "/run.log)")
     -- Offsets reach the broker by pull commit flags and the 5 s persist task.

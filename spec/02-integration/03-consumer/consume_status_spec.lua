@@ -4,12 +4,9 @@
 -- samples (the first sample of an item also records a zero one period earlier), failed messages
 -- over the last hour's samples (taken every 10 minutes from the start).
 local helpers = require "helpers"
-local ffi = require "ffi"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 local lib = cons.lib
-
-pcall(ffi.cdef, [[ const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx); ]])
 
 -- The ConsumeStatus object of topic in a running-info body, as numbers.
 local function status_of(body, topic)
@@ -49,7 +46,7 @@ describe("consumer: GET_CONSUMER_RUNNING_INFO statusTable", function()
       "deliveries")
     local cid = helpers.wait_until(function() return cons.read(log):match("started as (%S+)") end,
       10, "clientId in the log")
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(db)
     local st, rt
     -- Once a 10 s sample saw everything: every figure of a topic over the same window.
     helpers.wait_until(function()

@@ -11,11 +11,7 @@ local SEND_BACK = 36
 local TOPIC, GROUP, BACKLOG = "ExpTopic", "g_exp", 15
 
 describe("consumer: consume timeout", function()
-  local db, ns
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":1 --delay-scale 0.001")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":1 --delay-scale 0.001")
 
   it("expires a stuck handler's message, never a batch still waiting for a thread", function()
     local dir = helpers.tmpdir("exp")
@@ -26,10 +22,10 @@ describe("consumer: consume timeout", function()
     local bodies = { "stuck" }
     for i = 1, BACKLOG do bodies[#bodies + 1] = "b" .. i end
     for _, b in ipairs(bodies) do
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, b, #b) >= 0)
+      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, 0, nil, nil, b, #b) >= 0)
     end
     local out = dir .. "/out.txt"
-    local s = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local s = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = string.format("consume_thread_min = 1, consume_thread_max = 1, "
         .. "consume_timeout_millis = %d,", timeout),
       handler = string.format([[
@@ -48,12 +44,12 @@ describe("consumer: consume timeout", function()
     end, 60, "the stuck message consumed again (log " .. log .. ")")
     helpers.wait_until(function() return #timed.rows(out) >= #bodies + 1 end, 60,
       "the backlog consumed (log " .. log .. ")")
-    helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, 1)) end, 30,
+    helpers.wait_until(function() return (cons.all_committed(fx.db, GROUP, TOPIC, 1)) end, 30,
       "the queue committed (log " .. log .. ")")
     helpers.sleep(0.5)
     helpers.kill(pid)
     -- One send-back: the stuck message; the backlog stayed where it was.
-    assert.equal(1, lib.rmq_devbroker_count(db, 0, SEND_BACK))
+    assert.equal(1, lib.rmq_devbroker_count(fx.db, 0, SEND_BACK))
     local seen = {}
     for _, r in ipairs(timed.rows(out)) do
       local k = r[1] .. "/" .. r[2]

@@ -7,11 +7,7 @@ local lib = cons.lib
 local SEND_BACK = 36 -- CONSUMER_SEND_MSG_BACK
 
 describe("consumer: rmq.DLQ and ctx.ack_index", function()
-  local db, ns
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic DlqAck:1 --delay-scale 0.001")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic DlqAck:1 --delay-scale 0.001")
 
   it("sends only the unacknowledged messages of a batch to the DLQ", function()
     local topic, group = "DlqAck", "g_dlq_ack"
@@ -19,7 +15,7 @@ describe("consumer: rmq.DLQ and ctx.ack_index", function()
     local out = dir .. "/out.txt"
     -- Batches of up to 3: a batch whose first body starts with "all" is acknowledged in full,
     -- one starting with "two" up to its second message, any other one not at all.
-    local s = cons.script(dir, { group = group, ns = ns, topic = topic, out = out,
+    local s = cons.script(dir, { group = group, ns = fx.ns, topic = topic, out = out,
       extra = "consume_message_batch_max_size = 3, pull_batch_size = 3, "
         .. "consume_thread_min = 1, consume_thread_max = 1,",
       body = [[
@@ -34,20 +30,20 @@ describe("consumer: rmq.DLQ and ctx.ack_index", function()
       for i = 1, 3 do
         local b = prefix .. i
         bodies[#bodies + 1] = b
-        assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, b, #b) >= 0)
+        assert(lib.rmq_devbroker_produce(fx.db, 0, topic, 0, nil, nil, b, #b) >= 0)
       end
     end
     put("all_a"); put("two_a"); put("none_a"); put("all_b")
     local log = dir .. "/run.log"
     local pid = helpers.spawn(string.format("%s run %s", helpers.bin, helpers.shq(s)),
       { log = log })
-    helpers.wait_until(function() return (cons.all_committed(db, group, topic, 1)) end, 60,
+    helpers.wait_until(function() return (cons.all_committed(fx.db, group, topic, 1)) end, 60,
       "every message resolved (log " .. log .. ")")
     helpers.kill(pid)
     -- ack_index = 3 of 3: nothing; ack_index = 2 of 3: one; unset: all three.
     local dlq = "%DLQ%" .. group
-    assert.equal(4, lib.rmq_devbroker_count(db, 0, SEND_BACK))
-    assert.equal(4, tonumber(lib.rmq_devbroker_max_offset(db, 0, dlq, 0)))
+    assert.equal(4, lib.rmq_devbroker_count(fx.db, 0, SEND_BACK))
+    assert.equal(4, tonumber(lib.rmq_devbroker_max_offset(fx.db, 0, dlq, 0)))
     -- Each message was handled once (nothing came back through %RETRY%).
     local seen = {}
     for _, r in ipairs(cons.records(out)) do

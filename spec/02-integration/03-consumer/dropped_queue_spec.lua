@@ -4,25 +4,18 @@
 local helpers = require "helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
-local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
-local lib = cons.lib
 
-local HEARTBEAT, UNREGISTER = 34, 35
 local TOPIC, GROUP, PER_QUEUE = "DropTopic", "g_drop", 150
 
 describe("consumer: a revoked queue", function()
-  local db, ns
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":2")
 
   it("does not run the batches of a revoked queue still waiting in the pool", function()
     local dir = helpers.tmpdir("drop")
-    cons.fill_queues(db, TOPIC, 2, PER_QUEUE)
+    cons.fill_queues(fx.db, TOPIC, 2, PER_QUEUE)
     local out, revoked = dir .. "/out.txt", dir .. "/revoked.txt"
     -- One consume thread, 20 ms per message: the pool holds a long backlog of both queues.
-    local s = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local s = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1,",
       hooks = string.format([[
   on_revoke = function(mqs)
@@ -44,11 +37,7 @@ describe("consumer: a revoked queue", function()
 
     -- A second member joins the group (a raw client's heartbeat): the broker notifies the
     -- consumer, whose rebalance hands one of its two queues over.
-    local c = assert(wire.connect(wire.broker_addr(db, 0)))
-    helpers.defer(function() c:close() end)
-    local cid = "zzz-member@spec"
-    assert.equal(0, assert(c:request(HEARTBEAT, nil,
-      wire.heartbeat_body(cid, GROUP, { { topic = TOPIC } }))).code)
+    local leave = cons.join_group(fx.db, GROUP, TOPIC)
     local rq, rt
     helpers.wait_until(function()
       local r = timed.rows(revoked)[1]
@@ -72,7 +61,7 @@ describe("consumer: a revoked queue", function()
     -- At most the one batch that may have been taken in the instant of the revocation.
     assert.is_true(late <= 1, late .. " batch(es) of the revoked queue ran after the revocation")
     assert.is_true(before < PER_QUEUE, "the revoked queue was consumed to its end before")
-    assert(c:request(UNREGISTER, { clientID = cid, consumerGroup = GROUP }))
+    assert(leave())
     helpers.kill(pid)
   end)
 end)

@@ -28,8 +28,7 @@ describe("consumer: extreme values in pulled messages", function()
   it("a queue offset of 2^63 - 1 before unreadable bytes, a store timestamp before 1970",
     function()
     local topic, group = "ExtremeT", "g_extreme"
-    local db, ns = cons.start_broker("--topic " .. topic .. ":2")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. topic .. ":2")
     for q = 0, 1 do
       for i = 1, 10 do
         local body = "q" .. q .. "m" .. i
@@ -63,8 +62,7 @@ describe("consumer: extreme values in pulled messages", function()
   it("a maxOffset near 2^63 on every queue: the lag saturates at 2^63 - 1 and the consumer runs on",
     function()
     local topic, group = "ExtremeMaxT", "g_extreme_max"
-    local db, ns = cons.start_broker("--topic " .. topic .. ":2")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. topic .. ":2")
     cons.fill_queues(db, topic, 2, 5)
     local INT64_MAX = 0x7fffffffffffffffLL
     assert.equal(0, lib.rmq_devbroker_set_told_max(db, 0, INT64_MAX - 2))
@@ -112,8 +110,7 @@ describe("consumer: extreme values in pulled messages", function()
   -- One queue: "r1", "bad" (its reconsume count 2^31 - 1, failed by the handler), "r2".
   local function reconsume_max(name, broker_args, orderly)
     local topic, group = "ExtremeRt" .. name, "g_extreme_rt_" .. name
-    local db, ns = cons.start_broker("--topic " .. topic .. ":1 " .. (broker_args or ""))
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. topic .. ":1 " .. (broker_args or ""))
     for _, body in ipairs({"r1", "bad", "r2"}) do
       assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, body, #body) >= 0)
     end

@@ -17,17 +17,12 @@ local PULL = 11
 local THRESHOLD, BATCH, N = 10, 4, 300
 
 describe("consumer: flow control", function()
-  local db, ns, dir
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic SlowTopic:1")
-    dir = cons.tmpdir("slow")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic SlowTopic:1", "slow")
 
   it("caches at most pull_threshold_for_queue messages per queue", function()
-    cons.produce(db, "SlowTopic", N, "s")
-    local out = dir .. "/out.txt"
-    local s = cons.script(dir, { group = "g_slow", ns = ns, topic = "SlowTopic", out = out,
+    cons.produce(fx.db, "SlowTopic", N, "s")
+    local out = fx.dir .. "/out.txt"
+    local s = cons.script(fx.dir, { group = "g_slow", ns = fx.ns, topic = "SlowTopic", out = out,
       extra = string.format("pull_threshold_for_queue = %d, pull_batch_size = %d, "
         .. "consume_thread_min = 1, consume_thread_max = 1,", THRESHOLD, BATCH),
       body = [[
@@ -35,23 +30,22 @@ describe("consumer: flow control", function()
       pcall(ffi.cdef, "int poll(void *fds, unsigned long nfds, int timeout);")
       ffi.C.poll(nil, 0, 5)
       ]] })
-    local log = dir .. "/run.log"
+    local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out) >= N end, 120,
       "all consumed (log " .. log .. ")")
     cons.stop(pid)
     local buf = ffi.new("char[64]")
     local function ext(i, key)
-      local n = lib.rmq_devbroker_request_ext(db, cons.ALL, PULL, i, key, buf, 64)
+      local n = lib.rmq_devbroker_request_ext(fx.db, cons.ALL, PULL, i, key, buf, 64)
       if n < 0 then return nil end
       return tonumber(ffi.string(buf, n))
     end
-    local pulls = lib.rmq_devbroker_count(db, cons.ALL, PULL)
+    local pulls = lib.rmq_devbroker_count(fx.db, cons.ALL, PULL)
     local max_cached, checked = 0, 0
     for i = 0, pulls - 1 do
       local topic = ffi.new("char[128]")
-      local tn = lib.rmq_devbroker_request_ext(db, cons.ALL, PULL, i, "topic", topic, 128)
+      local tn = lib.rmq_devbroker_request_ext(fx.db, cons.ALL, PULL, i, "topic", topic, 128)
       local sys = ext(i, "sysFlag")
       if tn > 0 and ffi.string(topic, tn) == "SlowTopic" and sys and bit.band(sys, 1) == 1 then
         local cached = ext(i, "queueOffset") - ext(i, "commitOffset")

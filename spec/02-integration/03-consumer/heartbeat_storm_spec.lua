@@ -11,8 +11,7 @@ local TOPIC, GROUP, QUEUES = "HbTopic", "g_hb", 8
 
 describe("consumer: pulls failing with SUBSCRIPTION_NOT_EXIST", function()
   it("are delayed without a heartbeat round each", function()
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES)
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":" .. QUEUES)
     assert.equal(0, lib.rmq_devbroker_push_error(db, cons.ALL, PULL, SUBSCRIPTION_NOT_EXIST,
       100000))
     local dir = helpers.tmpdir("hb")

@@ -6,10 +6,8 @@ local ffi = require "ffi"
 local helpers = require "helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
-local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
 local lib = cons.lib
 
-local HEARTBEAT, UNREGISTER = 34, 35
 
 -- Who holds queue qid's lock of group/topic at broker 0 (its client id), or nil.
 local owner_buf = ffi.new("char[256]")
@@ -27,24 +25,6 @@ local function assert_lock_given_back(db, group, topic, h)
     " after its revocation:\n" .. h.out())
 end
 
--- An orderly one-thread script (name server ns) whose handler records start/end of each body and
--- holds a batch whose body is "slow" until the file `go` exists.
-local function gated_orderly(dir, ns, group, topic, out, go)
-  return timed.script(dir, { group = group, ns = ns, topic = topic, out = out,
-    orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
-    handler = string.format([[
-    rec("start " .. msgs[1].body)
-    if msgs[1].body == "slow" then
-      while true do
-        local f = io.open(%q)
-        if f then f:close() break end
-        sleep_ms(50)
-      end
-    end
-    rec("end " .. msgs[1].body)
-    ]], go) })
-end
-
 local function no_sanitizer_report(out)
   assert.is_nil(out:find("AddressSanitizer", 1, true), "the sanitizer reported:\n" .. out)
   assert.is_nil(out:find("runtime error:", 1, true), "UBSan reported:\n" .. out)
@@ -57,18 +37,8 @@ local function run(script, log)
     { log = log, rc = rc })
   local h = { pid = pid, log = log }
   function h.out() return cons.read(log) end
-  -- Wait for pattern in the log; an exit meanwhile fails at once, with the log.
-  function h.wait_for(pattern, what, timeout)
-    helpers.wait_until(function()
-      if h.out():find(pattern) then return true end
-      local f = io.open(rc)
-      if f then
-        f:close()
-        error("rmqlua run exited while waiting for " .. (what or pattern) .. ":\n" .. h.out(), 0)
-      end
-    end, timeout or 30, (what or pattern) .. " (log " .. log .. ")")
-  end
-  -- Wait for fn() (a condition on the script's own output) while the process runs.
+  -- Wait for fn() (a condition on the script's own output) while the process runs; an exit
+  -- meanwhile fails at once, with the log.
   function h.wait_until(fn, what, timeout)
     helpers.wait_until(function()
       if fn() then return true end
@@ -78,6 +48,10 @@ local function run(script, log)
         error("rmqlua run exited while waiting for " .. what .. ":\n" .. h.out(), 0)
       end
     end, timeout or 30, what .. " (log " .. log .. ")")
+  end
+  -- Wait for pattern in the log.
+  function h.wait_for(pattern, what, timeout)
+    h.wait_until(function() return h.out():find(pattern) end, what or pattern, timeout)
   end
   function h.signal(sig) os.execute(string.format("kill -%s %d 2>/dev/null", sig, pid)) end
   function h.exit_code()
@@ -101,30 +75,36 @@ local function run(script, log)
   return h
 end
 
--- A raw client joins the group with one heartbeat (it sorts after every rmqlua client id, so
--- the allocation gives it the last queues); returns a function that makes it leave.
-local function join_group(db, group, topic)
-  local c = assert(wire.connect(wire.broker_addr(db, 0)))
-  local cid = "zzz-member@spec"
-  assert.equal(0, assert(c:request(HEARTBEAT, nil,
-    wire.heartbeat_body(cid, group, { { topic = topic } }))).code)
-  local left = false
-  local function leave()
-    if left then return end
-    left = true
-    c:request(UNREGISTER, { clientID = cid, consumerGroup = group })
-    c:close()
-  end
-  helpers.defer(leave)
-  return leave
+-- Topic (2 queues, made on every broker of db) with a "slow" message on queue slow_q, consumed
+-- by an orderly one-thread script of group (name server ns, files in dir) whose handler records
+-- start/end of each body and holds the "slow" batch until the file `go` exists. Returns once
+-- that batch started: the run's handle, the output file and the go file.
+local function start_gated(db, ns, dir, group, topic, slow_q)
+  lib.rmq_devbroker_create_topic(db, cons.ALL, topic, 2)
+  cons.put(db, topic, slow_q, "slow")
+  local out, go = dir .. "/out.txt", dir .. "/go"
+  local script = timed.script(dir, { group = group, ns = ns, topic = topic, out = out,
+    orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
+    handler = string.format([[
+    rec("start " .. msgs[1].body)
+    if msgs[1].body == "slow" then
+      while true do
+        local f = io.open(%q)
+        if f then f:close() break end
+        sleep_ms(50)
+      end
+    end
+    rec("end " .. msgs[1].body)
+    ]], go) })
+  local h = run(script, dir .. "/run.log")
+  h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
+  return h, out, go
 end
 
+local join_group = cons.join_group
+
 describe("consumer engine interplay", function()
-  local db, ns
-  lazy_setup(function()
-    db, ns = cons.start_broker("--delay-scale 0.01")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--delay-scale 0.01")
 
   -- A queue revoked while its batch runs lives on (outside the queue table) until that batch
   -- comes back. A reload that changes the subscriptions meanwhile replaces the array its
@@ -132,14 +112,13 @@ describe("consumer engine interplay", function()
   it("a reload that changes subscriptions while a revoked queue's batch still runs", function()
     local dir = helpers.tmpdir("interplay-subs")
     local TOPIC, GROUP = "IpSubsA", "g_ip_subs"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
-    lib.rmq_devbroker_create_topic(db, cons.ALL, "IpSubsB", 1)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, "IpSubsB", 1)
     -- Queue 1 is the one the second member will take: its only message is a slow one.
-    local b = "slow"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, b, #b) >= 0)
+    cons.put(fx.db, TOPIC, 1, "slow")
     local out, revoked = dir .. "/out.txt", dir .. "/revoked.txt"
     local function version(extra_sub)
-      return timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+      return timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
         options = "consume_thread_min = 1, consume_thread_max = 1," .. extra_sub,
         hooks = string.format([[
   on_revoke = function(mqs)
@@ -156,7 +135,7 @@ describe("consumer engine interplay", function()
     local script = version("")
     local h = run(script, dir .. "/run.log")
     h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch started")
-    join_group(db, GROUP, TOPIC)
+    join_group(fx.db, GROUP, TOPIC)
     h.wait_until(function() return cons.read(revoked):find(TOPIC .. " 1") end, "queue 1 revoked")
     assert.is_nil(cons.read(out):find("end slow"), "the slow batch ended before the reload")
     -- The same file, one more subscription (the rest of the script unchanged).
@@ -177,12 +156,12 @@ describe("consumer engine interplay", function()
   it("a stop while a reload waits for the previous version: the handed-over batches run", function()
     local dir = helpers.tmpdir("interplay-stop")
     local TOPIC, GROUP = "IpStop", "g_ip_stop"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     for _, body in ipairs({ "slow", "f1", "f2", "f3" }) do
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+      cons.put(fx.db, TOPIC, 0, body)
     end
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1, " ..
         "consume_message_batch_max_size = 1, await_termination_millis_when_shutdown = 20000,",
       handler = [[
@@ -217,11 +196,10 @@ describe("consumer engine interplay", function()
   it("a handler that comes back after its retired thread was given up on", function()
     local dir = helpers.tmpdir("interplay-abandon")
     local TOPIC, GROUP = "IpAbandon", "g_ip_abandon"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
-    local body = "stuck"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
+    cons.put(fx.db, TOPIC, 0, "stuck")
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1, consume_timeout_millis = 1000,"
         .. " shared = { d = '64k' },",
       handler = [[
@@ -246,7 +224,7 @@ describe("consumer engine interplay", function()
     h.wait_for("came back late", "the late failure logged", 20)
     helpers.sleep(0.5)
     h.stop_clean()
-    helpers.wait_until(function() return cons.all_committed(db, GROUP, TOPIC, 1) end, 10,
+    helpers.wait_until(function() return cons.all_committed(fx.db, GROUP, TOPIC, 1) end, 10,
       "the offset committed past the batch")
   end)
 
@@ -258,20 +236,13 @@ describe("consumer engine interplay", function()
   it("an orderly batch whose queue lost its lock while it waited for a thread", function()
     local dir = helpers.tmpdir("interplay-ordlock")
     local TOPIC, GROUP, LOCK = "IpOrdLock", "g_ip_ordlock", 41
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
-    local slow = "slow"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, slow, #slow) >= 0)
-    local out, go = dir .. "/out.txt", dir .. "/go"
-    local script = gated_orderly(dir, ns, GROUP, TOPIC, out, go)
-    local h = run(script, dir .. "/run.log")
-    helpers.defer(function() lib.rmq_devbroker_clear_errors(db) end)
-    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
+    local h, out, go = start_gated(fx.db, fx.ns, dir, GROUP, TOPIC, 0)
+    helpers.defer(function() lib.rmq_devbroker_clear_errors(fx.db) end)
     -- Queue 1's message comes while the only thread is busy: its batch waits in the pool.
-    local x = "x"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, x, #x) >= 0)
+    cons.put(fx.db, TOPIC, 1, "x")
     helpers.sleep(2 * helpers.scale)
     -- Every lock request fails from now on: the next round of locks (every 20 s) loses them.
-    assert.equal(0, lib.rmq_devbroker_push_error(db, cons.ALL, LOCK, 1, 100000))
+    assert.equal(0, lib.rmq_devbroker_push_error(fx.db, cons.ALL, LOCK, 1, 100000))
     h.wait_for("IpOrdLock@[^ ]*#1: lock lost", "queue 1's lock lost", 40)
     assert.is_nil(cons.read(out):find("start x"), cons.read(out))
     io.open(go, "w"):close()
@@ -281,7 +252,7 @@ describe("consumer engine interplay", function()
     helpers.sleep(1.5 * helpers.scale)
     assert.is_nil(cons.read(out):find("start x"),
       "queue 1's batch ran while its lock was lost:\n" .. cons.read(out) .. "\n" .. h.out())
-    lib.rmq_devbroker_clear_errors(db)
+    lib.rmq_devbroker_clear_errors(fx.db)
     h.wait_until(function() return cons.read(out):find("end x") end,
       "queue 1's batch once locked again", 30)
     h.stop_clean()
@@ -294,27 +265,27 @@ describe("consumer engine interplay", function()
   it("an orderly queue revoked while its lock request is on its way", function()
     local dir = helpers.tmpdir("interplay-lockrevoke")
     local TOPIC, GROUP, LOCK = "IpLockRevoke", "g_ip_lockrevoke", 41
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
-    lib.rmq_devbroker_reset_counts(db)
-    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
-    helpers.defer(function() lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0) end)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_reset_counts(fx.db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 500))
+    helpers.defer(function() lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 0) end)
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
       handler = [[ rec("msg " .. msgs[1].body) ]] })
     local h = run(script, dir .. "/run.log")
     -- The queues' first lock requests reach the broker (answered 500 ms later): a second member
     -- joins now, and takes queue 1.
-    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 2, math.floor(20000 * helpers.scale)) >= 2,
+    assert(lib.rmq_devbroker_wait(fx.db, cons.ALL, LOCK, 2, math.floor(20000 * helpers.scale)) >= 2,
       "the first lock requests")
-    join_group(db, GROUP, TOPIC)
+    join_group(fx.db, GROUP, TOPIC)
     h.wait_for("IpLockRevoke@[^ ]*#1: revoked", "queue 1 revoked")
     -- The delayed requests are answered: queue 0's lock is granted, and queue 1's with it.
-    helpers.wait_until(function() return lock_owner(db, GROUP, TOPIC, 0) ~= nil end, 20,
+    helpers.wait_until(function() return lock_owner(fx.db, GROUP, TOPIC, 0) ~= nil end, 20,
       "queue 0 locked")
     h.wait_for("IpLockRevoke@[^ ]*#0: assigned", "queue 0 assigned")
-    assert.truthy(lib.rmq_devbroker_count(db, cons.ALL, LOCK) >= 3)
-    assert_lock_given_back(db, GROUP, TOPIC, h)
+    assert.truthy(lib.rmq_devbroker_count(fx.db, cons.ALL, LOCK) >= 3)
+    assert_lock_given_back(fx.db, GROUP, TOPIC, h)
     h.stop_clean()
   end)
 
@@ -323,36 +294,29 @@ describe("consumer engine interplay", function()
   it("an orderly queue revoked while its lock is asked for again", function()
     local dir = helpers.tmpdir("interplay-relockrevoke")
     local TOPIC, GROUP, LOCK = "IpRelockRevoke", "g_ip_relockrevoke", 41
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
-    local slow = "slow"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, slow, #slow) >= 0)
-    local out, go = dir .. "/out.txt", dir .. "/go"
-    local script = gated_orderly(dir, ns, GROUP, TOPIC, out, go)
-    local h = run(script, dir .. "/run.log")
+    local h, out, go = start_gated(fx.db, fx.ns, dir, GROUP, TOPIC, 1)
     helpers.defer(function()
-      lib.rmq_devbroker_clear_errors(db)
-      lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0)
+      lib.rmq_devbroker_clear_errors(fx.db)
+      lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 0)
     end)
-    h.wait_until(function() return cons.read(out):find("start slow") end, "the slow batch")
     -- A second message of queue 1 waits in its process queue behind the running batch.
-    local m2 = "m2"
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 1, nil, nil, m2, #m2) >= 0)
+    cons.put(fx.db, TOPIC, 1, "m2")
     helpers.sleep(2 * helpers.scale)
     -- The next round of locks (every 20 s) fails: the locks are lost.
-    assert.equal(0, lib.rmq_devbroker_push_error(db, cons.ALL, LOCK, 1, 1))
+    assert.equal(0, lib.rmq_devbroker_push_error(fx.db, cons.ALL, LOCK, 1, 1))
     h.wait_for("IpRelockRevoke@[^ ]*#1: lock lost", "queue 1's lock lost", 40)
     -- Lock requests from now on are answered 500 ms late; the slow batch ends, queue 1's next
     -- batch asks for the lock again, and a second member joins while that request is on its way.
-    lib.rmq_devbroker_reset_counts(db)
-    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
+    lib.rmq_devbroker_reset_counts(fx.db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 500))
     io.open(go, "w"):close()
-    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 1, math.floor(20000 * helpers.scale)) >= 1,
+    assert(lib.rmq_devbroker_wait(fx.db, cons.ALL, LOCK, 1, math.floor(20000 * helpers.scale)) >= 1,
       "queue 1's lock asked for again")
-    join_group(db, GROUP, TOPIC)
+    join_group(fx.db, GROUP, TOPIC)
     h.wait_for("IpRelockRevoke@[^ ]*#1: revoked", "queue 1 revoked")
     -- The delayed request is answered (the lock granted), then given back.
     helpers.sleep(1.5 * helpers.scale)
-    assert_lock_given_back(db, GROUP, TOPIC, h)
+    assert_lock_given_back(fx.db, GROUP, TOPIC, h)
     h.stop_clean()
   end)
 
@@ -363,26 +327,26 @@ describe("consumer engine interplay", function()
   it("an orderly queue revoked while the periodic lock round is on its way", function()
     local dir = helpers.tmpdir("interplay-lockall")
     local TOPIC, GROUP, LOCK = "IpLockAll", "g_ip_lockall", 41
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 2)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 2)
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       orderly = true, options = "consume_thread_min = 1, consume_thread_max = 1,",
       handler = [[ rec("msg " .. msgs[1].body) ]] })
     local h = run(script, dir .. "/run.log")
-    helpers.defer(function() lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 0) end)
+    helpers.defer(function() lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 0) end)
     h.wait_for("IpLockAll@[^ ]*#0: assigned", "queue 0 assigned")
     h.wait_for("IpLockAll@[^ ]*#1: assigned", "queue 1 assigned")
     -- From now on lock requests are answered 500 ms late: the next lock round (within 20 s) is
     -- on its way when a second member joins and takes queue 1.
-    lib.rmq_devbroker_reset_counts(db)
-    assert.equal(0, lib.rmq_devbroker_set_latency(db, cons.ALL, LOCK, 500))
-    assert(lib.rmq_devbroker_wait(db, cons.ALL, LOCK, 1, math.floor(30000 * helpers.scale)) >= 1,
+    lib.rmq_devbroker_reset_counts(fx.db)
+    assert.equal(0, lib.rmq_devbroker_set_latency(fx.db, cons.ALL, LOCK, 500))
+    assert(lib.rmq_devbroker_wait(fx.db, cons.ALL, LOCK, 1, math.floor(30000 * helpers.scale)) >= 1,
       "the periodic lock round")
-    join_group(db, GROUP, TOPIC)
+    join_group(fx.db, GROUP, TOPIC)
     h.wait_for("IpLockAll@[^ ]*#1: revoked", "queue 1 revoked")
     -- The delayed round is answered (queue 1's lock granted again), then given back.
     helpers.sleep(1.5 * helpers.scale)
-    assert_lock_given_back(db, GROUP, TOPIC, h)
+    assert_lock_given_back(fx.db, GROUP, TOPIC, h)
     h.stop_clean()
   end)
 
@@ -393,13 +357,13 @@ describe("consumer engine interplay", function()
   it("two reloads while a long handler runs: every batch once, the offset committed", function()
     local dir = helpers.tmpdir("interplay-twohup")
     local TOPIC, GROUP = "IpTwoHup", "g_ip_twohup"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     local bodies = { "slow", "f1", "f2", "f3", "f4" }
     for _, body in ipairs(bodies) do
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+      cons.put(fx.db, TOPIC, 0, body)
     end
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1, " ..
         "consume_message_batch_max_size = 1,",
       handler = [[
@@ -422,7 +386,7 @@ describe("consumer engine interplay", function()
       end
       return true
     end, "every batch consumed")
-    helpers.wait_until(function() return cons.all_committed(db, GROUP, TOPIC, 1) end, 20,
+    helpers.wait_until(function() return cons.all_committed(fx.db, GROUP, TOPIC, 1) end, 20,
       "the offset committed past every message")
     local rc = h.stop()
     local got = cons.read(out)
@@ -442,13 +406,13 @@ describe("consumer engine interplay", function()
   it("a stop right behind a reload: every batch once, the offset committed", function()
     local dir = helpers.tmpdir("interplay-hupterm")
     local TOPIC, GROUP = "IpHupTerm", "g_ip_hupterm"
-    lib.rmq_devbroker_create_topic(db, cons.ALL, TOPIC, 1)
+    lib.rmq_devbroker_create_topic(fx.db, cons.ALL, TOPIC, 1)
     local bodies = { "slow", "f1", "f2", "f3" }
     for _, body in ipairs(bodies) do
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) >= 0)
+      cons.put(fx.db, TOPIC, 0, body)
     end
     local out = dir .. "/out.txt"
-    local script = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local script = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       options = "consume_thread_min = 1, consume_thread_max = 1, " ..
         "consume_message_batch_max_size = 1, await_termination_millis_when_shutdown = 20000,",
       handler = [[
@@ -468,6 +432,6 @@ describe("consumer engine interplay", function()
       local n = select(2, got:gsub("end " .. body .. "\n", ""))
       assert.are.equal(1, n, body .. " consumed " .. n .. " time(s):\n" .. got .. "\n" .. h.out())
     end
-    assert.truthy(cons.all_committed(db, GROUP, TOPIC, 1), "the offset committed:\n" .. h.out())
+    assert.truthy(cons.all_committed(fx.db, GROUP, TOPIC, 1), "the offset committed:\n" .. h.out())
   end)
 end)

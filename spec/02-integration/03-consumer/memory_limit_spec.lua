@@ -8,21 +8,17 @@ local lib = cons.lib
 local TOPIC, N = "MemTopic", 40
 
 describe("consumer: lua_memory_limit_mb", function()
-  local db, ns
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":2 --delay-scale 0.001")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":2 --delay-scale 0.001")
 
   it("fails the batch that goes past it, makes that state anew and keeps consuming", function()
     local dir = helpers.tmpdir("mem")
     local group = "g_mem"
-    cons.produce(db, TOPIC, N, "m")
+    cons.produce(fx.db, TOPIC, N, "m")
     local out = dir .. "/out.txt"
     -- One consume thread, so the state made anew is the one that every later message sees:
     -- a global set by init counts the states this thread has had. Message m7 allocates
     -- without bound on its first delivery (compiled by the JIT after a few rounds).
-    local script = cons.script(dir, {group = group, ns = ns, topic = TOPIC, out = out,
+    local script = cons.script(dir, {group = group, ns = fx.ns, topic = TOPIC, out = out,
       extra = [[
   consume_thread_min = 1, consume_thread_max = 1, lua_memory_limit_mb = 16,
   max_reconsume_times = 3,
@@ -41,7 +37,7 @@ describe("consumer: lua_memory_limit_mb", function()
         if r.body == "m7" and r.rt == 1 then return true end
       end
     end, 60, "m7 consumed again (log " .. log .. ")")
-    helpers.wait_until(function() return (cons.all_committed(db, group, TOPIC, 2)) end, 30,
+    helpers.wait_until(function() return (cons.all_committed(fx.db, group, TOPIC, 2)) end, 30,
       "every offset committed (log " .. log .. ")")
     assert.is_true(cons.alive(pid))
     cons.stop(pid)
@@ -65,12 +61,12 @@ describe("consumer: lua_memory_limit_mb", function()
   it("takes effect in the states a reload (SIGHUP) makes", function()
     local dir = helpers.tmpdir("mem")
     local group, topic = "g_mem_reload", "MemReload"
-    assert(lib.rmq_devbroker_create_topic(db, 0, topic, 1) == 0)
+    assert(lib.rmq_devbroker_create_topic(fx.db, 0, topic, 1) == 0)
     local out = dir .. "/out.txt"
     -- Version 2 sets the limit; its handler allocates 256 MiB for "big" (then returns, so
     -- without the limit that message would simply be consumed once).
     local function version(v, limit)
-      local path = cons.script(dir, {name = "v" .. v, group = group, ns = ns, topic = topic,
+      local path = cons.script(dir, {name = "v" .. v, group = group, ns = fx.ns, topic = topic,
         out = out, extra = string.format("consume_thread_min = 1, consume_thread_max = 1, "
           .. "lua_memory_limit_mb = %d,", limit),
         body = [[
@@ -85,13 +81,13 @@ describe("consumer: lua_memory_limit_mb", function()
     assert(os.rename(version(1, 0), script))
     local log = dir .. "/run.log"
     local pid = cons.spawn(script, log)
-    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, "first", 5) >= 0)
+    assert(lib.rmq_devbroker_produce(fx.db, 0, topic, 0, nil, nil, "first", 5) >= 0)
     helpers.wait_until(function() return cons.count_lines(out) >= 1 end, 30, "first consumed")
     assert(os.rename(version(2, 16), script))
     os.execute("kill -HUP " .. pid)
     helpers.wait_until(function() return cons.read(log):find("reloaded", 1, true) end, 30,
       "the reload (log " .. log .. ")")
-    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, "big", 3) >= 0)
+    assert(lib.rmq_devbroker_produce(fx.db, 0, topic, 0, nil, nil, "big", 3) >= 0)
     helpers.wait_until(function()
       for _, r in ipairs(cons.records(out)) do
         if r.body == "big" and r.rt == 1 then return true end
@@ -104,7 +100,7 @@ describe("consumer: lua_memory_limit_mb", function()
 
   it("refuses to start when a state is over the limit once the script is loaded", function()
     local dir = helpers.tmpdir("mem")
-    local script = cons.script(dir, {group = "g_mem2", ns = ns, topic = TOPIC,
+    local script = cons.script(dir, {group = "g_mem2", ns = fx.ns, topic = TOPIC,
       out = dir .. "/out.txt",
       extra = [[
   consume_thread_min = 1, consume_thread_max = 1, lua_memory_limit_mb = 2,

@@ -4,13 +4,10 @@
 -- against the broker's own view (GET_CONSUME_STATS, what mqadmin consumerProgress shows);
 -- on_stats. (The ConsumeStatus figures of GET_CONSUMER_RUNNING_INFO: consume_status_spec.lua.)
 local helpers = require "helpers"
-local ffi = require "ffi"
 local cjson = require "cjson"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 local lib = cons.lib
-
-pcall(ffi.cdef, [[ const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx); ]])
 
 local scrape, base_url = cons.scrape, cons.metrics_url
 
@@ -186,7 +183,7 @@ describe("metrics endpoint", function()
     assert.equal(404, nf.status)
 
     -- The broker's view of the lag (mqadmin consumerProgress) agrees once offsets persisted.
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(db)
     helpers.wait_until(function() return broker_lag(baddr, GROUP, TOPIC) == 0 end, 20,
       "the committed offsets on the broker")
 
@@ -217,7 +214,7 @@ describe("metrics endpoint", function()
       { log = log, rc = log .. ".rc" })
     helpers.defer(function() io.open(flag, "w"):close() end)
     local url = base_url(log)
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(db)
     helpers.wait_until(function() return cons.count_lines(out) >= 40 end, 60, "deliveries")
     -- s7 sits on queue 0 at offset 3 (round robin over 2 queues): that queue's committed offset
     -- stays at 3 while the 16 messages after it are consumed, so its lag is 20 - 3.
@@ -342,8 +339,7 @@ describe("metrics endpoint", function()
   end)
 
   it("calls on_stats every stats_interval_ms with the snapshot as a table", function()
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":2")
     cons.produce(db, TOPIC, 30, "o")
     local dir = helpers.tmpdir("metrics-onstats")
     local out, log, snaps = dir .. "/out.txt", dir .. "/run.log", dir .. "/snaps.txt"
@@ -380,8 +376,7 @@ describe("metrics endpoint", function()
 
   it("takes a new on_stats and stats_interval_ms on a reload, not a new metrics_listen",
     function()
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":2")
     local dir = helpers.tmpdir("metrics-reload")
     local log, snaps, path = dir .. "/run.log", dir .. "/snaps.txt", dir .. "/reload.lua"
     local function version(listen, hook)
@@ -432,8 +427,7 @@ return {
     assert.equal(2, rc)
     assert.matches("expected host:port", txt, 1, true)
     -- A port already taken: the consumer does not start.
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":2")
     local dir = helpers.tmpdir("metrics-busy")
     local s = script(dir, { group = "g_metrics_busy", ns = ns, topic = TOPIC, out = dir .. "/o" })
     local taken = ns:match(":(%d+)$") -- the name server's own port

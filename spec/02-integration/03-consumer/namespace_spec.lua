@@ -15,8 +15,7 @@ local SEND_BACK = 36
 
 describe("consumer: namespace", function()
   it("is stripped from what the handler sees", function()
-    local db, ns = cons.start_broker("--topic " .. WIRE_TOPIC .. ":2 --delay-scale 0.001")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. WIRE_TOPIC .. ":2 --delay-scale 0.001")
     cons.produce(db, WIRE_TOPIC, 6, "n")
     -- A message stored in the retry topic by hand: no RETRY_TOPIC property.
     assert(lib.rmq_devbroker_produce(db, 0, RETRY, 0, nil, nil, "bare", 4) >= 0)

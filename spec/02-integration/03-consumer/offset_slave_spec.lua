@@ -26,8 +26,7 @@ end
 
 describe("consumer: offsets with the master down", function()
   it("go to the slave, and the next owner resumes from them", function()
-    local db, ns = cons.start_broker("--slaves 1 --topic " .. TOPIC .. ":" .. QUEUES)
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--slaves 1 --topic " .. TOPIC .. ":" .. QUEUES)
     local slave = lib.rmq_devbroker_slave(db, 0, 1)
     assert.is_true(slave > 0)
     local dir = helpers.tmpdir("slaveoff")
@@ -77,8 +76,7 @@ describe("consumer: offsets with the master down", function()
   end)
 
   it("go to the master again once it is back", function()
-    local db, ns = cons.start_broker("--slaves 1 --topic " .. TOPIC .. ":" .. QUEUES)
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--slaves 1 --topic " .. TOPIC .. ":" .. QUEUES)
     local slave = lib.rmq_devbroker_slave(db, 0, 1)
     local dir = helpers.tmpdir("slaveback")
     local out = dir .. "/out.txt"

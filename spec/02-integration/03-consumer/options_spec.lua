@@ -200,8 +200,7 @@ describe("consumer options", function()
     local dir = cons.tmpdir("opt-ts")
     -- A broker that dropped the oldest messages: a new group does not simply start at 0 (the
     -- 4.9.4 broker answers offset 0 while a queue still holds its first message).
-    local tdb, tns = cons.start_broker("--topic TsT:1 --max-bytes 4096")
-    helpers.defer(function() lib.rmq_devbroker_stop(tdb) end)
+    local tdb, tns = cons.test_broker("--topic TsT:1 --max-bytes 4096")
     cons.produce(tdb, "TsT", 100, "s")
     local min = tonumber(lib.rmq_devbroker_min_offset(tdb, 0, "TsT", 0))
     assert.is_true(min > 0)
@@ -217,8 +216,7 @@ describe("consumer options", function()
 
   it("consume_from_where CONSUME_FROM_LAST_OFFSET (and the deprecated names) start a new group at the end", function()
     local dir = cons.tmpdir("opt-last")
-    local tdb, tns = cons.start_broker("--topic LastT:1 --max-bytes 4096")
-    helpers.defer(function() lib.rmq_devbroker_stop(tdb) end)
+    local tdb, tns = cons.test_broker("--topic LastT:1 --max-bytes 4096")
     cons.produce(tdb, "LastT", 100, "old")
     assert.is_true(tonumber(lib.rmq_devbroker_min_offset(tdb, 0, "LastT", 0)) > 0)
     for i, cfw in ipairs { "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_MAX_OFFSET" } do

@@ -7,27 +7,22 @@ local helpers = require "helpers"
 local ffi = require "ffi"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
-local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
 local lib = cons.lib
 
-local HEARTBEAT, UNREGISTER, UNLOCK = 34, 35, 42
+local UNLOCK = 42
 local TOPIC, GROUP, QUEUES, PER_QUEUE = "OrdRelock", "g_ord_relock", 2, 5
 
 describe("consumer: orderly queue revoked and given back while its batch runs", function()
-  local db, ns
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES)
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES)
 
   it("keeps the broker lock of the re-assigned queue", function()
     local dir = helpers.tmpdir("ord_relock")
-    cons.fill_queues(db, TOPIC, QUEUES, PER_QUEUE)
+    cons.fill_queues(fx.db, TOPIC, QUEUES, PER_QUEUE)
     local out = dir .. "/out.txt"
     local hold = math.floor(8000 * helpers.scale)
     -- The first message of each queue holds its handler for `hold` ms, the first time only
     -- (a marker file per queue; the states of the consume threads share nothing else).
-    local s = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local s = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       orderly = true, options = "consume_thread_min = 4, consume_thread_max = 4,",
       handler = string.format([[
     local m = msgs[1]
@@ -56,11 +51,7 @@ describe("consumer: orderly queue revoked and given back while its batch runs", 
     assert.is_truthy(cid)
 
     -- A second member joins: one queue is revoked while its batch runs (the unlock waits).
-    local c = assert(wire.connect(wire.broker_addr(db, 0)))
-    helpers.defer(function() c:close() end)
-    local other = "zzz-member@spec"
-    assert.equal(0, assert(c:request(HEARTBEAT, nil,
-      wire.heartbeat_body(other, GROUP, { { topic = TOPIC } }))).code)
+    local leave = cons.join_group(fx.db, GROUP, TOPIC)
     local name
     helpers.wait_until(function()
       name = cons.read(log):match("(" .. TOPIC .. "@%S+#%d+): revoked")
@@ -68,7 +59,7 @@ describe("consumer: orderly queue revoked and given back while its batch runs", 
     end, 30, "a queue revoked (log " .. log .. ")")
     local qid = tonumber(name:match("#(%d+)$"))
     -- It leaves again: the queue comes back to the consumer, under the lock it still holds.
-    assert(c:request(UNREGISTER, { clientID = other, consumerGroup = GROUP }))
+    assert(leave())
     helpers.wait_until(function()
       local n = 0
       for _ in cons.read(log):gmatch(name:gsub("%p", "%%%0") .. ": assigned") do n = n + 1 end
@@ -79,7 +70,7 @@ describe("consumer: orderly queue revoked and given back while its batch runs", 
       if r[1] == "end" and r[3] == qid then ended = true end
     end
     assert.is_nil(ended, "the held batch ended before the queue came back: hold longer")
-    lib.rmq_devbroker_reset_counts(db)
+    lib.rmq_devbroker_reset_counts(fx.db)
 
     -- The old batch ends; its queue's lock stays with the consumer, and the queue goes on.
     local t_end
@@ -96,9 +87,9 @@ describe("consumer: orderly queue revoked and given back while its batch runs", 
       return n >= PER_QUEUE - 1
     end, 60, "the re-assigned queue consumed (log " .. log .. ")")
     helpers.sleep(0.5)
-    assert.equal(0, lib.rmq_devbroker_count(db, 0, UNLOCK))
+    assert.equal(0, lib.rmq_devbroker_count(fx.db, 0, UNLOCK))
     local buf = ffi.new("char[256]")
-    local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, qid, buf, 256)
+    local n = lib.rmq_devbroker_lock_owner(fx.db, 0, GROUP, TOPIC, qid, buf, 256)
     assert.is_true(n > 0, "queue " .. qid .. " unlocked")
     assert.equal(cid, ffi.string(buf, n))
     -- The new entry's handlers did not run alongside the old batch.

@@ -10,18 +10,14 @@ local lib = cons.lib
 local TOPIC, GROUP, QUEUES, PER_QUEUE = "OrdStop", "g_ord_stop", 4, 100
 
 describe("consumer: orderly shutdown", function()
-  local db, ns
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES)
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES)
 
   it("commits the batches that finish during a graceful stop", function()
     local dir = helpers.tmpdir("ord_stop")
-    cons.fill_queues(db, TOPIC, QUEUES, PER_QUEUE)
+    cons.fill_queues(fx.db, TOPIC, QUEUES, PER_QUEUE)
     local out = dir .. "/out.txt"
     -- Each batch takes 300 ms, so at any moment every queue has one running.
-    local s = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local s = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       orderly = true,
       options = "consume_thread_min = 4, consume_thread_max = 4, "
         .. "await_termination_millis_when_shutdown = 5000,",
@@ -56,7 +52,7 @@ describe("consumer: orderly shutdown", function()
     for q = 0, QUEUES - 1 do
       assert.is_true(last[q] < PER_QUEUE - 1, "queue " .. q .. " consumed to its end")
       assert.equal(last[q] + 1,
-        tonumber(lib.rmq_devbroker_committed_offset(db, 0, GROUP, TOPIC, q)), "queue " .. q)
+        tonumber(lib.rmq_devbroker_committed_offset(fx.db, 0, GROUP, TOPIC, q)), "queue " .. q)
     end
   end)
 end)

@@ -9,18 +9,15 @@ local lib = cons.lib
 local TOPIC, GROUP, QUEUES, N, MAX = "OrdTopic", "g_ord", 4, 4000, 3
 
 describe("consumer: orderly", function()
-  local db, ns, dir
-  lazy_setup(function()
-    -- The DLQ re-send carries DELAY = 3 + reconsume_times: scale the delays down.
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES .. " --delay-scale 0.001")
-    dir = cons.tmpdir("ord")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  -- The DLQ re-send carries DELAY = 3 + reconsume_times: scale the delays down.
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES .. " --delay-scale 0.001",
+    "ord")
 
   it("keeps queue order through suspends and sends a stuck message to the DLQ", function()
-    cons.produce(db, TOPIC, N, "o")
-    local out = dir .. "/out.txt"
-    local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out, orderly = true,
+    cons.produce(fx.db, TOPIC, N, "o")
+    local out = fx.dir .. "/out.txt"
+    local s = cons.script(fx.dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
+      orderly = true,
       extra = "max_reconsume_times = " .. MAX .. ", suspend_current_queue_time_millis = 20,",
       body = [[
       local m = msgs[1]
@@ -30,16 +27,15 @@ describe("consumer: orderly", function()
       end
       if m.body == "o21" then return rmq.SUSPEND end
       ]] })
-    local log = dir .. "/run.log"
+    local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
-    helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, QUEUES)) end, 120,
+    helpers.wait_until(function() return (cons.all_committed(fx.db, GROUP, TOPIC, QUEUES)) end, 120,
       "every queue committed (log " .. log .. ")")
     -- Every queue is locked by this consumer.
     local cid = cons.read(log):match("started as (%S+)")
     local buf = ffi.new("char[256]")
     for q = 0, QUEUES - 1 do
-      local n = lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, q, buf, 256)
+      local n = lib.rmq_devbroker_lock_owner(fx.db, 0, GROUP, TOPIC, q, buf, 256)
       assert.is_true(n > 0, "queue " .. q .. " not locked")
       assert.equal(cid, ffi.string(buf, n))
     end
@@ -47,7 +43,7 @@ describe("consumer: orderly", function()
     assert.equal(0, cons.exit_code(log))
     -- After shutdown the locks are given back.
     for q = 0, QUEUES - 1 do
-      assert.equal(-1, lib.rmq_devbroker_lock_owner(db, 0, GROUP, TOPIC, q, buf, 256))
+      assert.equal(-1, lib.rmq_devbroker_lock_owner(fx.db, 0, GROUP, TOPIC, q, buf, 256))
     end
 
     local recs = cons.records(out)
@@ -73,23 +69,20 @@ describe("consumer: orderly", function()
     for b, n in pairs(count) do if b ~= "o10" and b ~= "o21" and n > 1 then others = others + 1 end end
     assert.equal(0, others)
     helpers.wait_until(function()
-      return lib.rmq_devbroker_max_offset(db, 0, "%DLQ%" .. GROUP, 0) >= 1
+      return lib.rmq_devbroker_max_offset(fx.db, 0, "%DLQ%" .. GROUP, 0) >= 1
     end, 30, "o21 in the DLQ")
-    assert.equal(1, tonumber(lib.rmq_devbroker_max_offset(db, 0, "%DLQ%" .. GROUP, 0)))
+    assert.equal(1, tonumber(lib.rmq_devbroker_max_offset(fx.db, 0, "%DLQ%" .. GROUP, 0)))
   end)
 
   it("moves queue locks between two consumers without overlapping", function()
     local topic, group = "OrdTwo", "g_ord2"
-    lib.rmq_devbroker_create_topic(db, 0, topic, QUEUES)
-    cons.produce(db, topic, 2000, "p")
+    lib.rmq_devbroker_create_topic(fx.db, 0, topic, QUEUES)
+    cons.produce(fx.db, topic, 2000, "p")
     local outs, pids, logs = {}, {}, {}
-    helpers.defer(function()
-      for _, pid in pairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
-    end)
     local function start(i)
-      outs[i] = dir .. "/two" .. i .. ".txt"
-      logs[i] = dir .. "/two" .. i .. ".log"
-      local s = cons.script(dir, { name = "two" .. i, group = group, ns = ns, topic = topic,
+      outs[i] = fx.dir .. "/two" .. i .. ".txt"
+      logs[i] = fx.dir .. "/two" .. i .. ".log"
+      local s = cons.script(fx.dir, { name = "two" .. i, group = group, ns = fx.ns, topic = topic,
         out = outs[i], orderly = true, extra = "consume_thread_min = 2, consume_thread_max = 2,",
         body = "for _ = 1, 20000 do end" })
       pids[i] = cons.spawn(s, logs[i])
@@ -102,7 +95,7 @@ describe("consumer: orderly", function()
     local function owners()
       local o = {}
       for q = 0, QUEUES - 1 do
-        local n = lib.rmq_devbroker_lock_owner(db, 0, group, topic, q, buf, 256)
+        local n = lib.rmq_devbroker_lock_owner(fx.db, 0, group, topic, q, buf, 256)
         o[q] = n > 0 and require("ffi").string(buf, n) or nil
       end
       return o
@@ -118,7 +111,7 @@ describe("consumer: orderly", function()
     -- New messages after the move: each queue's go to its lock owner only, in order.
     for i = 1, 400 do
       local b = "z" .. i
-      assert(lib.rmq_devbroker_produce(db, 0, topic, -1, nil, nil, b, #b) >= 0)
+      assert(lib.rmq_devbroker_produce(fx.db, 0, topic, -1, nil, nil, b, #b) >= 0)
     end
     helpers.wait_until(function()
       local n = 0

@@ -5,23 +5,18 @@
 local helpers = require "helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local timed = dofile(helpers.root .. "/spec/02-integration/03-consumer/timed.lua")
-local lib = cons.lib
 
 -- With 16 threads, a queue-name hash would put these 16 queues on only 10 threads.
 local TOPIC, GROUP, QUEUES, PER_QUEUE, THREADS = "OrdAny", "g_ord_any", 16, 10, 16
 
 describe("consumer: orderly queues on a shared pool", function()
-  local db, ns
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES)
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES)
 
   it("runs 16 queues on 16 threads at once and keeps each queue in order", function()
     local dir = helpers.tmpdir("ord_any")
-    cons.fill_queues(db, TOPIC, QUEUES, PER_QUEUE)
+    cons.fill_queues(fx.db, TOPIC, QUEUES, PER_QUEUE)
     local out = dir .. "/out.txt"
-    local s = timed.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local s = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       orderly = true,
       options = string.format("consume_thread_min = %d, consume_thread_max = %d,", THREADS,
         THREADS),

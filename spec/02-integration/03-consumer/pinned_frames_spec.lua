@@ -18,8 +18,7 @@ local TOPIC, GROUP, N, SIZE, PER_FRAME = "PinTopic", "g_pin", 128, 30000, 8
 
 describe("consumer: pulled frames pinned by held messages", function()
   it("stop the pulls at pull_threshold_size_for_queue", function()
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":1")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":1")
     for i = 0, N - 1 do
       local body = string.format("%05d", i) .. string.rep("x", SIZE - 5)
       assert(lib.rmq_devbroker_produce(db, 0, TOPIC, 0, nil, nil, body, #body) == i)

@@ -7,25 +7,17 @@ local lib = cons.lib
 local N, QUEUES, TOPIC, GROUP = 30000, 8, "RbTopic", "g_rb"
 
 describe("consumer: rebalance among three consumers", function()
-  local db, ns, dir
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES)
-    dir = cons.tmpdir("rb")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES, "rb")
 
   it("splits the queues and consumes everything", function()
-    cons.produce(db, TOPIC, N, "w")
+    cons.produce(fx.db, TOPIC, N, "w")
     local outs, pids = {}, {}
-    helpers.defer(function()
-      for _, pid in ipairs(pids) do if cons.alive(pid) then cons.stop(pid, "KILL") end end
-    end)
     local function start(i)
-      outs[i] = dir .. "/out" .. i .. ".txt"
-      local s = cons.script(dir, { name = "c" .. i, group = GROUP, ns = ns, topic = TOPIC,
+      outs[i] = fx.dir .. "/out" .. i .. ".txt"
+      local s = cons.script(fx.dir, { name = "c" .. i, group = GROUP, ns = fx.ns, topic = TOPIC,
         out = outs[i], extra = "consume_thread_min = 2, consume_thread_max = 2," ..
         "pull_batch_size = 8," })
-      pids[i] = cons.spawn(s, dir .. "/run" .. i .. ".log")
+      pids[i] = cons.spawn(s, fx.dir .. "/run" .. i .. ".log")
     end
     local function total()
       local n = 0
@@ -35,11 +27,11 @@ describe("consumer: rebalance among three consumers", function()
     start(1)
     helpers.wait_until(function() return total() >= N / 10 end, 60, "first consumer progress")
     start(2)
-    helpers.wait_until(function() return lib.rmq_devbroker_group_size(db, 0, GROUP) == 2 end,
+    helpers.wait_until(function() return lib.rmq_devbroker_group_size(fx.db, 0, GROUP) == 2 end,
       30, "second consumer registered")
     helpers.wait_until(function() return total() >= N / 3 end, 60, "progress with two")
     start(3)
-    helpers.wait_until(function() return lib.rmq_devbroker_group_size(db, 0, GROUP) == 3 end,
+    helpers.wait_until(function() return lib.rmq_devbroker_group_size(fx.db, 0, GROUP) == 3 end,
       30, "third consumer registered")
 
     -- Every first-wave message is consumed by someone (duplicates allowed around a move).
@@ -77,7 +69,7 @@ describe("consumer: rebalance among three consumers", function()
       round = round + 1
       for q = 0, QUEUES - 1 do
         local b = "p" .. round .. "_" .. q
-        assert(lib.rmq_devbroker_produce(db, 0, TOPIC, q, nil, nil, b, #b) >= 0)
+        assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, q, nil, nil, b, #b) >= 0)
       end
       helpers.wait_until(function() return select(2, owners_of(round)) end, 30, "probe round")
       local owner, _, clean = owners_of(round)
@@ -94,7 +86,7 @@ describe("consumer: rebalance among three consumers", function()
     -- Second wave: each queue is consumed by exactly one consumer.
     for i = 1, 800 do
       local b = "x" .. i
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, -1, nil, nil, b, #b) >= 0)
+      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, -1, nil, nil, b, #b) >= 0)
     end
     local byq = {}
     helpers.wait_until(function()

@@ -4,14 +4,9 @@
 -- with its in-memory offsets, and a reset drops its queues, writes the new offsets after the
 -- pause (MQClientInstance.resetOffset) and consumes the same messages again.
 local helpers = require "helpers"
-local ffi = require "ffi"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 local lib = cons.lib
-
-pcall(ffi.cdef, [[
-const char *rmq_devbroker_broker_addr(rmq_devbroker_t *db, int idx);
-]])
 
 -- 6 write queues, 4 read queues: the reset table covers the write queues, the consumer holds
 -- only the 4 readable ones.
@@ -27,7 +22,7 @@ describe("consumer: offsets reset by the broker", function()
   lazy_setup(function()
     db, ns = cons.start_broker()
     dir = cons.tmpdir("reset")
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(db)
     local r = assert(raw.request(baddr, CREATE_TOPIC, { topic = TOPIC, readQueueNums = "4",
       writeQueueNums = "6", perm = "6", topicFilterType = "SINGLE_TAG", topicSysFlag = "0",
       order = "false", defaultTopic = "TBW102" }))
@@ -44,7 +39,7 @@ describe("consumer: offsets reset by the broker", function()
       local body = "r" .. i
       assert(lib.rmq_devbroker_produce(db, 0, TOPIC, i % QUEUES, nil, nil, body, #body) >= 0)
     end
-    local baddr = ffi.string(lib.rmq_devbroker_broker_addr(db, 0))
+    local baddr = cons.broker_addr(db)
     -- the queues nobody reads have committed offsets too (the broker needs one per write queue)
     for q = QUEUES, WRITE_QUEUES - 1 do
       assert.equal(0, assert(raw.request(baddr, UPDATE_OFF, { consumerGroup = GROUP,
@@ -54,7 +49,6 @@ describe("consumer: offsets reset by the broker", function()
     local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out })
     local log = dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     helpers.wait_until(function() return cons.count_lines(out) >= N end, 60, "consumed once")
     helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, QUEUES)) end, 30,
       "offsets committed")

@@ -21,8 +21,7 @@ end
 local function run_case(orderly)
   local topic = orderly and "SparseOrderly" or "SparseTopic"
   local group = orderly and "g_sparse_orderly" or "g_sparse"
-  local db, ns = cons.start_broker("--topic " .. topic .. ":1")
-  helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+  local db, ns = cons.test_broker("--topic " .. topic .. ":1")
   local want, seq = {}, 0
   local function put(tag)
     seq = seq + 1

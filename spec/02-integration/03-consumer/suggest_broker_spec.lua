@@ -31,8 +31,7 @@ end
 
 describe("consumer: suggestWhichBrokerId", function()
   it("an id no broker has (2^63 - 1, -7) leaves the pulls on the master", function()
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES)
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":" .. QUEUES)
     cons.produce(db, TOPIC, N, "m")
     for k, id in ipairs({"9223372036854775807LL", "-7LL"}) do
       lib.rmq_devbroker_reset_counts(db)
@@ -45,8 +44,7 @@ describe("consumer: suggestWhichBrokerId", function()
   end)
 
   it("a slave's id sends the pulls to that slave", function()
-    local db, ns = cons.start_broker("--slaves 1 --topic " .. TOPIC .. ":" .. QUEUES)
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--slaves 1 --topic " .. TOPIC .. ":" .. QUEUES)
     local slave = lib.rmq_devbroker_slave(db, 0, 1)
     cons.produce(db, TOPIC, N, "m")
     assert.equal(0, lib.rmq_devbroker_set_suggest(db, 0, 1))

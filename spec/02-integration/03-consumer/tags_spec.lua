@@ -10,46 +10,40 @@ local lib = cons.lib
 local TOPIC, GROUP, QUEUES = "TagTopic", "g_tags", 2
 
 describe("consumer: tag subscription", function()
-  local db, ns, dir
-  lazy_setup(function()
-    db, ns = cons.start_broker("--topic " .. TOPIC .. ":" .. QUEUES)
-    dir = cons.tmpdir("tags")
-  end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
+  local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES, "tags")
 
   it("delivers only TagA and TagB and commits past the rest", function()
     local want = {}
     for i = 1, 300 do
       local tag = ({ "TagA", "TagB", "TagC", "TagAB" })[i % 4 + 1]
       local body = "t" .. i
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, -1, tag, nil, body, #body) >= 0)
+      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, -1, tag, nil, body, #body) >= 0)
       if tag == "TagA" or tag == "TagB" then want[body] = true end
     end
     -- Every queue ends with a wanted message: consuming it commits the max offset.
     for q = 0, QUEUES - 1 do
       local b = "a" .. q
-      assert(lib.rmq_devbroker_produce(db, 0, TOPIC, q, "TagA", nil, b, #b) >= 0)
+      assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, q, "TagA", nil, b, #b) >= 0)
       want[b] = true
     end
-    local out = dir .. "/out.txt"
-    local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
+    local out = fx.dir .. "/out.txt"
+    local s = cons.script(fx.dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
       tags = "TagA || TagB" })
-    local log = dir .. "/run.log"
+    local log = fx.dir .. "/run.log"
     local pid = cons.spawn(s, log)
-    helpers.defer(function() if cons.alive(pid) then cons.stop(pid, "KILL") end end)
     local n = 0
     for _ in pairs(want) do n = n + 1 end
     helpers.wait_until(function() return cons.count_lines(out) >= n end, 60, "tagged messages")
-    helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, QUEUES)) end, 30,
+    helpers.wait_until(function() return (cons.all_committed(fx.db, GROUP, TOPIC, QUEUES)) end, 30,
       "offsets at the last tagged messages")
     -- Then only filtered messages arrive, while the consumer's pulls are parked.
     for q = 0, QUEUES - 1 do
       for k = 1, 5 do
         local b = "c" .. q .. "_" .. k
-        assert(lib.rmq_devbroker_produce(db, 0, TOPIC, q, "TagC", nil, b, #b) >= 0)
+        assert(lib.rmq_devbroker_produce(fx.db, 0, TOPIC, q, "TagC", nil, b, #b) >= 0)
       end
     end
-    helpers.wait_until(function() return (cons.all_committed(db, GROUP, TOPIC, QUEUES)) end, 30,
+    helpers.wait_until(function() return (cons.all_committed(fx.db, GROUP, TOPIC, QUEUES)) end, 30,
       "offsets past the filtered tail")
     cons.stop(pid)
     assert.equal(0, cons.exit_code(log))

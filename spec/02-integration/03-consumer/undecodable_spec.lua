@@ -23,8 +23,7 @@ local function run_case(orderly)
   local topic = orderly and "BadOrderly" or "BadTopic"
   local group = orderly and "g_bad_orderly" or "g_bad"
   local dlq = "%DLQ%" .. group
-  local db, ns = cons.start_broker("--topic " .. topic .. ":1")
-  helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+  local db, ns = cons.test_broker("--topic " .. topic .. ":1")
   for i = 1, N do
     local body = "b" .. i
     assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, body, #body) == i - 1)
@@ -85,8 +84,7 @@ describe("consumer: undecodable messages", function()
 
   it("LZ4 and ZSTD bodies of 5.x producers reach the handler decompressed", function()
     local topic, group = "ZTopic", "g_z"
-    local db, ns = cons.start_broker("--topic " .. topic .. ":1")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = cons.test_broker("--topic " .. topic .. ":1")
     local fx = helpers.fixtures .. "/codec/compression/"
     local plain = helpers.read_file(fx .. "body.txt")
     local cases = {

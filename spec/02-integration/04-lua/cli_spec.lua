@@ -38,9 +38,8 @@ describe("rmqlua check", function()
   end)
 
   it("accepts a good script (exit 0)", function()
-    local rc, out = rmqlua("check " .. tmpdir .. "/good.lua")
-    assert.are.equal(0, rc, out)
-    assert.matches("ok %(consumer_group cli_good, 1 subscription", out)
+    rh.expect_pattern(rmqlua, "check " .. tmpdir .. "/good.lua", 0,
+      "ok %(consumer_group cli_good, 1 subscription")
   end)
 
   local bad = {
@@ -77,17 +76,13 @@ describe("rmqlua check", function()
   for i, c in ipairs(bad) do
     it("rejects a script with a " .. c[1] .. " with file:line and exit 2", function()
       local path = write("bad" .. i .. ".lua", c[2])
-      local rc, out = rmqlua("check " .. path)
-      assert.are.equal(2, rc, out)
-      assert.matches(path:gsub("%p", "%%%0") .. c[3], out)
+      rh.expect_pattern(rmqlua, "check " .. path, 2, path:gsub("%p", "%%%0") .. c[3])
     end)
   end
 
   it("names a folder given as the script (exit 2)", function()
     local dir = helpers.tmpdir("folder.lua")
-    local rc, out = rmqlua("check " .. dir)
-    assert.are.equal(2, rc, out)
-    assert.matches("cannot open script " .. dir .. ": Is a directory", out, 1, true)
+    rh.expect(rmqlua, "check " .. dir, 2, "cannot open script " .. dir .. ": Is a directory")
   end)
 
   it("applies checkConfig (exit 2, the option named)", function()
@@ -112,8 +107,7 @@ describe("rmqlua check", function()
     assert.are.equal(2, rc, out)
     assert.matches("consume_tps_limit", out, 1, true)
     assert.matches("out of range", out, 1, true)
-    rc, out = rmqlua("check --set consume_tps_limit=500 " .. tmpdir .. "/good.lua")
-    assert.are.equal(0, rc, out)
+    rh.expect_pattern(rmqlua, "check --set consume_tps_limit=500 " .. tmpdir .. "/good.lua", 0)
   end)
 
   it("names a missing file and answers usage errors with exit 2", function()
@@ -145,11 +139,8 @@ return {
     expect = { status = "RECONSUME_LATER", ack_index = 0, error = "bad body at 2", sent = {} } },
 }
 ]])
-    local rc, out = rmqlua("test " .. tmpdir .. "/good.lua " .. cases)
-    assert.are.equal(0, rc, out)
-    assert.matches("ok   one", out)
-    assert.matches("ok   partial ack", out)
-    assert.matches("3 case%(s%), 0 failed", out)
+    rh.expect_pattern(rmqlua, "test " .. tmpdir .. "/good.lua " .. cases, 0,
+      "ok   one", "ok   partial ack", "3 case%(s%), 0 failed")
   end)
 
   it("runs consume_orderly cases (SUSPEND with suspend_millis)", function()
@@ -172,9 +163,7 @@ return {
     local rc, out = rmqlua("check " .. script)
     assert.are.equal(0, rc, out)
     assert.matches("consume_orderly", out)
-    rc, out = rmqlua("test " .. script .. " " .. cases)
-    assert.are.equal(0, rc, out)
-    assert.matches("2 case%(s%), 0 failed", out)
+    rh.expect_pattern(rmqlua, "test " .. script .. " " .. cases, 0, "2 case%(s%), 0 failed")
   end)
 
   it("reports failing cases (exit 1)", function()
@@ -185,11 +174,9 @@ return {
     expect = { sent = { { topic = "Elsewhere" } } } },
 }
 ]])
-    local rc, out = rmqlua("test " .. tmpdir .. "/good.lua " .. cases)
-    assert.are.equal(1, rc, out)
-    assert.matches("FAIL wrong status: status \"RECONSUME_LATER\", expected \"SUCCESS\"", out)
-    assert.matches("FAIL wrong send: sent%[1%]%.topic \"Out\", expected \"Elsewhere\"", out)
-    assert.matches("2 case%(s%), 2 failed", out)
+    rh.expect_pattern(rmqlua, "test " .. tmpdir .. "/good.lua " .. cases, 1,
+      "FAIL wrong status: status \"RECONSUME_LATER\", expected \"SUCCESS\"",
+      "FAIL wrong send: sent%[1%]%.topic \"Out\", expected \"Elsewhere\"", "2 case%(s%), 2 failed")
   end)
 
   it("checks the handler's rmq.pause / rmq.resume / rmq.stop calls", function()
@@ -234,24 +221,20 @@ return {
   it("rejects a bad script or cases file (exit 2)", function()
     local rc, out = rmqlua("test " .. tmpdir .. "/bad1.lua " .. tmpdir .. "/cases_ok.lua")
     assert.are.equal(2, rc, out)
-    rc, out = rmqlua("test " .. tmpdir .. "/good.lua " .. write("cases_syntax.lua", "return {\n{\n"))
-    assert.are.equal(2, rc, out)
-    assert.matches("cases_syntax%.lua:", out)
+    local syntax = write("cases_syntax.lua", "return {\n{\n")
+    rh.expect_pattern(rmqlua, "test " .. tmpdir .. "/good.lua " .. syntax, 2, "cases_syntax%.lua:")
   end)
 end)
 
 describe("rmqlua run", function()
   it("refuses a bad script before any connection (exit 2)", function()
-    local rc, out = rmqlua("run --namesrv 127.0.0.1:1 " .. tmpdir .. "/bad2.lua")
-    assert.are.equal(2, rc, out)
-    assert.matches("bad2%.lua:2:", out)
+    rh.expect_pattern(rmqlua, "run --namesrv 127.0.0.1:1 " .. tmpdir .. "/bad2.lua", 2,
+      "bad2%.lua:2:")
   end)
 
   it("needs a name server (exit 2)", function()
     write("good_helper.lua", "return { value = 42 }\n")
-    local rc, out = rmqlua("run " .. write("good.lua", GOOD))
-    assert.are.equal(2, rc, out)
-    assert.matches("name server", out)
+    rh.expect_pattern(rmqlua, "run " .. write("good.lua", GOOD), 2, "name server")
   end)
 end)
 
@@ -272,9 +255,8 @@ describe("the examples", function()
       local ex = helpers.root .. "/examples/" .. name .. ".lua"
       local rc, out = rmqlua("check " .. ex)
       assert.are.equal(0, rc, out)
-      rc, out = rmqlua("test " .. ex .. " " .. helpers.root .. "/examples/cases/" .. name .. ".lua")
-      assert.are.equal(0, rc, out)
-      assert.matches("0 failed", out)
+      local cases = helpers.root .. "/examples/cases/" .. name .. ".lua"
+      rh.expect_pattern(rmqlua, "test " .. ex .. " " .. cases, 0, "0 failed")
     end)
   end
 end)

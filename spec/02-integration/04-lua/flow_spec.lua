@@ -48,8 +48,8 @@ end
 -- data topic's messages stop until then. Topics and group are named after tag.
 local function pause_resume(tag, call, logged)
   local ctl, data = "Ctl" .. tag, "Data" .. tag
-  R.lib.rmq_devbroker_create_topic(R.db, R.ALL, ctl, 1)
-  R.lib.rmq_devbroker_create_topic(R.db, R.ALL, data, 1)
+  R.create_topic(ctl, 1)
+  R.create_topic(data, 1)
   local script = R.write("pause" .. tag .. ".lua", string.format([[
 local rmq = require "rmq"
 return {
@@ -66,8 +66,7 @@ return {
   end,
 }
 ]], tag, ctl, data, call))
-  local h = R.run(script)
-  helpers.defer(function() h.stop() end)
+  local h = R.start(script)
   R.produce(data, "d0")
   h.wait_for("data d0", "consumption before the pause")
   R.produce(ctl, "pause")
@@ -91,13 +90,11 @@ return {
 end
 
 describe("flow control from the script", function()
-  lazy_setup(function() R.start_broker("--delay-scale 0.01") end)
-  lazy_teardown(function() R.stop_broker() end)
+  R.broker_fixture("--delay-scale 0.01")
 
   it("consume_tps_limit holds the rate within 10 % over 10 s, pulling no further ahead", function()
     local LIMIT, QUEUES, N = 300, 4, 6000
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "TpsTopic", QUEUES)
-    for i = 1, N do R.produce("TpsTopic", "m" .. i, nil, nil, i % QUEUES) end
+    R.fill_topic("TpsTopic", QUEUES, N, "m")
     local script = R.write("tps.lua", [[
 local rmq = require "rmq"
 return {
@@ -112,8 +109,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     local function consumed()
       local n = 0
       for v in h.out():gmatch("total (%d+)") do
@@ -156,7 +152,7 @@ return {
   end)
 
   it("a timed rmq.pause(seconds) ends by itself, and a control hook may pause", function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "TimedTopic", 1)
+    R.create_topic("TimedTopic", 1)
     local script = R.write("timed.lua", [[
 local rmq = require "rmq"
 return {
@@ -172,8 +168,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("on_assign paused")
     h.wait_for("by rmq.pause%(%) in the control state")
     h.wait_for("pause over: pulling again", "the end of the control state's pause")
@@ -205,8 +200,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("got before")
     assert.are.equal(0, h.wait_exit(30, "rmqlua to exit by itself"))
     local out = h.out()

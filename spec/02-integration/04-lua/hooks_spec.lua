@@ -6,12 +6,10 @@ local helpers = require "helpers"
 local R = require "02-integration.04-lua.runner"
 
 describe("hooks under rmqlua run", function()
-  lazy_setup(function() R.start_broker("--delay-scale 0.01") end)
-  lazy_teardown(function() R.stop_broker() end)
+  R.broker_fixture("--delay-scale 0.01")
 
   it("run init and shutdown once per consume state, each state with its own globals", function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "IsoTopic", 8)
-    for i = 1, 40 do R.produce("IsoTopic", "m" .. i, nil, nil, i % 8) end
+    R.fill_topic("IsoTopic", 8, 40, "m")
     local script = R.write("iso.lua", [[
 TOP = (TOP or 0) + 1
 local count = 0
@@ -35,8 +33,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     for t = 1, 3 do h.wait_for("init thread=" .. t .. " of 3 inits=1 top=1") end
     require("helpers").wait_until(function() return h.count("consumed m%d+ by") >= 40 end, 30,
       "40 messages consumed")
@@ -65,8 +62,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("attempt 0 ")
     local id = h.out():match("attempt 0 (%w+)")
     h.wait_for("handler exploded")
@@ -78,7 +74,7 @@ return {
   end)
 
   it("suspend an orderly queue and consume the same message again", function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "OrdTopic", 1)
+    R.create_topic("OrdTopic", 1)
     R.produce("OrdTopic", "o1", nil, nil, 0)
     R.produce("OrdTopic", "o2", nil, nil, 0)
     local script = R.write("ord.lua", [[
@@ -98,8 +94,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("ordered o2")
     assert.are.equal(0, h.stop())
     local out = h.out()
@@ -110,7 +105,7 @@ return {
   end)
 
   it("log a bad allocate result and fall back to AllocateMessageQueueAveragely", function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "BadAllocTopic", 2)
+    R.create_topic("BadAllocTopic", 2)
     R.produce("BadAllocTopic", "still consumed", nil, nil, 1)
     local script = R.write("badalloc.lua", [[
 return {
@@ -123,15 +118,14 @@ return {
   consume = function(msgs) print("got " .. msgs[1].body) end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("not one of mq_all", "the allocate error")
     h.wait_for("got still consumed", "consumption through the averagely fallback")
     assert.are.equal(0, h.stop())
   end)
 
   it("call on_revoke and on_assign when a second consumer joins the group", function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "RevTopic", 4)
+    R.create_topic("RevTopic", 4)
     local text = [[
 return {
   consumer_group = "rev_group",

@@ -21,13 +21,11 @@ local function lines(out, pattern)
 end
 
 describe("hot reload", function()
-  lazy_setup(function() R.start_broker("--delay-scale 0.01") end)
-  lazy_teardown(function() R.stop_broker() end)
+  R.broker_fixture("--delay-scale 0.01")
 
   it("under load: every message once, across versions and thread counts", function()
     local N, Q = 3000, 8
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "LoadTopic", Q)
-    for i = 1, N do R.produce("LoadTopic", "m" .. i, nil, nil, i % Q) end
+    R.fill_topic("LoadTopic", Q, N, "m")
     local function version(v, threads)
       return string.format([[
 local rmq = require "rmq"
@@ -69,8 +67,7 @@ return {
 ]], threads, threads, v, v, N, v)
     end
     local path = put("load.lua", version("v1", 4))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     local function total()
       local n = 0
       for v in h.out():gmatch("total (%d+)") do n = math.max(n, tonumber(v)) end
@@ -140,8 +137,7 @@ return {
 ]], extra_init or "", v)
     end
     local path = put("broken.lua", version("v1"))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     R.produce("BrokenTopic", "one")
     h.wait_for("v1 got one")
     local esc = path:gsub("%p", "%%%0")
@@ -180,8 +176,8 @@ return {
 
   it("applies new subscriptions, expressions and allocate hooks; the new control hooks see them",
     function()
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "SubA", 4)
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "SubB", 4)
+    R.create_topic("SubA", 4)
+    R.create_topic("SubB", 4)
     local function version(v, subscribe, allocate)
       return string.format([[
 return {
@@ -200,8 +196,7 @@ return {
 ]], subscribe, allocate or "", v, v, v)
     end
     local path = put("subs.lua", version("v1", 'SubA = "*"'))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     for q = 0, 3 do h.wait_for("v1 assigned SubA#" .. q) end
     R.produce("SubA", "a1", nil, nil, 1)
     h.wait_for("v1 got SubA a1")
@@ -243,8 +238,7 @@ return {
 
   it("applies a new consume_tps_limit to the queues already waiting for tokens", function()
     local N = 400
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "PacedTopic", 2)
-    for i = 1, N do R.produce("PacedTopic", "p" .. i, nil, nil, i % 2) end
+    R.fill_topic("PacedTopic", 2, N, "p")
     local function version(limit)
       return string.format([[
 local rmq = require "rmq"
@@ -264,8 +258,7 @@ return {
 ]], limit, N)
     end
     local path = put("paced.lua", version(20))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     h.wait_for("paced 20", "the first second at 20 messages/s")
     local before = 0
     for v in h.out():gmatch("paced (%d+)") do before = math.max(before, tonumber(v)) end
@@ -292,8 +285,7 @@ return {
 ]], extra or "", v)
     end
     local path = put("fixed.lua", version("v1"))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     R.produce("FixedTopic", "one")
     h.wait_for("v1 got one")
     put("fixed.lua", (version("v2"):gsub('"reload_fixed"', '"another_group"')))
@@ -332,9 +324,9 @@ return {
     function()
     local ffi = require "ffi"
     local NS, ROUTE = -1, 105
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "ProdOptIn", 1)
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "ProdOptOut", 1)
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "ProdOptLate", 1)
+    R.create_topic("ProdOptIn", 1)
+    R.create_topic("ProdOptOut", 1)
+    R.create_topic("ProdOptLate", 1)
     helpers.defer(function() R.lib.rmq_devbroker_set_latency(R.db, NS, ROUTE, 0) end)
     local function version(v, extra)
       return string.format([[
@@ -365,8 +357,7 @@ return {
       return n
     end
     local path = put("prodopt.lua", version("v1"))
-    local h = R.run(path)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path)
     R.lib.rmq_devbroker_reset_counts(R.db)
     R.produce("ProdOptIn", "ProdOptOut")
     h.wait_for("v1 got ProdOptOut")
@@ -414,8 +405,7 @@ return {
 ]], v, v)
     end
     local path = put("watch.lua", version("s1"))
-    local h = R.run(path, "--watch")
-    helpers.defer(function() h.stop() end)
+    local h = R.start(path, "--watch")
     h.wait_for("watching [^\n]*watch%.lua and 1 module%(s%) beside it")
     R.produce("WatchTopic", "one")
     h.wait_for("s1/m1 got one born=s1")

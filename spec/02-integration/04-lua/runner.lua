@@ -24,6 +24,23 @@ function M.stop_broker()
   M.db = nil
 end
 
+-- The development broker (M.db, M.addr) of the describe block this is called in: started with
+-- args in its lazy_setup, stopped in its lazy_teardown.
+function M.broker_fixture(args)
+  helpers.describe_fixture(function() M.start_broker(args) end, M.stop_broker)
+end
+
+-- Topic with queues queues on every broker.
+function M.create_topic(topic, queues)
+  lib.rmq_devbroker_create_topic(M.db, M.ALL, topic, queues)
+end
+
+-- Topic with queues queues, holding n messages: body prefix .. i on queue i % queues.
+function M.fill_topic(topic, queues, n, prefix)
+  M.create_topic(topic, queues)
+  for i = 1, n do M.produce(topic, prefix .. i, nil, nil, i % queues) end
+end
+
 function M.produce(topic, body, tags, keys, queue_id)
   local off = lib.rmq_devbroker_produce(M.db, 0, topic, queue_id or -1, tags, keys, body, #body)
   assert(off >= 0, "produce to " .. topic .. " failed")
@@ -94,6 +111,13 @@ function M.run(script, extra)
     h.rc = rh.exit_code(rcf, 60, "exit of " .. name)
     return h.rc
   end
+  return h
+end
+
+-- M.run, and the process stopped with SIGINT (h.stop) when the test ends.
+function M.start(script, extra)
+  local h = M.run(script, extra)
+  helpers.defer(function() h.stop() end)
   return h
 end
 

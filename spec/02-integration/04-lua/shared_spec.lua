@@ -6,13 +6,11 @@ local helpers = require "helpers"
 local R = require "02-integration.04-lua.runner"
 
 describe("shared dictionaries across 20 consume threads", function()
-  lazy_setup(function() R.start_broker("--delay-scale 0.01") end)
-  lazy_teardown(function() R.stop_broker() end)
+  R.broker_fixture("--delay-scale 0.01")
 
   it("count exactly, add once, expire and evict at the limit", function()
     local N, KEYS = 3000, 100
-    R.lib.rmq_devbroker_create_topic(R.db, R.ALL, "SharedTopic", 8)
-    for i = 1, N do R.produce("SharedTopic", tostring(i), nil, nil, i % 8) end
+    R.fill_topic("SharedTopic", 8, N, "")
     local script = R.write("shared20.lua", [[
 local rmq = require "rmq"
 local mine = 0
@@ -55,8 +53,7 @@ return {
   end,
 }
 ]])
-    local h = R.run(script)
-    helpers.defer(function() h.stop() end)
+    local h = R.start(script)
     h.wait_for("TOTAL REACHED", "all messages counted")
     helpers.sleep(0.4) -- the TTL of 0.3 s set in init has passed
     R.produce("SharedTopic", "probe")

@@ -53,17 +53,13 @@ describe("SQL92 subscriptions in scripts", function()
   for i, b in ipairs(bad) do
     it("rmqlua check rejects " .. b[1] .. " with file:line (exit 2)", function()
       local p = write("bad" .. i .. ".lua", script(b[2]))
-      local rc, out = rmqlua("check " .. p)
-      assert.are.equal(2, rc, out)
-      assert.matches(b[3], out, 1, true)
+      rh.expect(rmqlua, "check " .. p, 2, b[3])
     end)
   end
 
   it("rmq.sql92 wants a string", function()
     local p = write("badarg.lua", script([[X = rmq.sql92(42),]]))
-    local rc, out = rmqlua("check " .. p)
-    assert.are.equal(2, rc, out)
-    assert.matches("rmq.sql92: the expression must be a string, got number", out, 1, true)
+    rh.expect(rmqlua, "check " .. p, 2, "rmq.sql92: the expression must be a string, got number")
   end)
 
   it("rmqlua check warns about text after the expression, which the broker never reads", function()
@@ -107,9 +103,7 @@ return {
     expect = { delivered = 0 } },
 }
 ]])
-      local rc, out = rmqlua("test " .. sp .. " " .. cases)
-      assert.are.equal(0, rc, out)
-      assert.matches("3 case%(s%), 0 failed", out)
+      rh.expect_pattern(rmqlua, "test " .. sp .. " " .. cases, 0, "3 case%(s%), 0 failed")
     end)
 
     it("fails a case whose expectation the selector contradicts", function()
@@ -128,28 +122,24 @@ return {
     expect = { delivered = 1, error = false } },
 }
 ]])
-      local rc, out = rmqlua("test " .. sp .. " " .. cases)
-      assert.are.equal(1, rc, out)
-      assert.matches("FAIL count: delivered 0 message%(s%) %(%), expected 1", out)
-      assert.matches("FAIL list: delivered messages {1,2}, expected {2}", out)
-      assert.matches("FAIL nothing passed: expect.status given, but no message passed", out)
-      assert.matches("FAIL the handler still runs on what passed: unexpected error: .*handler saw boom", out)
-      assert.matches("4 case%(s%), 4 failed", out)
+      rh.expect_pattern(rmqlua, "test " .. sp .. " " .. cases, 1,
+        "FAIL count: delivered 0 message%(s%) %(%), expected 1",
+        "FAIL list: delivered messages {1,2}, expected {2}",
+        "FAIL nothing passed: expect.status given, but no message passed",
+        "FAIL the handler still runs on what passed: unexpected error: .*handler saw boom",
+        "4 case%(s%), 4 failed")
     end)
 
     it("reports a selector that does not compile (exit 2)", function()
       local p = write("badsel.lua", script([[X = rmq.sql92("a >"),]]))
       local cases = write("cases_any.lua", "return {}\n")
-      local rc, out = rmqlua("test " .. p .. " " .. cases)
-      assert.are.equal(2, rc, out)
-      assert.matches("subscribe X: invalid SQL92 expression", out, 1, true)
+      rh.expect(rmqlua, "test " .. p .. " " .. cases, 2, "subscribe X: invalid SQL92 expression")
     end)
 
     it("runs the example's offline cases", function()
-      local rc, out = rmqlua("test " .. helpers.root .. "/examples/sql92.lua "
-        .. helpers.root .. "/examples/cases/sql92.lua")
-      assert.are.equal(0, rc, out)
-      assert.matches("5 case%(s%), 0 failed", out)
+      rh.expect_pattern(rmqlua, "test " .. helpers.root .. "/examples/sql92.lua "
+        .. helpers.root .. "/examples/cases/sql92.lua", 0,
+        "5 case%(s%), 0 failed")
     end)
   end)
 end)

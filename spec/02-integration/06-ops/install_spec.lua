@@ -11,12 +11,10 @@ local lib = helpers.lib()
 local shq = helpers.shq
 local build = os.getenv("RMQLUA_BUILD") or (helpers.root .. "/build")
 
+-- A file's whole text, or nil when it cannot be read.
 local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
+  local ok, s = pcall(helpers.read_file, path)
+  return ok and s or nil
 end
 
 local function exists(path) return read(path) ~= nil end

@@ -4,14 +4,10 @@
 local helpers = require "helpers"
 local rh = require "run_helpers"
 local ffi = require "ffi"
-
-require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
-
-local M = {}
-local lib = helpers.lib()
-M.lib = lib
-M.ALL, M.NAMESRV = -2, -1
+local lib = require "devbroker_ffi"
 local shq = helpers.shq
+
+local M = { lib = lib, ALL = rh.ALL, NAMESRV = rh.NAMESRV }
 
 local function sh(cmd)
   local rc, out = helpers.run(cmd)

@@ -19,9 +19,13 @@ describe("TLS", function()
   end)
   lazy_teardown(function() helpers.run_deferred() end)
 
-  local function tls_broker(extra, topic)
-    local db, ns = sec.start_broker(("--topic %s:4 --tls-cert %s --tls-key %s %s"):format(
-      topic, certs.server, certs.server_key, extra or ""))
+  -- A development broker serving topic (queues queues, else 4) over TLS with the certificate
+  -- cert ("server" when not given; "rogue": the one a CA nobody trusts signed), more options in
+  -- extra; stopped when the test ends.
+  local function tls_broker(extra, topic, cert, queues)
+    cert = cert or "server"
+    local db, ns = sec.start_broker(("--topic %s:%d --tls-cert %s --tls-key %s %s"):format(
+      topic, queues or 4, certs[cert], certs[cert .. "_key"], extra or ""))
     helpers.defer(function() lib.rmq_devbroker_stop(db) end)
     return db, ns
   end
@@ -104,9 +108,7 @@ describe("TLS", function()
 
   it("refuses a server certificate from an unknown CA, naming the address and the reason, and retries", function()
     local dir = helpers.tmpdir("tls-rogue")
-    local db, ns = sec.start_broker(("--topic RogueT:2 --tls-cert %s --tls-key %s")
-      :format(certs.rogue, certs.rogue_key))
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = tls_broker("", "RogueT", "rogue", 2)
     sec.produce(db, "RogueT", 5, "r")
     local script, outf = sec.script(dir, { group = "rogue_g", topic = "RogueT", options = {
       use_tls = true, tls_client_trust_cert_path = certs.ca } })
@@ -122,9 +124,7 @@ describe("TLS", function()
 
   it("trusts any server certificate in test mode, and with tls_client_auth_server off", function()
     local dir = helpers.tmpdir("tls-test-mode")
-    local db, ns = sec.start_broker(("--topic TestModeT:2 --tls-cert %s --tls-key %s --tls-mode enforcing")
-      :format(certs.rogue, certs.rogue_key))
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local db, ns = tls_broker("--tls-mode enforcing", "TestModeT", "rogue", 2)
     sec.produce(db, "TestModeT", 10, "t")
     for i, opts in ipairs { { tls_test_mode_enable = true }, { tls_client_auth_server = false } } do
       opts.use_tls = true

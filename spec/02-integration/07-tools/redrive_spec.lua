@@ -273,14 +273,8 @@ describe("rmqlua redrive", function()
     local dir = helpers.tmpdir("redrive-stop")
     local marker = dir .. "/started"
     -- the predicate says it started, then takes a while over each message
-    local where = rh.write(dir, "slow.lua", string.format([[
-return function(m)
-  local mk = io.open(%q, "w"); mk:write("x"); mk:close()
-  local t = os.clock() + 0.5
-  while os.clock() < t do end
-  return true
-end
-]], marker))
+    local where = rh.write(dir, "slow.lua",
+      "return function(m)\n" .. rh.busy_after_marker(marker) .. "  return true\nend\n")
     local function stopped_run(name)
       os.remove(marker)
       return rh.term_when_started(string.format("%s redrive --namesrv %s --group RsG --where %s",
@@ -321,23 +315,17 @@ end
   end)
 
   it("has nothing to do for a group without dead letters, and wants --group", function()
-    local rc, out = redrive("--group NoDeadLetters")
-    assert.are.equal(0, rc, out)
-    assert.matches("nothing to redrive: %DLQ%NoDeadLetters does not exist", out, 1, true)
-    rc, out = redrive("")
-    assert.are.equal(2, rc, out)
-    assert.matches("--group is required", out, 1, true)
-    rc, out = redrive("--group 'bad group'")
-    assert.are.equal(2, rc, out)
+    rh.expect(redrive, "--group NoDeadLetters", 0,
+      "nothing to redrive: %DLQ%NoDeadLetters does not exist")
+    rh.expect(redrive, "", 2, "--group is required")
+    rh.expect(redrive, "--group 'bad group'", 2)
     local dir = helpers.tmpdir("redrive-folder")
-    rc, out = redrive("--group NoDeadLetters --where " .. dir)
-    assert.are.equal(2, rc, out)
-    assert.matches("--where: cannot open " .. dir .. ": Is a directory", out, 1, true)
+    rh.expect(redrive, "--group NoDeadLetters --where " .. dir, 2,
+      "--where: cannot open " .. dir .. ": Is a directory")
     local bad = dir .. "/bad.lua" -- written with rh.write(dir, "bad.lua", ...)
     rh.write(dir, "bad.lua", "return function(m\n")
-    rc, out = redrive("--group NoDeadLetters --where " .. bad)
-    assert.are.equal(2, rc, out)
-    assert.matches("--where: " .. bad .. ":2: ", out, 1, true)
+    local out = rh.expect(redrive, "--group NoDeadLetters --where " .. bad, 2,
+      "--where: " .. bad .. ":2: ")
     assert.is_nil(out:find("traceback", 1, true), out)
   end)
 end)

@@ -122,6 +122,19 @@ describe("rmqlua tail and redrive with ACL", function()
     if db then lib.rmq_devbroker_stop(db) end
     helpers.run_deferred()
   end)
+  local function tool(args) return cmd(ns, args) end
+
+  -- n dead letters of group (as on the wire: with its namespace) whose RETRY_TOPIC is topic,
+  -- moved by `rmqlua args` (which must print moved): its retry topic holds n messages and its
+  -- progress group's offset is n.
+  local function redrive_all(group, topic, n, args, moved)
+    for i = 1, n do produce_props(db, "%DLQ%" .. group, 0, "d" .. i, { RETRY_TOPIC = topic }) end
+    reset_counts(db)
+    rh.expect(tool, args, 0, moved)
+    assert.equal(n, max_offset(db, "%RETRY%" .. group))
+    assert.equal(n, tonumber(lib.rmq_devbroker_committed_offset(db, 0, "%REDRIVE%" .. group,
+      "%DLQ%" .. group, 0)))
+  end
 
   it("tail reads with the right keys; every request is signed, name server and broker", function()
     reset_counts(db)
@@ -185,20 +198,14 @@ describe("rmqlua tail and redrive with ACL", function()
   end)
 
   it("redrive moves dead letters with the right keys; every request is signed", function()
-    for i = 1, 4 do produce_props(db, "%DLQ%SecG", 0, "d" .. i, { RETRY_TOPIC = "SecT" }) end
-    reset_counts(db)
-    local rc, out = cmd(ns, "redrive --group SecG " .. KEYS)
-    assert.equal(0, rc, out)
-    assert.matches("4 moved to %RETRY%SecG, 0 passed over by --where, 0 failed", out, 1, true)
-    assert.equal(4, max_offset(db, "%RETRY%SecG"))
-    assert.equal(4, tonumber(lib.rmq_devbroker_committed_offset(db, 0, "%REDRIVE%SecG", "%DLQ%SecG", 0)))
+    redrive_all("SecG", "SecT", 4, "redrive --group SecG " .. KEYS,
+      "4 moved to %RETRY%SecG, 0 passed over by --where, 0 failed")
     all_signed(db)
     signed_codes(db, sec.NAMESRV, { ROUTE })
     signed_codes(db, 0, { QUERY_OFFSET, GET_MAX, PULL, SEND_V2, UPDATE_OFFSET })
     -- --to-origin: SecT takes PUB too
-    rc, out = cmd(ns, "redrive --group SecG --to-origin --progress-group SecG " .. KEYS)
-    assert.equal(0, rc, out)
-    assert.matches("4 moved to their original topics", out, 1, true)
+    rh.expect(tool, "redrive --group SecG --to-origin --progress-group SecG " .. KEYS, 0,
+      "4 moved to their original topics")
   end)
 
   it("redrive exits 3 on a wrong secret, naming the access key", function()
@@ -224,14 +231,8 @@ describe("rmqlua tail and redrive with ACL", function()
   end)
 
   it("redrive --set namespace=ns1 moves %DLQ%ns1%G to %RETRY%ns1%G, progress in %REDRIVE%ns1%G", function()
-    for i = 1, 3 do produce_props(db, "%DLQ%ns1%SecNsG", 0, "g" .. i, { RETRY_TOPIC = "ns1%SecNsT" }) end
-    reset_counts(db)
-    local rc, out = cmd(ns, "redrive --group SecNsG --set namespace=ns1 " .. KEYS)
-    assert.equal(0, rc, out)
-    assert.matches("%DLQ%ns1%SecNsG: 3 moved to %RETRY%ns1%SecNsG", out, 1, true)
-    assert.equal(3, max_offset(db, "%RETRY%ns1%SecNsG"))
-    assert.equal(3, tonumber(lib.rmq_devbroker_committed_offset(db, 0, "%REDRIVE%ns1%SecNsG",
-      "%DLQ%ns1%SecNsG", 0)))
+    redrive_all("ns1%SecNsG", "ns1%SecNsT", 3,
+      "redrive --group SecNsG --set namespace=ns1 " .. KEYS, "%DLQ%ns1%SecNsG: 3 moved to %RETRY%ns1%SecNsG")
     all_signed(db)
   end)
 

@@ -34,9 +34,17 @@ local function produce(q, body, tags, keys, props)
     props = props or {} }
 end
 
-local function tail(args)
+-- Store bodies on queue 0 of topic: at offsets 0, 1, ... (asserted).
+local function put_bodies(topic, bodies)
+  for i, body in ipairs(bodies) do
+    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, body, #body) == i - 1)
+  end
+end
+
+-- `rmqlua tail` of topic (TOPIC when not given) with args: exit code and output.
+local function tail(args, topic)
   return helpers.run(string.format("timeout %d %s tail %s --namesrv %s %s 2>&1",
-    math.floor(60 * helpers.scale), helpers.bin, TOPIC, ns, args))
+    math.floor(60 * helpers.scale), helpers.bin, topic or TOPIC, ns, args))
 end
 
 -- The lines tail printed with --format '%q %o %s', as a sorted list of "q:off:body".
@@ -249,14 +257,8 @@ return {
   it("reports a --handler batch that fails while tail is being stopped (SIGTERM)", function()
     local dir = helpers.tmpdir("tail-handler-stop")
     local marker = dir .. "/started"
-    local script = rh.write(dir, "h.lua", string.format([[
-return function(msgs)
-  local mk = io.open(%q, "w"); mk:write("x"); mk:close()
-  local t = os.clock() + 0.5
-  while os.clock() < t do end
-  error("handler gives up")
-end
-]], marker))
+    local script = rh.write(dir, "h.lua", "return function(msgs)\n" ..
+      rh.busy_after_marker(marker) .. '  error("handler gives up")\nend\n')
     local rc, text = rh.term_when_started(string.format("%s tail %s --namesrv %s --from first "
       .. "--handler %s", helpers.bin, TOPIC, ns, script), marker, dir .. "/tail.log")
     assert.are.equal(1, rc, text) -- the batch that ran failed: reported, exit 1
@@ -264,25 +266,18 @@ end
   end)
 
   it("passes over a message it cannot decode and reads on", function()
-    for i = 1, 4 do
-      local body = "d" .. i
-      assert(lib.rmq_devbroker_produce(db, 0, "TailBad", 0, nil, nil, body, #body) == i - 1)
-    end
+    put_bodies("TailBad", { "d1", "d2", "d3", "d4" })
     -- the sysFlag's COMPRESSED bit on a plain body: an invalid zlib stream (PROTOCOL 4.1: SYSFLAG
     -- at byte 36, big-endian)
     assert.are.equal(0, lib.rmq_devbroker_corrupt(db, 0, "TailBad", 0, 1, 39, 1))
-    local rc, out = helpers.run(string.format("timeout %d %s tail TailBad --namesrv %s --from "
-      .. "first -e --format 'M %%q %%o %%s'", math.floor(60 * helpers.scale), helpers.bin, ns))
+    local rc, out = tail("--from first -e --format 'M %q %o %s'", "TailBad")
     assert.are.equal(0, rc, out)
     assert.same({ "0:0:d1", "0:2:d3", "0:3:d4" }, got_of(out))
     assert.matches("the message at queue offset 1 cannot be decoded", out, 1, true)
   end)
 
   it("reads on past unreadable bytes whose queue offset field reads 2^63 - 1", function()
-    for i = 1, 5 do
-      local body = "x" .. i
-      assert(lib.rmq_devbroker_produce(db, 0, "TailMaxOff", 0, nil, nil, body, #body) == i - 1)
-    end
+    put_bodies("TailMaxOff", { "x1", "x2", "x3", "x4", "x5" })
     -- Offset 2's TOTALSIZE (byte 0) lies, and its QUEUEOFFSET field (byte 20) becomes 2^63 - 1
     -- (it held 2): nothing from offset 2 on can be split into messages in a pulled body. One
     -- past 2^63 - 1 must not overflow (undefined in C: the ASan+UBSan build stops there), and
@@ -292,8 +287,7 @@ end
     for k, m in ipairs(masks) do
       assert.are.equal(0, lib.rmq_devbroker_corrupt(db, 0, "TailMaxOff", 0, 2, 20 + k - 1, m))
     end
-    local rc, out = helpers.run(string.format("timeout %d %s tail TailMaxOff --namesrv %s --from "
-      .. "first -e --format 'M %%q %%o %%s'", math.floor(60 * helpers.scale), helpers.bin, ns))
+    local rc, out = tail("--from first -e --format 'M %q %o %s'", "TailMaxOff")
     assert.are.equal(0, rc, out)
     assert.same({ "0:0:x1", "0:1:x2", "0:3:x4", "0:4:x5" }, got_of(out))
     assert.matches("pull body unreadable after queue offset 1 (", out, 1, true)
@@ -321,33 +315,21 @@ end
   end)
 
   it("explains bad arguments (exit 2) and a missing topic (exit 1)", function()
-    local rc, out = tail("--from yesterday")
-    assert.are.equal(2, rc, out)
-    assert.matches("--from takes last, first, OFFSET, -N, @MS", out, 1, true)
-    rc, out = tail("--sql 'a >'")
-    assert.are.equal(2, rc, out)
-    assert.matches("--sql: invalid SQL92 expression", out, 1, true)
-    rc, out = tail("--json --format x")
-    assert.are.equal(2, rc, out)
+    rh.expect(tail, "--from yesterday", 2, "--from takes last, first, OFFSET, -N, @MS")
+    rh.expect(tail, "--sql 'a >'", 2, "--sql: invalid SQL92 expression")
+    rh.expect(tail, "--json --format x", 2)
     local dir = helpers.tmpdir("tail-folder")
-    rc, out = tail("--handler " .. dir)
-    assert.are.equal(2, rc, out)
-    assert.matches("--handler: cannot open " .. dir .. ": Is a directory", out, 1, true)
+    rh.expect(tail, "--handler " .. dir, 2, "--handler: cannot open " .. dir .. ": Is a directory")
     -- A script that does not load is named with file:line, without rmqlua's own Lua frames.
     local bad = dir .. "/bad.lua" -- written with rh.write(dir, "bad.lua", ...)
     rh.write(dir, "bad.lua", "local t = nil\nt.x = 1\nreturn function() end\n")
-    rc, out = tail("--handler " .. bad)
-    assert.are.equal(2, rc, out)
-    assert.matches("--handler: " .. bad .. ":2: attempt to index local 't'", out, 1, true)
-    assert.matches(bad .. ":2: in main chunk", out, 1, true)
+    local out = rh.expect(tail, "--handler " .. bad, 2,
+      "--handler: " .. bad .. ":2: attempt to index local 't'", bad .. ":2: in main chunk")
     assert.is_nil(out:find("rmq/", 1, true), out)
     rh.write(dir, "bad.lua", "return function(\n")
-    rc, out = tail("--handler " .. bad)
-    assert.are.equal(2, rc, out)
-    assert.matches("--handler: " .. bad .. ":2: ", out, 1, true)
+    out = rh.expect(tail, "--handler " .. bad, 2, "--handler: " .. bad .. ":2: ")
     assert.is_nil(out:find("traceback", 1, true), out)
-    rc, out = helpers.run(string.format("%s tail NoSuchTopic --namesrv %s -e", helpers.bin, ns))
-    assert.are.equal(1, rc, out)
-    assert.matches("topic NoSuchTopic does not exist", out, 1, true)
+    rh.expect(helpers.run, string.format("%s tail NoSuchTopic --namesrv %s -e", helpers.bin, ns),
+      1, "topic NoSuchTopic does not exist")
   end)
 end)
