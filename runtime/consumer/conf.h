@@ -1,7 +1,7 @@
 /*
  * conf.h -- consumer configuration: one declarative option table (rmq__conf_props) drives
  * parsing (Lua option tables, `--set key=value`), defaults, checkConfig and the generated option
- * reference in the README.
+ * reference in docs/options.md.
  *
  * Every option is the snake_case name of a DefaultMQPushConsumer / ClientConfig field, with the
  * Java client's default (4.9.4). Setting an option only parses its type (an unknown option, a bad
