@@ -2,6 +2,8 @@
 -- is held to it without editing this spec): it starts with what it shows and how to run it
 -- (against a name server, on the embedded broker, and its offline cases), it has offline cases in
 -- examples/cases/ that `rmqlua test` passes, and `rmqlua check` passes it with strict_globals.
+-- The examples that stop by themselves after --max-messages print whole lines on --embedded,
+-- one record each, with 20 consume threads writing at once.
 local helpers = require "helpers"
 local rh = require "run_helpers"
 
@@ -55,6 +57,24 @@ describe("examples/", function()
       assert.is_true(has(h, test), n .. ": no `" .. test .. "` line")
       assert.is_true(has(header(cases), test), "cases/" .. n .. ".lua does not say how it runs")
     end)
+
+    -- The ones that consume every sample message (the others choose, delay or hold some).
+    local stops = { hello = true, json = true, retry = true, allocate = true, forward = true,
+      throttle = true }
+    if stops[n] then
+      it(n .. ".lua prints whole lines on --embedded", function()
+        local rc, out, err = rh.embedded("--sample-messages 40 --max-messages 40 " .. ex)
+        assert.are.equal(0, rc, err)
+        local lines = 0
+        for line in out:gmatch("[^\n]+") do
+          lines = lines + 1
+          -- Two writes run together would show a second record's first word inside the line.
+          local first = line:match("^%S+")
+          assert.is_nil(line:find(first, #first + 1, true), "interleaved: " .. line)
+        end
+        assert.is_true(lines > 0, n .. " printed nothing on stdout")
+      end)
+    end
 
     it(n .. ".lua passes check (strict_globals) and its offline cases", function()
       local rc, out = rh.rmqlua("check --set strict_globals=true " .. ex)
