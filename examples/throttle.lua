@@ -18,7 +18,9 @@ local rmq = require "rmq"
 -- Stand-in for the real downstream call: a body starting with "busy" plays an overloaded one.
 local function deliver(body)
   if body:sub(1, 4) == "busy" then return nil, "busy" end
-  print("delivered " .. body)
+  -- One write per line: print() writes the newline separately, and the consume threads share
+  -- stdout.
+  io.write("delivered " .. body .. "\n")
   return true
 end
 
