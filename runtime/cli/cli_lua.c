@@ -24,6 +24,7 @@
 #include "consumer/consumer.h"
 #include "devbroker/devbroker.h"
 #include "base/log.h"
+#include "luahost/lua_handler.h"
 #include "luahost/lua_state.h"
 #include "luahost/script.h"
 #include "protocol/sql92.h"
@@ -657,6 +658,7 @@ int rmq__cli_run(int argc, char **argv)
     }
     rmq_devbroker_t *db = NULL;
     rmq_consumer_t *c = NULL;
+    rmq_lua_handler_t *lh = NULL;
     int logging = 0;
     rmq_sample_t sp = {0};
     rmq_consumer_stats_t final = {0};
@@ -721,15 +723,16 @@ int rmq__cli_run(int argc, char **argv)
         rc = EXIT_USAGE;
         goto out;
     }
-    if ((rc = rmq__consumer_new(conf, o.script, &c, err, sizeof(err)))) {
+    lh = rmq__lua_handler_new(o.script);
+    if ((rc = rmq__consumer_new(conf, &lh->h, &c, err, sizeof(err)))) {
         fprintf(stderr, "rmqlua run: %s\n", err);
         rc = (rc == RMQ_ERR_NOMEM) ? EXIT_RUNTIME : EXIT_USAGE;
         c = NULL;
         goto out;
     }
     reload_ctx_t rctx = {.o = &o, .embedded_namesrv = db ? rmq_devbroker_addr(db) : NULL};
-    rmq__consumer_set_conf_builder(c, reload_conf, &rctx);
-    if (o.watch) rmq__consumer_watch(c, 1000);
+    rmq__lua_handler_set_conf_builder(lh, reload_conf, &rctx);
+    if (o.watch) rmq__lua_handler_watch(lh, 1000);
     g_consumer = c;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -752,6 +755,7 @@ int rmq__cli_run(int argc, char **argv)
     g_consumer = NULL;
 out:
     if (c) rmq__consumer_destroy(c);
+    rmq__lua_handler_free(lh);
     if (db) rmq_devbroker_stop(db);
     if (logging) {
         final_status(&final, tty); /* the last line, after the broker's */

@@ -9,8 +9,9 @@
  * (addresses, subscriptions, state names, stop) is instance.c's. The top of the engine: it may
  * call every other file of consumer/, and none of them calls it.
  *
- * Ownership: the consumer owns its loop, transport, producer, pool, control script, routes and
- * queues (see consumer_int.h). The conf given to rmq__consumer_new is copied.
+ * Ownership: the consumer owns its loop, transport, producer, runner (the handler's consume
+ * threads), routes and queues (see consumer_int.h); the handler is borrowed. The conf given to
+ * rmq__consumer_new is copied.
  * Threads: rmq__consumer_new/run/destroy on the caller's thread (which becomes the loop thread);
  * rmq__consumer_reload and rmq__consumer_stats from any thread (rmq__consumer_stop too:
  * instance.c); everything else on the loop.
@@ -21,7 +22,6 @@
 #include "protocol/acl.h"
 #include "protocol/fjson.h"
 #include "protocol/namespace.h"
-#include "luahost/reload.h"
 #include "protocol/route.h"
 
 #include <inttypes.h>
@@ -482,7 +482,7 @@ static void on_acl_refused(void *ud, const char *addr, int32_t code, const rmq_c
     rmq_log_error("client", "%s", msg);
 }
 
-int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t **out,
+int rmq__consumer_new(rmq_conf_t *conf, const rmq_handler_t *handler, rmq_consumer_t **out,
                       char *errstr, size_t errstr_size)
 {
     *out = NULL;
@@ -499,25 +499,20 @@ int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t 
     rmq_consumer_t *c = rmq__xcalloc(1, sizeof(*c));
     uv_mutex_init(&c->stats_mu);
     c->conf = rmq__conf_dup(conf);
-    c->script_path = script_path ? rmq__xstrdup(script_path) : NULL;
-    c->shdicts = rmq_shdicts_new();
+    c->hops = handler->ops;
+    c->himpl = handler->impl;
     c->flow = rmq__flow_new(c);
-    c->reload = rmq__reload_new(c);
-    if (script_path) {
-        int rc = rmq__script_load_ex(script_path, c->shdicts, c->flow, NULL, &c->script, errstr,
-                                     errstr_size);
-        if (rc) {
-            rmq__flow_free(c->flow);
-            rmq__reload_free(c->reload);
-            rmq_shdicts_free(c->shdicts);
-            uv_mutex_destroy(&c->stats_mu);
-            rmq__conf_destroy(c->conf);
-            free(c->script_path);
-            free(c);
-            return rc;
-        }
-        c->hooks = rmq__script_hooks(c->script);
+    c->reconf = rmq__reconf_new();
+    int rc = c->hops->bind(c->himpl, c, c->flow, errstr, errstr_size);
+    if (rc) {
+        rmq__flow_free(c->flow);
+        rmq__reconf_free(c->reconf);
+        uv_mutex_destroy(&c->stats_mu);
+        rmq__conf_destroy(c->conf);
+        free(c);
+        return rc;
     }
+    c->hooks = c->hops->hooks ? c->hops->hooks(c->himpl) : 0;
     rmq__stats_init(c);
     const rmq_conf_t *cf = c->conf;
     c->group = rmq__ns_wrap(cf->namespace, cf->consumer_group);
@@ -570,7 +565,7 @@ static void on_stop_async(uv_async_t *a)
     rmq_consumer_t *c = a->data;
     if (c->reload_requested && !c->stop_requested && c->state == RMQ_CLIENT_RUNNING) {
         c->reload_requested = 0;
-        rmq__reload_request(c);
+        if (c->hops->reload) c->hops->reload(c->himpl);
     }
     if (c->stop_requested && c->state == RMQ_CLIENT_RUNNING) shutdown_begin(c);
     else if (c->stop_requested && c->state == RMQ_CLIENT_CREATED) uv_close((uv_handle_t *)a, NULL);
@@ -652,20 +647,8 @@ int rmq__consumer_run(rmq_consumer_t *c)
         c->producer = NULL;
     }
     rmq__flow_start(c->flow, &c->loop, cf->consume_tps_limit, cf->pull_batch_size);
-    rmq_pool_opts_t pl = {0};
-    pl.script_path = c->script_path;
-    pl.nthreads = cf->consume_thread_min;
-    pl.loop = &c->loop;
-    pl.done = rmq__consume_done;
-    pl.ud = c;
-    pl.consumer_group = cf->consumer_group;
-    pl.consume_timeout_ms = rmq__conf_consume_timeout_ms(cf);
-    pl.lua_memory_limit_kb = (int64_t)cf->lua_memory_limit_mb * 1024;
-    pl.begin = rmq__consume_begin;
-    pl.shdicts = c->shdicts;
-    pl.flow = c->flow;
-    pl.ran = rmq__stats_ran;
-    pl.abandoned = rmq__consume_abandoned;
+    rmq_runner_opts_t pl;
+    rmq__consumer_runner_opts(c, cf, &pl);
     if (rmq__stats_start(c, err, sizeof(err))) {
         rmq_log_error("client", "cannot start: %s", err);
         c->exit_code = RMQ_CONSUMER_EXIT_FAILURE;
@@ -675,7 +658,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
         uv_run(&c->loop, UV_RUN_DEFAULT);
         return c->exit_code;
     }
-    if (rmq__pool_start(&pl, &c->pool, err, sizeof(err))) {
+    if (c->hops->start(c->himpl, &pl, &c->pool, err, sizeof(err))) {
         rmq_log_error("client", "cannot start the consume threads: %s", err);
         c->pool = NULL;
         c->exit_code = RMQ_CONSUMER_EXIT_CONFIG;
@@ -705,7 +688,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     }
     rmq__rb_timer_start(c);
     rmq__c_refresh_routes(c);
-    rmq__reload_start(c); /* --watch */
+    if (c->hops->run) c->hops->run(c->himpl); /* --watch */
     if (c->stop_requested) shutdown_begin(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);
     stats_build(c);
@@ -742,12 +725,13 @@ static void shutdown_begin(rmq_consumer_t *c)
     uv_timer_stop(&c->t_expire);
     uv_timer_stop(&c->t_lock);
     rmq__flow_close(c->flow); /* parked queues released, no more pulls */
-    rmq__reload_close(c);     /* no reload from now on */
+    if (c->hops->close) c->hops->close(c->himpl); /* no reload from now on */
+    rmq__reconf_close(c);
     rmq__consume_abandon_retries(c);
     rmq__undecodable_abandon(c);
     if (c->pool)
-        rmq__pool_stop(c->pool, c->conf->await_termination_millis_when_shutdown, on_pool_closed,
-                       c);
+        c->hops->stop(c->pool, c->conf->await_termination_millis_when_shutdown, on_pool_closed,
+                      c);
     else
         shutdown_persist(c);
 }
@@ -868,14 +852,11 @@ void rmq__consumer_destroy(rmq_consumer_t *c)
     free(c->routes);
     free(c->subs);
     rmq__tls_ctx_release(c->tls);
-    if (c->script) rmq__script_destroy(c->script);
-    rmq_shdicts_free(c->shdicts); /* after every state that used it is closed */
     rmq__flow_free(c->flow);
-    rmq__reload_free(c->reload);
+    rmq__reconf_free(c->reconf);
     rmq__stats_free(c);
     uv_mutex_destroy(&c->stats_mu);
     rmq__conf_destroy(c->conf);
-    free(c->script_path);
     rmq__local_offsets_free(c);
     free(c->group);
     free(c->retry_topic);

@@ -273,6 +273,13 @@ int rmq__conf_check_security(const rmq_conf_t *conf, char *errstr, size_t errstr
  */
 int rmq__conf_parse_timestamp(const char *ts, int64_t *ms_out);
 
+/* The TLS client context a configuration asks for (use_tls, tls_test_mode_enable,
+ * tls_client_*): *out NULL when use_tls is off, else one reference. 0, or RMQ_ERR_CONFIG with
+ * errstr naming the option and the file that could not be loaded (tls_conf.c). Any thread. */
+typedef struct rmq_tls_ctx rmq_tls_ctx_t;
+int rmq__tls_ctx_from_conf(const rmq_conf_t *conf, rmq_tls_ctx_t **out, char *errstr,
+                           size_t errstr_size);
+
 /* The option reference as a Markdown table (name, type, default, range, description). */
 int rmq__conf_describe_markdown(rmq_buf_t *out);
 

@@ -55,9 +55,9 @@ void rmq__cbatch_submit(rmq_consumer_t *c, rmq_cbatch_t *cb, int thread_index)
     c->inflight = cb;
     c->inflight_batches++;
     if (thread_index >= 0)
-        rmq__pool_submit_to(c->pool, thread_index, &cb->b);
+        c->hops->submit_to(c->pool, thread_index, &cb->b);
     else
-        rmq__pool_submit(c->pool, &cb->b);
+        c->hops->submit(c->pool, &cb->b);
 }
 
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n)
@@ -79,12 +79,12 @@ void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int
         rmq__orderly_dispatch(q);
         return;
     }
-    rmq__pool_hold(c->pool); /* one hand-over for every batch of this response */
+    c->hops->hold(c->pool); /* one hand-over for every batch of this response */
     for (int i = 0; i < k; i += bs) {
         int cnt = k - i < bs ? k - i : bs;
         rmq__cbatch_submit(c, rmq__cbatch_new(q, msgs + i, cnt), -1);
     }
-    rmq__pool_flush(c->pool);
+    c->hops->flush(c->pool);
 }
 
 /* Resolve messages: out of the process queue, offset moved (unless dropped), released. */
@@ -447,7 +447,7 @@ static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
 {
     rmq_batch_t *b = &cb->b;
     rmq_qent_t *q = cb->q;
-    rmq__pool_batch_release(b);
+    c->hops->batch_release(b);
     if (b->orderly) {
         rmq__orderly_result(c, cb);
         return;
@@ -580,7 +580,7 @@ static void start_sends(rmq_consumer_t *c, rmq_cbatch_t *cb)
 }
 
 /*
- * The pool gave up on the thread running b (consume_pool.h, opts.abandoned): that thread may come
+ * The runner gave up on the thread running b (handler.h, abandoned): that thread may come
  * back any time later and write into b, and its views read b's messages. b and those messages
  * are left to it for good (the batch is never freed, each message's set keeps one reference
  * more); a copy over the same messages takes b's place (its queue reference, its place among
@@ -636,7 +636,7 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
     if (b->status == RMQ_CONSUME_NOT_RUN) {
         /* Never ran (shutdown): neither acknowledged nor sent back; the process queue keeps the
          * messages so the offset cannot pass them. */
-        rmq__pool_batch_release(b);
+        c->hops->batch_release(b);
         if (b->orderly)
             rmq__orderly_result(c, cb); /* no commit; a dropped queue's deferred unlock */
         else
@@ -649,7 +649,7 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
          * back. */
         rmq_dbg(RMQ_DBG_CONSUME, "consume", "%s: %d message(s) not consumed (queue dropped or "
                 "not locked)", cb->q->name, b->n);
-        rmq__pool_batch_release(b);
+        c->hops->batch_release(b);
         if (b->orderly) {
             rmq__orderly_result(c, cb); /* a dropped queue: no commit, the deferred unlock */
         } else {

@@ -4,8 +4,9 @@
  * pool, and the remote offset store. PROTOCOL.md sections 5 and 6.
  *
  * Ownership: rmq__consumer_new() returns a consumer that owns its libuv loop, every connection,
- * route, process queue and offset, the consume pool and the control Lua state. The rmq_conf_t is
- * borrowed: the caller keeps it alive and unchanged until rmq__consumer_destroy().
+ * route, process queue and offset, and the handler's runner (its consume threads). The
+ * rmq_conf_t is copied; the handler (handler.h) is borrowed: the caller keeps it alive until
+ * rmq__consumer_destroy() returned.
  * Threads: rmq__consumer_new/run/destroy are called on one thread (the thread that calls
  * rmq__consumer_run() becomes the loop thread). rmq__consumer_stop() and
  * rmq__consumer_stats() may be called from any thread at any time between new and destroy;
@@ -18,6 +19,7 @@
 
 typedef struct rmq_conf rmq_conf_t;
 typedef struct rmq_consumer rmq_consumer_t;
+typedef struct rmq_handler rmq_handler_t; /* handler.h */
 
 /* Exit codes returned by rmq__consumer_run() (the same meaning as the CLI's). */
 #define RMQ_CONSUMER_EXIT_OK 0      /* stopped on request; offsets persisted */
@@ -29,13 +31,14 @@ typedef struct rmq_consumer rmq_consumer_t;
 #define RMQ_CONSUMER_EXIT_ACL 3
 
 /*
- * Create a consumer from conf (checked with checkConfig rules) and the consumer script at
- * script_path (loaded into the consume threads when rmq__consumer_run() starts them, and into
- * the control state for the allocate/on_assign/on_revoke hooks). Nothing is connected yet.
- * Returns 0 and *out, or RMQ_ERR_CONFIG / RMQ_ERR_LUA / RMQ_ERR_NOMEM with errstr naming the
- * option or file:line at fault.
+ * Create a consumer from conf (checked with checkConfig rules) and the handler that runs its
+ * batches (handler.h; for a Lua script, luahost/lua_handler.h builds one): the handler is bound
+ * here (ops->bind: a script is loaded into its control state), its runner is started by
+ * rmq__consumer_run(). Nothing is connected yet. Returns 0 and *out, or RMQ_ERR_CONFIG /
+ * RMQ_ERR_NOMEM, or the handler's error (RMQ_ERR_LUA ...) with errstr naming the option or
+ * file:line at fault.
  */
-int rmq__consumer_new(rmq_conf_t *conf, const char *script_path, rmq_consumer_t **out,
+int rmq__consumer_new(rmq_conf_t *conf, const rmq_handler_t *handler, rmq_consumer_t **out,
                       char *errstr, size_t errstr_size);
 
 /*
@@ -52,25 +55,12 @@ int rmq__consumer_run(rmq_consumer_t *c);
 void rmq__consumer_stop(rmq_consumer_t *c);
 
 /*
- * Reload the script (SIGHUP): the new version is checked in throwaway states first (as
- * `rmqlua check` does) and, if good, replaces the running one (reload.c). Any thread, signal
- * handlers included; requests that arrive while a reload runs make one more.
+ * Reload (SIGHUP): the handler is asked for its new version (ops->reload; the Lua host checks
+ * the script in throwaway states first, as `rmqlua check` does, and hands a good one over with
+ * rmq__consumer_adopt). Any thread, signal handlers included; requests that arrive while a
+ * reload runs make one more.
  */
 void rmq__consumer_reload(rmq_consumer_t *c);
-
-/*
- * How a reload builds the configuration of the new version: the caller's own recipe (the CLI:
- * --namesrv, the script's options, --set), run on a worker thread; it returns 0 with *out, or an
- * error with errstr naming file:line. checkConfig is applied after it. Without one, a reload
- * takes the script's options over the defaults and keeps the running name server. Before run.
- */
-typedef int (*rmq_conf_build_cb)(void *ud, const char *script_path, rmq_conf_t **out,
-                                 char *errstr, size_t errstr_size);
-void rmq__consumer_set_conf_builder(rmq_consumer_t *c, rmq_conf_build_cb cb, void *ud);
-
-/* --watch: poll the script and the modules it requires beside it every interval_ms (stat on
- * libuv's worker threads); a change reloads. Before run. */
-void rmq__consumer_watch(rmq_consumer_t *c, int interval_ms);
 
 /* Free everything. Only after rmq__consumer_run() returned (or if it was never called). */
 void rmq__consumer_destroy(rmq_consumer_t *c);

@@ -20,14 +20,13 @@
 #include "allocate.h"
 #include "base/codes.h"
 #include "conf.h"
-#include "luahost/consume_pool.h"
 #include "consumer.h"
 #include "flow.h"
+#include "handler.h"
 #include "protocol/message.h"
 #include "process_queue.h"
 #include "producer/producer.h"
 #include "net/remoting.h"
-#include "luahost/script.h"
 #include "stats.h"
 #include "protocol/subscription.h"
 #include "net/tls.h"
@@ -156,11 +155,12 @@ typedef struct rmq_cbatch {
 
 struct rmq_consumer {
     rmq_conf_t *conf;       /* own copy */
-    char *script_path;
-    rmq_script_t *script;   /* control state (allocate / on_assign / on_revoke hooks) */
-    rmq_shdicts_t *shdicts; /* the script's shared dictionaries (every state, any thread) */
+    /* What runs the handlers (handler.h; borrowed): its consume side is pool, its control
+     * side gives the allocate / on_assign / on_revoke / on_stats hooks. */
+    const rmq_handler_ops_t *hops;
+    void *himpl;
     rmq_flow_t *flow;       /* rmq.pause/resume/stop and consume_tps_limit (flow.c) */
-    struct rmq_reload *reload; /* hot reload of the script (reload.c) */
+    struct rmq_reconf *reconf; /* a reload's new version taking over (reconf.c) */
     uint32_t subs_gen;      /* bumped when a reload replaces subs: replies asked for with an
                              * older value (route, consumer list) are ignored */
     int n_retiring;         /* pools a reload replaced, still finishing their batches */
@@ -171,7 +171,7 @@ struct rmq_consumer {
     volatile int reload_requested; /* any thread (SIGHUP) */
     rmq_remoting_t *rt;
     rmq_producer_t *producer;
-    rmq_pool_t *pool;
+    rmq_runner_t *pool;     /* the handler's runner (consume threads) */
     rmq_client_state_t state;
     int exit_code;
     rmq_tls_ctx_t *tls;     /* use_tls: the client context (built in rmq__consumer_new) */
@@ -357,11 +357,11 @@ void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb);
  * references (duplicates are released). */
 void rmq__consume_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t **msgs, int n);
 void rmq__consume_done(void *ud, rmq_batch_t *b);
-/* The pool's begin callback (consume_pool.h), on a consume thread: skips a batch of a dropped
+/* The runner's begin callback (handler.h), on a consume thread: skips a batch of a dropped
  * queue, or an orderly one whose queue's broker lock is no longer held, else publishes the
  * handler's start time. */
 int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms);
-/* The pool's abandoned callback (consume_pool.h): a copy of b in its place, b left to its
+/* The runner's abandoned callback (handler.h): a copy of b in its place, b left to its
  * thread for good. */
 rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b);
 void rmq__consume_retry_timer(uv_timer_t *t);
@@ -420,8 +420,10 @@ void rmq__rb_flow_thresholds(rmq_consumer_t *c);
 /* Shutdown: go on once the consume threads (and any pool a reload retired) are done. */
 void rmq__c_shutdown_resume(rmq_consumer_t *c);
 
-/* reload.c (hot reload, reload.h) */
-void rmq__reload_request(rmq_consumer_t *c);
-void rmq__reload_close(rmq_consumer_t *c);
+/* reconf.c (a reload's new version, handler.h rmq__consumer_adopt) */
+struct rmq_reconf *rmq__reconf_new(void);
+void rmq__reconf_free(struct rmq_reconf *r);
+/* Shutdown: runners a reload retired get what a shutdown gives their handlers. */
+void rmq__reconf_close(rmq_consumer_t *c);
 
 #endif

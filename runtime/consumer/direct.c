@@ -50,7 +50,7 @@ void rmq__direct_done(rmq_consumer_t *c, rmq_cbatch_t *cb)
     else if (b->handler_error)
         rmq__buf_appendf(&body, "\"remark\":\"the handler raised an error (see the consumer log)\",");
     rmq__buf_appendf(&body, "\"spentTimeMills\":%" PRId64 "}", rmq__now_ms() - d->start_ms);
-    rmq__pool_batch_release(b);
+    c->hops->batch_release(b);
     rmq__c_reply_body(d->conn, &d->req, &body);
     rmq__buf_free(&body);
     rmq__conn_release(d->conn);
@@ -103,5 +103,5 @@ void rmq__direct_request(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
     cb->b.suspend_millis = -1;
     cb->direct = d;
     c->inflight_batches++;
-    rmq__pool_submit(c->pool, &cb->b);
+    c->hops->submit(c->pool, &cb->b);
 }

@@ -290,10 +290,10 @@ static int apply_allocation(rmq_consumer_t *c, rmq_csub_t *s, const int *idx, in
         changed = 1;
     }
     free(held.slot);
-    if (c->script && n_revoked && (c->hooks & RMQ_HOOK_ON_REVOKE))
-        rmq__script_on_revoke(c->script, revoked, n_revoked);
-    if (c->script && n_assigned && (c->hooks & RMQ_HOOK_ON_ASSIGN))
-        rmq__script_on_assign(c->script, assigned, n_assigned);
+    if (n_revoked && (c->hooks & RMQ_HOOK_ON_REVOKE) && c->hops->on_revoke)
+        c->hops->on_revoke(c->himpl, revoked, n_revoked);
+    if (n_assigned && (c->hooks & RMQ_HOOK_ON_ASSIGN) && c->hops->on_assign)
+        c->hops->on_assign(c->himpl, assigned, n_assigned);
     /* Drop the references that kept the revoked names alive for the hook. */
     for (int i = 0; i < n_revoked; i++) rmq__qent_release(revoked_q[i]);
     free(revoked_q);
@@ -331,10 +331,10 @@ static void allocate_topic(rmq_consumer_t *c, rmq_csub_t *s, const char **cids, 
     int *idx = rmq__xcalloc((size_t)s->n_mqs + 1, sizeof(int));
     int n = 0, rc;
     rmq__cid_sort(cids, n_cid);
-    if (c->conf->allocate_message_queue_strategy == RMQ_ALLOC_LUA && c->script &&
-        (c->hooks & RMQ_HOOK_ALLOCATE)) {
-        n = rmq__script_allocate(c->script, c->group, c->client_id, s->mqs, s->n_mqs, cids,
-                                 n_cid, idx, err, sizeof(err));
+    if (c->conf->allocate_message_queue_strategy == RMQ_ALLOC_LUA &&
+        (c->hooks & RMQ_HOOK_ALLOCATE) && c->hops->allocate) {
+        n = c->hops->allocate(c->himpl, c->group, c->client_id, s->mqs, s->n_mqs, cids, n_cid,
+                              idx, err, sizeof(err));
         if (n < 0) {
             rmq_log_error("rebalance", "allocate hook failed for %s: %s; using AVG",
                           s->sd->topic, err);

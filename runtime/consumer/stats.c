@@ -384,10 +384,10 @@ static rmq_stats_snap_t *build(rmq_consumer_t *c)
         t->cached_msgs += o->cached_msgs;
         t->cached_bytes += o->cached_bytes;
     }
-    s->n_threads = c->pool ? rmq__pool_nthreads(c->pool) : 0;
+    s->n_threads = c->pool ? c->hops->nthreads(c->pool) : 0;
     s->lua_memory = rmq__xcalloc((size_t)s->n_threads + 1, sizeof(int64_t));
     for (int i = 0; i < s->n_threads; i++)
-        s->lua_memory[i] = rmq__pool_lua_memory(c->pool, i);
+        s->lua_memory[i] = c->hops->memory ? c->hops->memory(c->pool, i) : 0;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) {
         s->cpu_seconds = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
@@ -419,10 +419,10 @@ static void refresh_clock(rmq_cstats_t *st)
 static void on_stats_hook(uv_timer_t *t)
 {
     rmq_consumer_t *c = t->data;
-    if (c->state != RMQ_CLIENT_RUNNING || !c->script) return;
+    if (c->state != RMQ_CLIENT_RUNNING || !c->hops->on_stats) return;
     rmq_stats_snap_t *s = build(c);
     rmq__stats_publish(c->stats.pub, rmq__stats_snap_keep(s));
-    rmq__script_on_stats(c->script, s);
+    c->hops->on_stats(c->himpl, s);
     rmq__stats_snap_release(s);
 }
 
@@ -928,59 +928,4 @@ json_t *rmq__stats_json(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc)
     }
     json_object_set_new(root, "process", p);
     return root;
-}
-
-/* A JSON value as a Lua value: objects and arrays become tables, numbers Lua numbers (every
- * integer here -- counts, offsets, ms timestamps -- is far below 2^53, so exact). */
-static void push_json(lua_State *L, json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: {
-        const char *k;
-        json_t *e;
-        lua_createtable(L, 0, (int)json_object_size(v));
-        json_object_foreach(v, k, e)
-        {
-            push_json(L, e);
-            lua_setfield(L, -2, k);
-        }
-        break;
-    }
-    case JSON_ARRAY: {
-        size_t i;
-        json_t *e;
-        lua_createtable(L, (int)json_array_size(v), 0);
-        json_array_foreach(v, i, e)
-        {
-            push_json(L, e);
-            lua_rawseti(L, -2, (int)i + 1);
-        }
-        break;
-    }
-    case JSON_STRING:
-        lua_pushlstring(L, json_string_value(v), json_string_length(v));
-        break;
-    case JSON_INTEGER:
-        lua_pushnumber(L, (lua_Number)json_integer_value(v));
-        break;
-    case JSON_REAL:
-        lua_pushnumber(L, json_real_value(v));
-        break;
-    case JSON_TRUE:
-        lua_pushboolean(L, 1);
-        break;
-    case JSON_FALSE:
-        lua_pushboolean(L, 0);
-        break;
-    default:
-        lua_pushnil(L);
-        break;
-    }
-}
-
-void rmq__stats_push_lua(lua_State *L, const rmq_stats_snap_t *s)
-{
-    json_t *j = rmq__stats_json(s, NULL);
-    push_json(L, j);
-    json_decref(j);
 }

@@ -7,10 +7,10 @@
  * integers and fixed-bucket histograms owned by the loop thread: no lock and no atomic per
  * message. Measurements taken on a consume thread (handler start and end) travel back with the
  * batch and are counted when its result arrives on the loop thread; each consume thread reports
- * its Lua heap itself (rmq__pool_lua_memory). The loop thread builds a snapshot every second and
- * publishes it: publishing swaps one pointer under a mutex held for that swap only, and readers
- * take a reference the same way, so a reader never holds up the loop thread for longer than a
- * pointer copy, and a snapshot stays valid for as long as its reader holds it.
+ * its heap itself (the handler's memory op, handler.h). The loop thread builds a snapshot every
+ * second and publishes it: publishing swaps one pointer under a mutex held for that swap only,
+ * and readers take a reference the same way, so a reader never holds up the loop thread for
+ * longer than a pointer copy, and a snapshot stays valid for as long as its reader holds it.
  *
  * The ConsumeStatus figures of GET_CONSUMER_RUNNING_INFO are computed like Java's
  * ConsumerStatsManager: one StatsItem (value, times) per figure and topic, sampled every 10 s
@@ -30,7 +30,6 @@
 #include "consumer.h"
 
 #include <jansson.h>
-#include <lua.h>
 #include <uv.h>
 
 /* ---- histograms ------------------------------------------------------------------------------ */
@@ -236,7 +235,5 @@ double rmq__stats_proc_start_time(void);
 void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc, rmq_buf_t *out);
 /* The snapshot as one JSON object (proc may be NULL). New reference. */
 json_t *rmq__stats_json(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc);
-/* Push the snapshot as a Lua table (the JSON document's shape; numbers, strings, booleans). */
-void rmq__stats_push_lua(lua_State *L, const rmq_stats_snap_t *s);
 
 #endif

@@ -114,6 +114,20 @@ static int parse_i64(const char *s, int64_t *out, int allow_suffix)
     return 0;
 }
 
+/* The value v of integer option name into *out: 0, or -1 with errstr saying it must be min..max
+ * (max < 0: at least min). */
+static int int_opt(const char *name, const char *v, int64_t min, int64_t max, int allow_suffix,
+                   int64_t *out, char *errstr, size_t errstr_size)
+{
+    if (!parse_i64(v, out, allow_suffix) && *out >= min && (max < 0 || *out <= max)) return 0;
+    if (max < 0)
+        rmq__seterr(errstr, errstr_size, "%s must be >= %lld, not '%s'", name, (long long)min, v);
+    else
+        rmq__seterr(errstr, errstr_size, "%s must be %lld..%lld, not '%s'", name, (long long)min,
+                    (long long)max, v);
+    return -1;
+}
+
 int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, char *errstr,
                               size_t errstr_size)
 {
@@ -161,24 +175,13 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             topics = nt2;
             topics[nt++] = v;
         } else if (!strcmp(a, "--brokers")) {
-            if (parse_i64(v, &n, 0) || n < 1 || n > RMQ_DEVBROKER_MAX_BROKERS) {
-                rmq__seterr(errstr, errstr_size, "--brokers must be 1..%d, not '%s'",
-                            RMQ_DEVBROKER_MAX_BROKERS, v);
-                goto bad;
-            }
+            if (int_opt(a, v, 1, RMQ_DEVBROKER_MAX_BROKERS, 0, &n, errstr, errstr_size)) goto bad;
             o->brokers = (int)n;
         } else if (!strcmp(a, "--slaves")) {
-            if (parse_i64(v, &n, 0) || n < 0 || n > RMQ_DEVBROKER_MAX_SLAVES) {
-                rmq__seterr(errstr, errstr_size, "--slaves must be 0..%d, not '%s'",
-                            RMQ_DEVBROKER_MAX_SLAVES, v);
-                goto bad;
-            }
+            if (int_opt(a, v, 0, RMQ_DEVBROKER_MAX_SLAVES, 0, &n, errstr, errstr_size)) goto bad;
             o->slaves = (int)n;
         } else if (!strcmp(a, "--default-queues")) {
-            if (parse_i64(v, &n, 0) || n < 1 || n > 1024) {
-                rmq__seterr(errstr, errstr_size, "--default-queues must be 1..1024, not '%s'", v);
-                goto bad;
-            }
+            if (int_opt(a, v, 1, 1024, 0, &n, errstr, errstr_size)) goto bad;
             o->default_queues = (int)n;
         } else if (!strcmp(a, "--delay-scale")) {
             char *end;
@@ -189,22 +192,13 @@ int rmq__devbroker_parse_args(int argc, char **argv, rmq_devbroker_opts_t *o, ch
             }
             o->delay_scale = d;
         } else if (!strcmp(a, "--max-bytes")) {
-            if (parse_i64(v, &n, 1) || n < 1024) {
-                rmq__seterr(errstr, errstr_size, "--max-bytes must be >= 1024, not '%s'", v);
-                goto bad;
-            }
+            if (int_opt(a, v, 1024, -1, 1, &n, errstr, errstr_size)) goto bad;
             o->max_bytes = n;
         } else if (!strcmp(a, "--channel-expire-ms")) {
-            if (parse_i64(v, &n, 0) || n < 100) {
-                rmq__seterr(errstr, errstr_size, "--channel-expire-ms must be >= 100, not '%s'", v);
-                goto bad;
-            }
+            if (int_opt(a, v, 100, -1, 0, &n, errstr, errstr_size)) goto bad;
             o->channel_expire_ms = n;
         } else if (!strcmp(a, "--lock-expire-ms")) {
-            if (parse_i64(v, &n, 0) || n < 1) {
-                rmq__seterr(errstr, errstr_size, "--lock-expire-ms must be >= 1, not '%s'", v);
-                goto bad;
-            }
+            if (int_opt(a, v, 1, -1, 0, &n, errstr, errstr_size)) goto bad;
             o->lock_expire_ms = n;
         } else if (!strcmp(a, "--fault")) {
             if (rmq__db_fault_parse(v, NULL, NULL, NULL, errstr, errstr_size)) goto bad;
@@ -281,53 +275,6 @@ bad:
 }
 
 /* ---- loop thread: the request gate ----------------------------------------------------------- */
-
-void rmq__db_reply(rmq_conn_t *conn, rmq_cmd_t *resp)
-{
-    int rc = rmq__conn_reply(conn, resp);
-    if (rc)
-        rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "reply to %s failed: %s", rmq__conn_peer(conn),
-                rmq_err_str(rc));
-}
-
-void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark)
-{
-    if (req->flag & RMQ_FLAG_ONEWAY) return;
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, code, remark);
-    rmq__db_reply(conn, &resp);
-    rmq__cmd_free(&resp);
-}
-
-const char *rmq__db_need_ext(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key)
-{
-    const char *v = rmq__cmd_ext(req, key);
-    if (!v) {
-        char msg[200];
-        snprintf(msg, sizeof(msg),
-                 "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom "
-                 "field <%s> is null",
-                 key);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
-    }
-    return v;
-}
-
-void rmq__db_reply_body(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark,
-                        const rmq_buf_t *body)
-{
-    if (req->flag & RMQ_FLAG_ONEWAY) return;
-    rmq_cmd_t resp;
-    rmq__cmd_init_response(&resp, req, code, remark);
-    if (body) {
-        resp.body = body->data;
-        resp.body_len = body->len;
-    }
-    rmq__db_reply(conn, &resp);
-    resp.body = NULL; /* borrowed */
-    resp.body_len = 0;
-    rmq__cmd_free(&resp);
-}
 
 static void rec_free(db_rec_t *r);
 
@@ -505,20 +452,6 @@ static void unsupported(rmq_conn_t *conn, rmq_cmd_t *req, void *ud)
                      name ? name : "unknown code", rmq__conn_peer(conn));
     }
     rmq__db_reply_code(conn, req, RMQ_RESP_REQUEST_CODE_NOT_SUPPORTED, remark);
-}
-
-void rmq__db_set_handler(db_node_t *node, int code, db_handler_fn fn)
-{
-    int i;
-    for (i = 0; i < node->nh; i++)
-        if (node->h[i].code == code) break;
-    if (i == node->nh) {
-        if (node->nh >= (int)RMQ_ARRAY_SIZE(node->h)) abort();
-        node->nh++;
-    }
-    node->h[i].code = code;
-    node->h[i].fn = fn;
-    if (node->t) rmq__remoting_set_handler(node->t, code, gate, node);
 }
 
 static void node_on_close(rmq_conn_t *conn, int err, const char *why, void *ud)
@@ -701,6 +634,19 @@ static void thread_main(void *arg)
 
 /* ---- start / stop ---------------------------------------------------------------------------- */
 
+static void clear_faults(db_node_t *node);
+
+/* The injected errors and latencies of a node. */
+static void node_free_rules(db_node_t *node)
+{
+    clear_faults(node);
+    for (db_latency_t *l = node->latency, *n; l; l = n) {
+        n = l->next;
+        free(l);
+    }
+    node->latency = NULL;
+}
+
 static void db_free(rmq_devbroker_t *db)
 {
     for (int i = 0; i < db->n_brokers; i++) {
@@ -713,24 +659,10 @@ static void db_free(rmq_devbroker_t *db)
         rmq__db_subgroups_free(b);
         rmq__db_admin_free(b);
         rmq__db_broker_store_free(b);
-        for (db_fault_t *f = b->node.faults, *n; f; f = n) {
-            n = f->next;
-            free(f);
-        }
-        for (db_latency_t *l = b->node.latency, *n; l; l = n) {
-            n = l->next;
-            free(l);
-        }
+        node_free_rules(&b->node);
         free(b);
     }
-    for (db_fault_t *f = db->ns.faults, *n; f; f = n) {
-        n = f->next;
-        free(f);
-    }
-    for (db_latency_t *l = db->ns.latency, *n; l; l = n) {
-        n = l->next;
-        free(l);
-    }
+    node_free_rules(&db->ns);
     rmq__db_ns_free(db);
     rmq__db_faults_free(db);
     for (db_rec_t *r = db->recs, *n; r; r = n) {
@@ -1030,13 +962,15 @@ static void push_error_one(db_node_t *node, const ctl_args_t *a)
     *pp = f;
 }
 
-static void op_push_error(rmq_devbroker_t *db, void *arg)
+/* fn on the node a->target names, or on every node for RMQ_DEVBROKER_ALL; RMQ_ERR_INVALID in
+ * a->rc when there is no such node. */
+static void on_target(rmq_devbroker_t *db, ctl_args_t *a,
+                      void (*fn)(db_node_t *node, const ctl_args_t *a))
 {
-    ctl_args_t *a = arg;
     if (a->target == RMQ_DEVBROKER_ALL) {
-        if (db->has_ns) push_error_one(&db->ns, a);
+        if (db->has_ns) fn(&db->ns, a);
         for (int i = 0; i < db->n_brokers; i++)
-            push_error_one(&db->brokers[i]->node, a);
+            fn(&db->brokers[i]->node, a);
         return;
     }
     db_node_t *node = node_of(db, a->target);
@@ -1044,7 +978,12 @@ static void op_push_error(rmq_devbroker_t *db, void *arg)
         a->rc = RMQ_ERR_INVALID;
         return;
     }
-    push_error_one(node, a);
+    fn(node, a);
+}
+
+static void op_push_error(rmq_devbroker_t *db, void *arg)
+{
+    on_target(db, arg, push_error_one);
 }
 
 RMQ_EXPORT int rmq_devbroker_push_error(rmq_devbroker_t *db, int target, int req_code, int code,
@@ -1142,19 +1081,7 @@ static void latency_one(db_node_t *node, const ctl_args_t *a)
 
 static void op_latency(rmq_devbroker_t *db, void *arg)
 {
-    ctl_args_t *a = arg;
-    if (a->target == RMQ_DEVBROKER_ALL) {
-        if (db->has_ns) latency_one(&db->ns, a);
-        for (int i = 0; i < db->n_brokers; i++)
-            latency_one(&db->brokers[i]->node, a);
-        return;
-    }
-    db_node_t *node = node_of(db, a->target);
-    if (!node) {
-        a->rc = RMQ_ERR_INVALID;
-        return;
-    }
-    latency_one(node, a);
+    on_target(db, arg, latency_one);
 }
 
 RMQ_EXPORT int rmq_devbroker_set_latency(rmq_devbroker_t *db, int target, int req_code, int ms)

@@ -19,9 +19,13 @@
  * served, writes refused.
  *
  * Files: devbroker.c (options, thread, request gate, controls), devbroker_ns.c (name server),
- * devbroker_broker.c (broker requests), devbroker_store.c (topics, queues, messages),
- * devbroker_file.c (--store), devbroker_slave.c (--slaves), devbroker_inject.c (offset gaps,
- * corrupted messages), devbroker_filter.c (SQL92 filters), devbroker_int.h (shared internals).
+ * devbroker_broker.c (send, send-back, handler install), devbroker_pull.c (pull, long polling),
+ * devbroker_offset.c (offsets, locks), devbroker_client.c (heartbeats, groups, relayed admin
+ * calls), devbroker_register.c (REGISTER_BROKER), devbroker_store.c (topics, queues,
+ * messages), devbroker_file.c and devbroker_recover.c (--store), devbroker_slave.c (--slaves),
+ * devbroker_inject.c (offset gaps, corrupted messages), devbroker_filter.c (SQL92 filters),
+ * devbroker_reply.c (replies, handler table), devbroker_map.c (string map), devbroker_int.h
+ * (shared internals).
  *
  * Running: rmq__devbroker_start() starts its own thread and libuv loop; everything the
  * broker owns (sockets, store, groups) lives on that thread. The control functions below are

@@ -23,7 +23,7 @@
  * commit-log end at deletion) so that its messages are not recovered at the next start.
  *
  * Ownership: b->admin (created on first use) owns the producer groups (pointers to the client
- * records of devbroker_broker.c, dropped when their connection closes) and the deleted-topic
+ * records of devbroker_client.c, dropped when their connection closes) and the deleted-topic
  * table. Threads: the broker thread only.
  */
 #include "devbroker_int.h"
@@ -138,6 +138,14 @@ static void conn_json(rmq_buf_t *o, const db_client_t *c, int first)
     rmq__buf_appendf(o, ",\"language\":\"%s\",\"version\":%d}", lang ? lang : "OTHER", c->version);
 }
 
+void rmq__db_conn_set_json(rmq_buf_t *o, db_client_t *const *members, int n)
+{
+    rmq__buf_appendf(o, "{\"connectionSet\":[");
+    for (int i = 0; i < n; i++)
+        conn_json(o, members[i], i == 0);
+    rmq__buf_append(o, "]", 1);
+}
+
 /* GET_PRODUCER_CONNECTION_LIST (AdminBrokerProcessor.getProducerConnectionList). */
 static void h_producer_conns(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
@@ -146,17 +154,14 @@ static void h_producer_conns(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (!group) return;
     prod_group_t *g = b->admin ? rmq__dbmap_get(&b->admin->producers, group) : NULL;
     if (!g) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "the producer group[%s] not exist", group);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "the producer group[%s] not exist",
+                            group);
         return;
     }
     rmq_buf_t o;
     rmq__buf_init(&o);
-    rmq__buf_appendf(&o, "{\"connectionSet\":[");
-    for (int i = 0; i < g->n; i++)
-        conn_json(&o, g->members[i], i == 0);
-    rmq__buf_append(&o, "]}", 2);
+    rmq__db_conn_set_json(&o, g->members, g->n);
+    rmq__buf_append(&o, "}", 1);
     rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
     rmq__buf_free(&o);
 }
@@ -644,15 +649,6 @@ static void h_all_topic_config(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
 
 /* ---- GET_TOPIC_STATS_INFO -------------------------------------------------------------------- */
 
-static void mq_key(rmq_buf_t *o, const char *broker, int qid, const char *topic)
-{
-    rmq__buf_append(o, "{\"brokerName\":", 14);
-    rmq__fj_write_str(o, broker, strlen(broker), 0);
-    rmq__buf_appendf(o, ",\"queueId\":%d,\"topic\":", qid);
-    rmq__fj_write_str(o, topic, strlen(topic), 0);
-    rmq__buf_append(o, "}", 1);
-}
-
 /* AdminBrokerProcessor.getTopicStatsInfo: per write queue min, max and the store time of the
  * last message, in the HashMap order of TopicStatsTable.offsetTable. */
 static void h_topic_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
@@ -662,9 +658,7 @@ static void h_topic_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (!topic) return;
     db_topic_t *t = rmq__db_topic_get(b, topic);
     if (!t) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "topic[%s] not exist", topic);
-        rmq__db_reply_code(conn, req, RMQ_RESP_TOPIC_NOT_EXIST, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_TOPIC_NOT_EXIST, "topic[%s] not exist", topic);
         return;
     }
     int n = t->write_q;
@@ -682,7 +676,7 @@ static void h_topic_stats(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
             if (m) ts = m->store_ts;
         }
         if (k) rmq__buf_append(&o, ",", 1);
-        mq_key(&o, b->name, i, t->name);
+        rmq__db_mq_json(&o, b->name, i, t->name);
         rmq__buf_appendf(&o,
                          ":{\"lastUpdateTimestamp\":%lld,\"maxOffset\":%lld,\"minOffset\":%lld}",
                          (long long)ts, (long long)max, (long long)min);
@@ -775,27 +769,6 @@ static void h_stats_data(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 /* ---- GET_BROKER_CONSUME_STATS ---------------------------------------------------------------- */
 
 typedef struct {
-    const char *group;
-    size_t glen;
-    char *topics[512];
-    int n;
-} topics_t;
-
-static void group_topics(const char *key, void *val, void *ud)
-{
-    topics_t *tt = ud;
-    if (strncmp(key, tt->group, tt->glen) != 0 || key[tt->glen] != '\001') return;
-    const char *t = key + tt->glen + 1;
-    const char *end = strchr(t, '\001');
-    if (!end) return;
-    for (int i = 0; i < tt->n; i++)
-        if (strlen(tt->topics[i]) == (size_t)(end - t) &&
-            !memcmp(tt->topics[i], t, (size_t)(end - t)))
-            return;
-    if (tt->n < 512) tt->topics[tt->n++] = rmq__xstrndup(t, (size_t)(end - t));
-}
-
-typedef struct {
     db_broker_t *b;
     rmq_buf_t *o;
     int order_only, n;
@@ -808,18 +781,16 @@ static void bcs_group(db_subgroup_t *sg, void *ud)
     bcs_t *x = ud;
     db_broker_t *b = x->b;
     rmq_buf_t *o = x->o;
-    topics_t *tt = rmq__xcalloc(1, sizeof(*tt));
-    tt->group = sg->name;
-    tt->glen = strlen(sg->name);
-    rmq__dbmap_each(&b->offsets, group_topics, tt);
+    char **topics = rmq__xmalloc(sizeof(*topics) * 512);
+    int ntopics = rmq__db_offset_topics(b, sg->name, topics, 512);
     db_group_t *online = rmq__dbmap_get(&b->groups, sg->name);
     if (x->n++) rmq__buf_append(o, ",", 1);
     rmq__buf_append(o, "{", 1);
     rmq__fj_write_str(o, sg->name, strlen(sg->name), 0);
     rmq__buf_append(o, ":[", 2);
     int nt = 0;
-    for (int k = 0; k < tt->n; k++) {
-        db_topic_t *t = rmq__db_topic_get(b, tt->topics[k]);
+    for (int k = 0; k < ntopics; k++) {
+        db_topic_t *t = rmq__db_topic_get(b, topics[k]);
         if (!t) continue;
         if (x->order_only && !t->order) continue;
         if (online && online->subs.n > 0 && !rmq__dbmap_get(&online->subs, t->name)) continue;
@@ -843,7 +814,7 @@ static void bcs_group(db_subgroup_t *sg, void *ud)
             }
             x->total_diff += max - co;
             if (j) rmq__buf_append(o, ",", 1);
-            mq_key(o, b->name, i, t->name);
+            rmq__db_mq_json(o, b->name, i, t->name);
             rmq__buf_appendf(o,
                              ":{\"brokerOffset\":%lld,\"consumerOffset\":%lld,"
                              "\"lastTimestamp\":%lld}",
@@ -853,9 +824,9 @@ static void bcs_group(db_subgroup_t *sg, void *ud)
         free(order);
     }
     rmq__buf_append(o, "]}", 2);
-    for (int k = 0; k < tt->n; k++)
-        free(tt->topics[k]);
-    free(tt);
+    for (int k = 0; k < ntopics; k++)
+        free(topics[k]);
+    free(topics);
 }
 
 /* AdminBrokerProcessor.fetchAllConsumeStatsInBroker: every subscription group with its
@@ -1004,26 +975,27 @@ static void topic_list(rmq_devbroker_t *db, const char *cluster, rmq_buf_t *o)
     rmq__buf_append(o, "]}", 2);
 }
 
-/* GET_ALL_TOPIC_LIST_FROM_NAMESERVER (RouteInfoManager.getAllTopicList). */
-static void h_all_topics(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
+static void reply_topic_list(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req,
+                             const char *cluster)
 {
     rmq_buf_t o;
     rmq__buf_init(&o);
-    topic_list(node->db, NULL, &o);
+    topic_list(node->db, cluster, &o);
     rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
     rmq__buf_free(&o);
+}
+
+/* GET_ALL_TOPIC_LIST_FROM_NAMESERVER (RouteInfoManager.getAllTopicList). */
+static void h_all_topics(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
+{
+    reply_topic_list(node, conn, req, NULL);
 }
 
 /* GET_TOPICS_BY_CLUSTER (RouteInfoManager.getTopicsByCluster). */
 static void h_topics_by_cluster(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     const char *cluster = rmq__db_need_ext(conn, req, "cluster");
-    if (!cluster) return;
-    rmq_buf_t o;
-    rmq__buf_init(&o);
-    topic_list(node->db, cluster, &o);
-    rmq__db_reply_body(conn, req, RMQ_RESP_SUCCESS, NULL, &o);
-    rmq__buf_free(&o);
+    if (cluster) reply_topic_list(node, conn, req, cluster);
 }
 
 /* GET_SYSTEM_TOPIC_LIST_FROM_NS (RouteInfoManager.getSystemTopicList, the Dashboard's system

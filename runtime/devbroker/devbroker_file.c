@@ -1,5 +1,8 @@
 /*
- * devbroker_file.c -- the optional file store of the development broker (--store DIR).
+ * devbroker_file.c -- the files of a broker's --store directory, DIR/<broker name>/: the
+ * commit log appended to as messages are stored, a whole file replaced (a temporary file
+ * renamed) or read back, and the port file. Opening the directory, recovery and the periodic
+ * saving of the tables are in devbroker_recover.c.
  *
  * Layout, per broker: DIR/<broker name>/commitlog holds every stored message back to back in
  * the stored format (PROTOCOL 4.1); a message's commit-log offset is its byte position in the
@@ -19,31 +22,14 @@
  * Threads: the broker thread (and rmq__devbroker_start before the thread runs).
  */
 #include "devbroker_int.h"
-#include "protocol/message.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
-static int mkdir_p(const char *path)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
-}
-
-static void path_of(const db_broker_t *b, const char *name, char *out, size_t size)
+void rmq__db_file_path(const db_broker_t *b, const char *name, char *out, size_t size)
 {
     snprintf(out, size, "%s/%s", b->dir, name);
 }
@@ -52,7 +38,7 @@ static void path_of(const db_broker_t *b, const char *name, char *out, size_t si
 int rmq__db_file_save(const db_broker_t *b, const char *name, const rmq_buf_t *data)
 {
     char path[4200], tmp[4300];
-    path_of(b, name, path, sizeof(path));
+    rmq__db_file_path(b, name, path, sizeof(path));
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return -1;
@@ -62,45 +48,6 @@ int rmq__db_file_save(const db_broker_t *b, const char *name, const rmq_buf_t *d
     }
     if (fclose(f)) return -1;
     return rename(tmp, path);
-}
-
-static void topic_line(const char *key, void *val, void *ud)
-{
-    db_topic_t *t = val;
-    rmq__buf_appendf(ud, "%s %d %d %d\n", t->name, t->read_q, t->write_q, t->perm);
-}
-
-static void offset_line(const char *key, void *val, void *ud)
-{
-    /* key is "group\001topic\001qid": written as is (groups and topics have no newline) */
-    rmq__buf_appendf(ud, "%lld %s\n", (long long)*(int64_t *)val, key);
-}
-
-void rmq__db_file_flush(db_broker_t *b)
-{
-    if (b->log_fd < 0) return;
-    rmq_buf_t o;
-    if (b->topics_dirty) {
-        rmq__buf_init(&o);
-        rmq__dbmap_each(&b->topics, topic_line, &o);
-        if (rmq__db_file_save(b, "topics", &o) == 0)
-            b->topics_dirty = 0;
-        else
-            rmq_log_error(DB_LOG, "%s: cannot save topics in %s: %s", b->name, b->dir,
-                          strerror(errno));
-        rmq__buf_free(&o);
-    }
-    if (b->offsets_dirty) {
-        rmq__buf_init(&o);
-        rmq__dbmap_each(&b->offsets, offset_line, &o);
-        if (rmq__db_file_save(b, "offsets", &o) == 0)
-            b->offsets_dirty = 0;
-        else
-            rmq_log_error(DB_LOG, "%s: cannot save offsets in %s: %s", b->name, b->dir,
-                          strerror(errno));
-        rmq__buf_free(&o);
-    }
-    rmq__db_subgroups_flush(b);
 }
 
 void rmq__db_file_append(db_broker_t *b, const db_msg_t *m)
@@ -121,18 +68,10 @@ void rmq__db_file_append(db_broker_t *b, const db_msg_t *m)
     }
 }
 
-void rmq__db_file_close(db_broker_t *b)
-{
-    if (b->log_fd < 0) return;
-    rmq__db_file_flush(b);
-    close(b->log_fd);
-    b->log_fd = -1;
-}
-
 int rmq__db_file_port(const db_broker_t *b)
 {
     char path[4200], line[32];
-    path_of(b, "port", path, sizeof(path));
+    rmq__db_file_path(b, "port", path, sizeof(path));
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     int port = 0;
@@ -152,15 +91,6 @@ void rmq__db_file_save_port(db_broker_t *b)
     rmq__buf_free(&o);
 }
 
-static char *read_all(const char *path, size_t *len);
-
-char *rmq__db_file_read(const db_broker_t *b, const char *name, size_t *len)
-{
-    char path[4200];
-    path_of(b, name, path, sizeof(path));
-    return read_all(path, len);
-}
-
 static char *read_all(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -177,149 +107,9 @@ static char *read_all(const char *path, size_t *len)
     return b.data;
 }
 
-/* Rebuild one message read back from the commit log at file offset pos; NULL when it is not a
- * whole, valid message there (a torn write). */
-static db_msg_t *recover_one(db_broker_t *b, const uint8_t *p, size_t avail, int64_t pos)
-{
-    if (avail < RMQ_MSG_MIN_SIZE) return NULL;
-    uint32_t size = rmq__rd32(p);
-    uint32_t magic = rmq__rd32(p + 4);
-    if (size < RMQ_MSG_MIN_SIZE || size > avail ||
-        (magic != RMQ_MSG_MAGIC_V1 && magic != RMQ_MSG_MAGIC_V2))
-        return NULL;
-    if ((int64_t)rmq__rd64(p + 28) != pos) return NULL;
-    int32_t qid = (int32_t)rmq__rd32(p + 12);
-    int64_t qoff = (int64_t)rmq__rd64(p + 20);
-    int32_t sys_flag = (int32_t)rmq__rd32(p + 36);
-    size_t q = 48 + ((sys_flag & RMQ_SYSFLAG_BORNHOST_V6) ? 20 : 8);
-    int64_t store_ts = (int64_t)rmq__rd64(p + q);
-    q += 8 + ((sys_flag & RMQ_SYSFLAG_STOREHOST_V6) ? 20 : 8) + 4 + 8;
-    if (q + 4 > size) return NULL;
-    uint32_t body_len = rmq__rd32(p + q);
-    q += 4;
-    if (q + body_len + 1 > size) return NULL;
-    uint32_t crc = (uint32_t)(crc32(0, p + q, body_len) & 0x7FFFFFFF);
-    if (crc != rmq__rd32(p + 8)) return NULL;
-    q += body_len;
-    size_t tl;
-    if (magic == RMQ_MSG_MAGIC_V2) {
-        tl = rmq__rd16(p + q);
-        q += 2;
-    } else
-        tl = p[q++];
-    if (q + tl + 2 > size) return NULL;
-    char topic[32768];
-    memcpy(topic, p + q, tl);
-    topic[tl] = 0;
-    q += tl;
-    uint32_t pl = rmq__rd16(p + q);
-    q += 2;
-    if (q + pl != size) return NULL;
-    if (rmq__db_deleted_skip(b, topic, pos)) return (db_msg_t *)-1; /* its topic was deleted */
-    db_topic_t *t = rmq__db_topic_get(b, topic);
-    if (!t) t = rmq__db_topic_create(b, topic, qid + 1, qid + 1, 6);
-    db_queue_t *dq = rmq__db_queue(t, qid);
-    if (!dq) {
-        rmq__db_topic_create(b, topic, qid + 1 > t->read_q ? qid + 1 : t->read_q,
-                             qid + 1 > t->write_q ? qid + 1 : t->write_q, t->perm);
-        dq = rmq__db_queue(t, qid);
-    }
-    if (!dq) return NULL;
-    if (dq->n == 0 && dq->max_off == 0 && qoff > 0) /* head trimmed */
-        dq->min_off = dq->max_off = qoff;
-    if (qoff < rmq__db_qmax(dq)) { /* above it: offsets were skipped (a gap) */
-        rmq_log_warn(DB_LOG,
-                     "%s: commit log offset %lld: queue offset %lld of %s/%d, expected "
-                     "%lld; message skipped",
-                     b->name, (long long)pos, (long long)qoff, topic, qid,
-                     (long long)rmq__db_qmax(dq));
-        return (db_msg_t *)-1;
-    }
-    db_msg_t *m = rmq__db_msg_alloc(dq, size);
-    memcpy(m->data, p, size);
-    m->qoff = qoff;
-    m->phys = pos;
-    m->store_ts = store_ts;
-    uint32_t vl = 0;
-    const char *tag = rmq__props_find((const char *)p + q, pl, "TAGS", 4, &vl);
-    if (tag && vl) {
-        m->has_tag = 1;
-        m->tagcode = rmq_java_hash(tag, vl);
-    }
-    return m;
-}
-
-int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t errstr_size)
+char *rmq__db_file_read(const db_broker_t *b, const char *name, size_t *len)
 {
     char path[4200];
-    snprintf(path, sizeof(path), "%s/%s", root, b->name);
-    b->dir = rmq__xstrdup(path);
-    if (mkdir_p(b->dir)) {
-        rmq__seterr(errstr, errstr_size, "--store: cannot create %s: %s", b->dir, strerror(errno));
-        return RMQ_ERR_IO;
-    }
-    /* Topics first: queue counts and permissions as they were. */
-    size_t len;
-    path_of(b, "topics", path, sizeof(path));
-    char *txt = read_all(path, &len);
-    for (char *line = txt ? strtok(txt, "\n") : NULL; line; line = strtok(NULL, "\n")) {
-        char name[512];
-        int rq, wq, perm;
-        if (sscanf(line, "%511s %d %d %d", name, &rq, &wq, &perm) == 4)
-            rmq__db_topic_create(b, name, rq > 0 ? rq : 1, wq > 0 ? wq : 1, perm);
-    }
-    free(txt);
-    rmq__db_subgroups_load(b);
-    rmq__db_deleted_load(b);
-
-    path_of(b, "commitlog", path, sizeof(path));
-    b->log_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (b->log_fd < 0) {
-        rmq__seterr(errstr, errstr_size, "--store: cannot open %s: %s", path, strerror(errno));
-        return RMQ_ERR_IO;
-    }
-    int64_t t0 = rmq__mono_ms();
-    txt = read_all(path, &len);
-    int64_t pos = 0, n = 0;
-    while (txt && (size_t)pos < len) {
-        db_msg_t *m = recover_one(b, (const uint8_t *)txt + pos, len - (size_t)pos, pos);
-        if (!m) break;
-        if (m == (db_msg_t *)-1) {
-            pos += rmq__rd32(txt + pos);
-            continue;
-        }
-        rmq__db_attach(b, m);
-        pos += m->size;
-        n++;
-    }
-    free(txt);
-    b->next_phys = pos;
-    if ((size_t)pos < len) {
-        rmq_log_warn(DB_LOG, "%s: commit log cut at %lld (%zu torn bytes dropped)", b->name,
-                     (long long)pos, len - (size_t)pos);
-        if (ftruncate(b->log_fd, pos)) {
-            rmq__seterr(errstr, errstr_size, "--store: cannot truncate %s: %s", path,
-                        strerror(errno));
-            return RMQ_ERR_IO;
-        }
-    }
-
-    path_of(b, "offsets", path, sizeof(path));
-    txt = read_all(path, &len);
-    for (char *line = txt ? strtok(txt, "\n") : NULL; line; line = strtok(NULL, "\n")) {
-        char *sp = strchr(line, ' ');
-        if (!sp) continue;
-        int64_t *v = rmq__xmalloc(sizeof(*v));
-        *v = strtoll(line, NULL, 10);
-        void *old = rmq__dbmap_put(&b->offsets, sp + 1, v);
-        free(old);
-    }
-    free(txt);
-    b->offsets_dirty = 0;
-    b->topics_dirty = 1;
-    rmq_log_info(DB_LOG,
-                 "%s: recovered %lld messages (%lld bytes, %zu index entries) from %s in %lld ms",
-                 b->name, (long long)n, (long long)pos, rmq__db_index_entries(b), b->dir,
-                 (long long)(rmq__mono_ms() - t0));
-    return 0;
+    rmq__db_file_path(b, name, path, sizeof(path));
+    return read_all(path, len);
 }

@@ -177,9 +177,7 @@ void rmq__db_h_check_client_config(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t 
     if (rmq__db_filter_is_tag(type)) {
         rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
     } else if (!b->node.db->property_filter) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), FILTER_UNSUPPORTED "%s", type);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, FILTER_UNSUPPORTED "%s", type);
     } else if (strcmp(type, "SQL92")) {
         /* FilterFactory.get(type) is null: a NullPointerException, whose message is null. */
         rmq__db_reply_code(conn, req, RMQ_RESP_SUBSCRIPTION_PARSE_FAILED, NULL);

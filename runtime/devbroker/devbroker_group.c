@@ -5,9 +5,10 @@
  * UPDATE_AND_CREATE_SUBSCRIPTIONGROUP / DELETE_SUBSCRIPTIONGROUP (mqadmin updateSubGroup /
  * deleteSubGroup) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (the Dashboard's group list).
  *
- * What a config changes (devbroker_broker.c reads it): retryMaxTimes decides when a sent-back
- * message (or one sent to %RETRY%<group>) goes to %DLQ%<group> unless the client sends its own
- * maxReconsumeTimes (SendMessageProcessor); retryQueueNums 0 turns send-back into a no-op;
+ * What a config changes (devbroker_broker.c and devbroker_pull.c read it): retryMaxTimes
+ * decides when a sent-back message (or one sent to %RETRY%<group>) goes to %DLQ%<group> unless
+ * the client sends its own maxReconsumeTimes (SendMessageProcessor); retryQueueNums 0 turns
+ * send-back into a no-op;
  * consumeEnable false refuses pulls (NO_PERMISSION "subscription group no permission, G");
  * consumeBroadcastEnable false refuses pulls of a BROADCASTING group (PullMessageProcessor).
  * consumeFromMinEnable, brokerId, whichBrokerWhenConsumeSlowly and
@@ -205,22 +206,6 @@ static void h_update(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
 }
 
-typedef struct {
-    const char *group;
-    size_t glen;
-    char *keys[1024];
-    int n;
-} offkeys_t;
-
-static void collect_offsets(const char *key, void *val, void *ud)
-{
-    offkeys_t *ok = ud;
-    if (ok->n < 1024 && strncmp(key, ok->group, ok->glen) == 0 && key[ok->glen] == '\001')
-        ok->keys[ok->n++] = rmq__xstrdup(key);
-}
-
-/* DELETE_SUBSCRIPTIONGROUP: the config goes; with removeOffset=true the group's committed
- * offsets too (ConsumerOffsetManager.removeOffset). */
 static void h_delete(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
@@ -233,18 +218,7 @@ static void h_delete(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         sg_free(old);
         changed(s);
     }
-    if (rmq__cmd_ext_bool(req, "removeOffset")) {
-        offkeys_t *ok = rmq__xcalloc(1, sizeof(*ok));
-        ok->group = name;
-        ok->glen = strlen(name);
-        rmq__dbmap_each(&b->offsets, collect_offsets, ok);
-        for (int i = 0; i < ok->n; i++) {
-            free(rmq__dbmap_del(&b->offsets, ok->keys[i]));
-            free(ok->keys[i]);
-        }
-        if (ok->n) b->offsets_dirty = 1;
-        free(ok);
-    }
+    if (rmq__cmd_ext_bool(req, "removeOffset")) rmq__db_offsets_drop_group(b, name);
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
 }
 

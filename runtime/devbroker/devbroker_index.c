@@ -275,30 +275,17 @@ int rmq__db_index_query(const db_broker_t *b, const char *topic, const char *key
 
 /* ---- the handlers ---------------------------------------------------------------------------- */
 
-/* A required number field, or an answer as Java's header decoding gives (-1). */
-static int need_i64(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key, int64_t *out)
-{
-    if (!rmq__db_need_ext(conn, req, key)) return -1;
-    if (rmq__cmd_ext_i64(req, key, out)) {
-        char msg[200];
-        snprintf(msg, sizeof(msg), "java.lang.NumberFormatException: bad value of <%s>", key);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
-        return -1;
-    }
-    return 0;
-}
-
 /* QueryMessageProcessor.queryMessage + DefaultMessageStore.queryMessage. */
 static void h_query_message(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
-    int64_t max_num, begin, end;
-    const char *topic = rmq__db_need_ext(conn, req, "topic");
-    if (!topic) return;
-    const char *key = rmq__db_need_ext(conn, req, "key");
-    if (!key || need_i64(conn, req, "maxNum", &max_num) ||
-        need_i64(conn, req, "beginTimestamp", &begin) || need_i64(conn, req, "endTimestamp", &end))
-        return;
+    db_hdr_t h = {conn, req, 0};
+    const char *topic = rmq__db_hdr_str(&h, "topic");
+    const char *key = rmq__db_hdr_str(&h, "key");
+    int64_t max_num = rmq__db_hdr_i64(&h, "maxNum");
+    int64_t begin = rmq__db_hdr_i64(&h, "beginTimestamp");
+    int64_t end = rmq__db_hdr_i64(&h, "endTimestamp");
+    if (h.failed) return;
     const char *uniq = rmq__cmd_ext(req, "_UNIQUE_KEY_QUERY"); /* MixAll.UNIQUE_MSG_QUERY_FLAG */
     if (uniq && !strcmp(uniq, "true")) max_num = DEFAULT_QUERY_MAX_NUM;
     if (max_num > MAX_MSGS_NUM_BATCH) max_num = MAX_MSGS_NUM_BATCH;
@@ -342,13 +329,13 @@ static void h_query_message(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 static void h_view_by_id(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
-    int64_t off;
-    if (need_i64(conn, req, "offset", &off)) return;
+    db_hdr_t h = {conn, req, 0};
+    int64_t off = rmq__db_hdr_i64(&h, "offset");
+    if (h.failed) return;
     const db_msg_t *m = rmq__db_find_phys(b, off);
     if (!m) {
-        char msg[100];
-        snprintf(msg, sizeof(msg), "can not find message by the offset, %lld", (long long)off);
-        rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR, msg);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR,
+                            "can not find message by the offset, %lld", (long long)off);
         return;
     }
     rmq_buf_t o = {m->data, m->size, m->size};

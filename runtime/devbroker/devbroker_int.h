@@ -210,7 +210,16 @@ typedef struct db_broker {
     int64_t suggest_id;             /* suggestWhichBrokerId of pull responses (devbroker_inject.c) */
     int64_t told_max;               /* maxOffset pull responses report; INT64_MIN = the true one */
     int64_t told_max_query;         /* the same for GET_MAX_OFFSET answers */
+    /* The store's MessageArrivingListener, set by rmq__db_pull_install: m was stored in q (the
+     * pulls parked on it may run), or m NULL: q's topic is being deleted. NULL = nobody
+     * listens. The store calls nothing above it but this. */
+    void (*arriving)(struct db_broker *b, db_queue_t *q, db_msg_t *m);
 } db_broker_t;
+
+static inline db_broker_t *rmq__db_broker_of(db_node_t *node)
+{
+    return (db_broker_t *)node;
+}
 
 /* A broker registered by another process (REGISTER_BROKER). */
 typedef struct db_remote {
@@ -303,7 +312,6 @@ static inline int64_t rmq__db_qmax(const db_queue_t *q)
 db_msg_t *rmq__db_qget(const db_queue_t *q, int64_t off); /* NULL when not retained */
 /* The retained message with the smallest queue offset >= off, or NULL. */
 db_msg_t *rmq__db_qnext(const db_queue_t *q, int64_t off);
-db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys);
 /* Remove topic t and its messages (DELETE_TOPIC_IN_BROKER); parked pulls on it are answered
  * first. */
 void rmq__db_topic_delete(db_broker_t *b, db_topic_t *t);
@@ -337,25 +345,43 @@ void rmq__db_broker_store_free(db_broker_t *b);
 /* Binary search by store timestamp (ConsumeQueue.getOffsetInQueueByTime). */
 int64_t rmq__db_search_time(const db_queue_t *q, int64_t ts);
 
-/* devbroker_broker.c */
-void rmq__db_broker_install(db_broker_t *b); /* handlers on b->node.t */
-void rmq__db_broker_conn_closed(db_broker_t *b, rmq_conn_t *conn);
-void rmq__db_broker_scan(db_broker_t *b, int64_t now_mono);
-/* A message was stored in q: wake the parked pulls it matches. */
-void rmq__db_wake_parked(db_broker_t *b, db_queue_t *q, db_msg_t *m);
-/* Answer every pull parked on q now (its topic is being deleted). */
-void rmq__db_wake_all_parked(db_broker_t *b, db_queue_t *q);
-/* The iteration order of a java.util.HashMap<MessageQueue, V> of queues 0..n-1 of a topic. */
-void rmq__db_mq_hash_order(const char *broker, const char *topic, int n, int *order);
+/* devbroker_broker.c: SEND, CONSUMER_SEND_MSG_BACK, UPDATE_AND_CREATE_TOPIC */
+void rmq__db_broker_install(db_broker_t *b); /* every handler of a broker, on b->node */
+
+/* devbroker_pull.c: PULL_MESSAGE and long polling */
+void rmq__db_pull_install(db_broker_t *b); /* the handler and b->arriving */
 /* Drop every parked pull (broker going down or stopping). */
 void rmq__db_drop_parked(db_broker_t *b);
-void rmq__db_broker_free_groups(db_broker_t *b);
+void rmq__db_pull_conn_closed(db_broker_t *b, rmq_conn_t *conn); /* drop conn's parked pulls */
+void rmq__db_pull_hold_check(db_broker_t *b, int64_t now_mono); /* every scan */
+
+/* devbroker_offset.c: consumer offsets and queue locks */
+void rmq__db_offset_install(db_broker_t *b);
 int64_t rmq__db_offset_get(db_broker_t *b, const char *group, const char *topic, int qid);
 void rmq__db_offset_set(db_broker_t *b, const char *group, const char *topic, int qid, int64_t v);
-/* Register this process's brokers with the remote name server (REGISTER_BROKER). */
+/* The iteration order of a java.util.HashMap<MessageQueue, V> of queues 0..n-1 of a topic. */
+void rmq__db_mq_hash_order(const char *broker, const char *topic, int n, int *order);
+/* A MessageQueue as JSON: {"brokerName":...,"queueId":...,"topic":...}. */
+void rmq__db_mq_json(rmq_buf_t *o, const char *broker, int qid, const char *topic);
+void rmq__db_offsets_free(db_broker_t *b); /* the offset and lock tables */
+/* The topics group has offsets of, each once: at most max copies into topics (the caller frees
+ * them); returns the count. */
+int rmq__db_offset_topics(db_broker_t *b, const char *group, char **topics, int max);
+void rmq__db_offsets_drop_group(db_broker_t *b, const char *group); /* removeOffset */
+
+/* devbroker_client.c: clients, consumer groups, calls relayed to consumers */
+void rmq__db_client_install(db_broker_t *b);
+void rmq__db_broker_conn_closed(db_broker_t *b, rmq_conn_t *conn);
+void rmq__db_broker_scan(db_broker_t *b, int64_t now_mono);
+void rmq__db_broker_free_groups(db_broker_t *b);
+
+/* devbroker_register.c: register this process's brokers with the remote name server
+ * (REGISTER_BROKER). */
 void rmq__db_register_all(struct rmq_devbroker *db);
 
-/* A stored message read back (devbroker_broker.c). */
+/* devbroker_stored.c: a stored message read back. The retained message at commit-log offset
+ * phys, or NULL; and the fields of a stored message. */
+db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys);
 typedef struct db_stored {
     const char *topic;
     size_t topic_len;
@@ -393,11 +419,14 @@ int rmq__db_filter_for_pull(db_broker_t *b, rmq_conn_t *conn, const rmq_cmd_t *r
 int rmq__db_filter_match(const struct rmq_sql92 *expr, const db_msg_t *m);
 void rmq__db_h_check_client_config(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req);
 
-/* devbroker_file.c: --store DIR */
+/* devbroker_recover.c: --store DIR opened and recovered, its tables saved */
 int rmq__db_file_open(db_broker_t *b, const char *root, char *errstr, size_t errstr_size);
-void rmq__db_file_append(db_broker_t *b, const db_msg_t *m);
 void rmq__db_file_flush(db_broker_t *b); /* save dirty topic and offset tables */
 void rmq__db_file_close(db_broker_t *b);
+
+/* devbroker_file.c: the files of DIR/<broker> */
+void rmq__db_file_append(db_broker_t *b, const db_msg_t *m);
+void rmq__db_file_path(const db_broker_t *b, const char *name, char *out, size_t size);
 /* The port the broker listened on in its last run (DIR/<broker>/port), 0 when unknown; and
  * saving the one it listens on now. */
 int rmq__db_file_port(const db_broker_t *b);
@@ -411,15 +440,8 @@ char *rmq__db_file_read(const db_broker_t *b, const char *name, size_t *len);
 /* Start `per_master` slaves for every broker (after the brokers and their topics exist). */
 int rmq__db_slaves_start(struct rmq_devbroker *db, int per_master, char *errstr,
                          size_t errstr_size);
-/* A master created or changed topic t / stored a message: do the same on its slaves. */
-void rmq__db_slaves_topic(db_broker_t *b, const db_topic_t *t);
-void rmq__db_slaves_store(db_broker_t *b, const db_topic_t *t, const db_msg_in_t *in);
 /* Every 10 s, each slave whose master is up takes the master's consumer offsets. */
 void rmq__db_slaves_sync(struct rmq_devbroker *db, int64_t now_mono);
-/* The addresses of master b and its slaves that are up, in broker id order; returns the count
- * (at most RMQ_DEVBROKER_MAX_SLAVES + 1). */
-int rmq__db_group_addrs(struct rmq_devbroker *db, db_broker_t *b, int64_t *ids,
-                        const char **addrs);
 
 /* devbroker_acl.c: --acl FILE (plain_acl.yml), checked on every broker request */
 typedef struct db_acl db_acl_t;
@@ -508,6 +530,9 @@ void rmq__db_producers_heartbeat(db_broker_t *b, struct db_client *c, const char
                                  int n);
 void rmq__db_producers_unregister(db_broker_t *b, struct db_client *c, const char *group);
 void rmq__db_producers_drop(db_broker_t *b, struct db_client *c); /* its connection closed */
+/* The start of a ProducerConnection / ConsumerConnection body: {"connectionSet":[...] with
+ * the clientAddr, clientId, language and version of each of n clients (the caller goes on). */
+void rmq__db_conn_set_json(rmq_buf_t *o, struct db_client *const *members, int n);
 void rmq__db_admin_free(db_broker_t *b);
 /* --store: a message of a deleted topic older than its deletion is not recovered. */
 void rmq__db_deleted_load(db_broker_t *b);
@@ -528,19 +553,39 @@ int rmq__db_node_up(db_node_t *node, char *errstr, size_t errstr_size);
 void rmq__db_run_sync(struct rmq_devbroker *db, void (*fn)(struct rmq_devbroker *, void *),
                       void *arg);
 
-/* devbroker.c: the common request gate (record, faults, latency). */
+/* devbroker_reply.c: the handler table the request gate of devbroker.c serves, the replies, and
+ * the readers of request fields (calls nothing else of the development broker). */
 typedef void (*db_handler_fn)(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req);
+/* Set the handler of a request code; before the node is up (rmq__db_node_up registers the
+ * table with the transport). */
 void rmq__db_set_handler(db_node_t *node, int code, db_handler_fn fn);
 /* Reply helpers (errors are logged only: the peer may be gone). */
 void rmq__db_reply(rmq_conn_t *conn, rmq_cmd_t *resp);
 void rmq__db_reply_code(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark);
+/* The same with a remark formatted as printf does (cut at 1023 bytes). */
+void rmq__db_reply_codef(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *fmt, ...)
+    RMQ_PRINTF(4, 5);
 /* A required header field; when absent, answers as Java's header decoding does
  * (SYSTEM_ERROR, "the custom field <key> is null") and returns NULL. */
 const char *rmq__db_need_ext(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key);
 /* Reply with a body the caller still owns (not sent for oneway requests). */
 void rmq__db_reply_body(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark,
                         const rmq_buf_t *body);
-void rmq__db_log_debug(const char *fmt, ...) RMQ_PRINTF(1, 2);
+/* Required and optional header fields of one request: the first one missing or malformed
+ * answers it (SYSTEM_ERROR with Java's message) and sets failed; later ones answer nothing. */
+typedef struct db_hdr {
+    rmq_conn_t *conn;
+    const rmq_cmd_t *req;
+    int failed;
+} db_hdr_t;
+const char *rmq__db_hdr_str(db_hdr_t *h, const char *key);
+int64_t rmq__db_hdr_i64(db_hdr_t *h, const char *key);
+/* An optional number: def when absent (*present, when not NULL, says which). */
+int64_t rmq__db_hdr_opt_i64(db_hdr_t *h, const char *key, int64_t def, int *present);
+/* Parse a request's JSON body; on failure answer SYSTEM_ERROR "bad <what>: <why>" and return
+ * NULL. The caller frees the document. */
+struct rmq_fjdoc;
+struct rmq_fjdoc *rmq__db_parse_body(rmq_conn_t *conn, rmq_cmd_t *req, const char *what);
 
 #define DB_LOG "devbroker"
 

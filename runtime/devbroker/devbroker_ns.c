@@ -90,6 +90,26 @@ typedef struct {
     rmq_broker_addr_t a[RMQ_DEVBROKER_MAX_SLAVES + 1]; /* master and slaves, id order */
 } addr_row_t;
 
+/* The addresses of master b and its slaves (devbroker_slave.c) that are up, in broker id order;
+ * returns the count (at most RMQ_DEVBROKER_MAX_SLAVES + 1). */
+static int group_addrs(rmq_devbroker_t *db, db_broker_t *b, int64_t *ids, const char **addrs)
+{
+    int n = 0;
+    if (!b->down) {
+        ids[n] = 0;
+        addrs[n++] = b->node.addr;
+    }
+    for (int k = 1; k <= RMQ_DEVBROKER_MAX_SLAVES; k++)
+        for (int i = 0; i < db->n_brokers; i++) {
+            db_broker_t *s = db->brokers[i];
+            if (s->master == b && s->id == k && !s->down) {
+                ids[n] = k;
+                addrs[n++] = s->node.addr;
+            }
+        }
+    return n;
+}
+
 typedef struct {
     rmq_queue_data_t qds[RMQ_DEVBROKER_MAX_BROKERS + 64];
     rmq_broker_data_t bds[RMQ_DEVBROKER_MAX_BROKERS + 64];
@@ -129,7 +149,7 @@ static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         if (b->master) continue; /* listed with its master */
         int64_t ids[RMQ_DEVBROKER_MAX_SLAVES + 1];
         const char *addrs[RMQ_DEVBROKER_MAX_SLAVES + 1];
-        int n = rmq__db_group_addrs(db, b, ids, addrs);
+        int n = group_addrs(db, b, ids, addrs);
         db_topic_t *t = rmq__db_topic_get(b, topic);
         if (t && n) acc_add(a, db->cluster, b->name, n, ids, addrs, t);
     }
@@ -207,7 +227,7 @@ static void h_cluster_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     for (int i = 0; i < db->n_brokers; i++) {
         int64_t ids[RMQ_DEVBROKER_MAX_SLAVES + 1];
         const char *addrs[RMQ_DEVBROKER_MAX_SLAVES + 1];
-        int n = db->brokers[i]->master ? 0 : rmq__db_group_addrs(db, db->brokers[i], ids, addrs);
+        int n = db->brokers[i]->master ? 0 : group_addrs(db, db->brokers[i], ids, addrs);
         if (n) cluster_entry(&o, &first, db->cluster, db->brokers[i]->name, n, ids, addrs);
     }
     for (db_remote_t *r = db->remotes; r; r = r->next) {
@@ -236,7 +256,7 @@ static void h_cluster_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
                 int64_t ids[RMQ_DEVBROKER_MAX_SLAVES + 1];
                 const char *addrs[RMQ_DEVBROKER_MAX_SLAVES + 1];
                 if (db->brokers[i]->master ||
-                    !rmq__db_group_addrs(db, db->brokers[i], ids, addrs))
+                    !group_addrs(db, db->brokers[i], ids, addrs))
                     continue;
                 if (n++) rmq__buf_append(&names, ",", 1);
                 rmq__fj_write_str(&names, db->brokers[i]->name, strlen(db->brokers[i]->name), 0);

@@ -91,29 +91,6 @@ int rmq__db_slaves_start(rmq_devbroker_t *db, int per_master, char *errstr, size
     return 0;
 }
 
-void rmq__db_slaves_topic(db_broker_t *b, const db_topic_t *t)
-{
-    rmq_devbroker_t *db = b->node.db;
-    for (int i = 0; i < db->n_brokers; i++) {
-        db_broker_t *s = db->brokers[i];
-        if (s->master == b) rmq__db_topic_create(s, t->name, t->read_q, t->write_q, t->perm);
-    }
-}
-
-void rmq__db_slaves_store(db_broker_t *b, const db_topic_t *t, const db_msg_in_t *in)
-{
-    rmq_devbroker_t *db = b->node.db;
-    for (int i = 0; i < db->n_brokers; i++) {
-        db_broker_t *s = db->brokers[i];
-        if (s->master != b) continue;
-        db_topic_t *st = rmq__db_topic_get(s, t->name);
-        char err[256];
-        if (!st || !rmq__db_store(s, st, in, err, sizeof(err)))
-            rmq_log_warn(DB_LOG, "%s: slave %lld did not take a message of %s", s->name,
-                         (long long)s->id, t->name);
-    }
-}
-
 static void copy_offset(const char *key, void *val, void *ud)
 {
     db_broker_t *s = ud;
@@ -134,22 +111,4 @@ void rmq__db_slaves_sync(rmq_devbroker_t *db, int64_t now_mono)
         s->last_sync_ms = now_mono;
         rmq__dbmap_each(&s->master->offsets, copy_offset, s);
     }
-}
-
-int rmq__db_group_addrs(rmq_devbroker_t *db, db_broker_t *b, int64_t *ids, const char **addrs)
-{
-    int n = 0;
-    if (!b->down) {
-        ids[n] = 0;
-        addrs[n++] = b->node.addr;
-    }
-    for (int k = 1; k <= RMQ_DEVBROKER_MAX_SLAVES; k++)
-        for (int i = 0; i < db->n_brokers; i++) {
-            db_broker_t *s = db->brokers[i];
-            if (s->master == b && s->id == k && !s->down) {
-                ids[n] = k;
-                addrs[n++] = s->node.addr;
-            }
-        }
-    return n;
 }

@@ -1,12 +1,15 @@
 /*
  * devbroker_store.c -- the development broker's in-memory store: topics, per-queue
  * offset-indexed rings of stored messages, the commit log order (physical offsets, the byte
- * cap that drops the oldest messages), delayed messages (delay levels), and a small string map.
+ * cap that drops the oldest messages), delayed messages (delay levels), and the synchronous
+ * replication of a master's topics and messages to its slaves (--slaves).
  *
  * Ownership: a broker's store owns one reference on every retained message; a PULL response
  * being written holds one more per message (rmq__db_msg_release drops it). Dropping the oldest
  * message moves its queue's min offset; a message in flight stays alive until written. Every
  * message attached joins the message index (devbroker_index.c) and leaves it when dropped.
+ * Above the store, only the pull's long polling hears of a new message: through b->arriving,
+ * so that the store calls nothing above it.
  * Threads: the broker thread only.
  */
 #include "devbroker_int.h"
@@ -18,99 +21,31 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* ---- string map ------------------------------------------------------------------------------ */
+/* ---- replication to slaves (--slaves) ------------------------------------------------------- */
 
-static size_t hash_str(const char *s)
+/* A master's slaves take every topic it creates and every message it stores at once, with the
+ * same queue offsets (devbroker_slave.c). */
+static void slaves_topic(db_broker_t *b, const db_topic_t *t)
 {
-    size_t h = 1469598103934665603ull;
-    while (*s)
-        h = (h ^ (unsigned char)*s++) * 1099511628211ull;
-    return h;
-}
-
-void *rmq__dbmap_get(const db_map_t *m, const char *key)
-{
-    if (!m->nb) return NULL;
-    for (db_ent_t *e = m->b[hash_str(key) % m->nb]; e; e = e->next)
-        if (strcmp(e->key, key) == 0) return e->val;
-    return NULL;
-}
-
-static void map_grow(db_map_t *m)
-{
-    size_t nb = m->nb ? m->nb * 2 : 16;
-    db_ent_t **b = rmq__xcalloc(nb, sizeof(*b));
-    for (size_t i = 0; i < m->nb; i++) {
-        for (db_ent_t *e = m->b[i], *n; e; e = n) {
-            n = e->next;
-            size_t k = hash_str(e->key) % nb;
-            e->next = b[k];
-            b[k] = e;
-        }
+    rmq_devbroker_t *db = b->node.db;
+    for (int i = 0; i < db->n_brokers; i++) {
+        db_broker_t *s = db->brokers[i];
+        if (s->master == b) rmq__db_topic_create(s, t->name, t->read_q, t->write_q, t->perm);
     }
-    free(m->b);
-    m->b = b;
-    m->nb = nb;
 }
 
-void *rmq__dbmap_put(db_map_t *m, const char *key, void *val)
+static void slaves_store(db_broker_t *b, const db_topic_t *t, const db_msg_in_t *in)
 {
-    if (m->nb) {
-        for (db_ent_t *e = m->b[hash_str(key) % m->nb]; e; e = e->next) {
-            if (strcmp(e->key, key) == 0) {
-                void *old = e->val;
-                e->val = val;
-                return old;
-            }
-        }
+    rmq_devbroker_t *db = b->node.db;
+    for (int i = 0; i < db->n_brokers; i++) {
+        db_broker_t *s = db->brokers[i];
+        if (s->master != b) continue;
+        db_topic_t *st = rmq__db_topic_get(s, t->name);
+        char err[256];
+        if (!st || !rmq__db_store(s, st, in, err, sizeof(err)))
+            rmq_log_warn(DB_LOG, "%s: slave %lld did not take a message of %s", s->name,
+                         (long long)s->id, t->name);
     }
-    if (m->n + 1 > m->nb) map_grow(m);
-    db_ent_t *e = rmq__xmalloc(sizeof(*e));
-    e->key = rmq__xstrdup(key);
-    e->val = val;
-    size_t k = hash_str(key) % m->nb;
-    e->next = m->b[k];
-    m->b[k] = e;
-    m->n++;
-    return NULL;
-}
-
-void *rmq__dbmap_del(db_map_t *m, const char *key)
-{
-    if (!m->nb) return NULL;
-    for (db_ent_t **pe = &m->b[hash_str(key) % m->nb]; *pe; pe = &(*pe)->next) {
-        db_ent_t *e = *pe;
-        if (strcmp(e->key, key) == 0) {
-            void *v = e->val;
-            *pe = e->next;
-            free(e->key);
-            free(e);
-            m->n--;
-            return v;
-        }
-    }
-    return NULL;
-}
-
-void rmq__dbmap_each(const db_map_t *m, void (*fn)(const char *key, void *val, void *ud), void *ud)
-{
-    for (size_t i = 0; i < m->nb; i++)
-        for (db_ent_t *e = m->b[i]; e; e = e->next)
-            fn(e->key, e->val, ud);
-}
-
-void rmq__dbmap_free(db_map_t *m, void (*free_val)(void *))
-{
-    for (size_t i = 0; i < m->nb; i++) {
-        for (db_ent_t *e = m->b[i], *n; e; e = n) {
-            n = e->next;
-            if (free_val) free_val(e->val);
-            free(e->key);
-            free(e);
-        }
-    }
-    free(m->b);
-    memset(m, 0, sizeof(*m));
 }
 
 /* ---- topics and queues ----------------------------------------------------------------------- */
@@ -159,7 +94,7 @@ db_topic_t *rmq__db_topic_create(db_broker_t *b, const char *name, int read_q, i
     topic_ensure(t, read_q > write_q ? read_q : write_q);
     b->data_version++;
     b->topics_dirty = 1;
-    if (!b->master) rmq__db_slaves_topic(b, t);
+    if (!b->master) slaves_topic(b, t);
     return t;
 }
 
@@ -283,21 +218,6 @@ db_msg_t *rmq__db_msg_alloc(db_queue_t *q, size_t size)
     return m;
 }
 
-db_msg_t *rmq__db_find_phys(db_broker_t *b, int64_t phys)
-{
-    size_t lo = 0, hi = b->log_n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        db_msg_t *m = b->log[(b->log_head + mid) % b->log_cap];
-        if (m->phys == phys) return m;
-        if (m->phys < phys)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
-}
-
 int64_t rmq__db_search_time(const db_queue_t *q, int64_t ts)
 {
     if (q->n == 0) return 0;
@@ -405,8 +325,8 @@ db_msg_t *rmq__db_store(db_broker_t *b, db_topic_t *t, const db_msg_in_t *in, ch
     if (b->log_fd >= 0) rmq__db_file_append(b, m);
     rmq__db_attach(b, m);
     rmq__db_stats_on_store(b, (int64_t)m->size);
-    rmq__db_wake_parked(b, q, m);
-    if (!b->master) rmq__db_slaves_store(b, t, in);
+    if (b->arriving) b->arriving(b, q, m);
+    if (!b->master) slaves_store(b, t, in);
     return m;
 }
 
@@ -529,7 +449,7 @@ void rmq__db_topic_delete(db_broker_t *b, db_topic_t *t)
     rmq__dbmap_del(&b->topics, t->name);
     rmq__db_index_drop_topic(b, t->name);
     for (int i = 0; i < t->nq; i++)
-        rmq__db_wake_all_parked(b, t->queues[i]);
+        if (b->arriving) b->arriving(b, t->queues[i], NULL);
     /* Its messages leave the commit log order; the store's reference on each goes with it. */
     size_t kept = 0;
     db_msg_t **log = rmq__xmalloc(sizeof(*log) * (b->log_n ? b->log_n : 1));

@@ -18,37 +18,19 @@
 #define RMQ_CONSUME_POOL_H
 
 #include "base/common.h"
+#include "consumer/handler.h"
 #include "rmqlua_ffi.h"
 
 #include <uv.h>
 
 typedef struct rmq_pool rmq_pool_t;
 
-/* batch->status of a batch the pool never ran (shutdown). */
-#define RMQ_CONSUME_NOT_RUN (-1)
-/* batch->status of a batch whose handler was not called because opts.begin refused it. */
-#define RMQ_CONSUME_SKIPPED (-2)
-
-/* Called on the loop thread for every batch that was submitted, exactly once. */
-typedef void (*rmq_pool_done_cb)(void *ud, rmq_batch_t *batch);
-/*
- * Called on the consume thread that took a batch, right before its handler runs, with the
- * handler's start time (CLOCK_MONOTONIC ms, within a few ms). Returns 0 to run the handler, or
- * nonzero to skip it: the batch then comes back with status RMQ_CONSUME_SKIPPED. It runs on a
- * consume thread, concurrently with the loop thread: it may read only what is safe to read from
- * any thread (atomics) and write only the batch's own engine data (atomically where the loop
- * thread reads it before done()).
- */
-typedef int (*rmq_pool_begin_cb)(void *ud, rmq_batch_t *batch, int64_t start_ms);
-
-/* What a consume thread measured about one run of a batch (uv_hrtime clock, ns). */
-typedef struct rmq_batch_run {
-    int64_t start_ns, end_ns; /* the handler call */
-    int timed_out;            /* interrupted for running past consume_timeout */
-} rmq_batch_run_t;
-/* Called on the consume thread right after a batch ran, before it goes back: keep it to a few
- * stores into the batch's own bookkeeping (no locks, no logging). */
-typedef void (*rmq_pool_ran_cb)(void *ud, rmq_batch_t *batch, const rmq_batch_run_t *run);
+/* The engine's callbacks, statuses and run measurements (RMQ_CONSUME_NOT_RUN,
+ * RMQ_CONSUME_SKIPPED, rmq_batch_run_t) are those of the handler interface
+ * (consumer/handler.h): the pool is the Lua host's runner. */
+typedef rmq_handler_done_cb rmq_pool_done_cb;
+typedef rmq_handler_begin_cb rmq_pool_begin_cb;
+typedef rmq_handler_ran_cb rmq_pool_ran_cb;
 
 typedef struct rmq_pool_opts {
     const char *script_path; /* the consumer script */

@@ -9,24 +9,19 @@
  * loaded but have not run init yet -- all on a libuv worker thread, so the loop never waits. If
  * anything fails, the previous version keeps running and the error is logged with file:line.
  *
- * Then, on the loop thread: the new configuration and control state (allocate, on_assign,
- * on_revoke) take over; subscriptions are rebuilt (queues of a topic no longer subscribed are
- * dropped, a changed expression gets a new subVersion), the thresholds, timers and
- * consume_tps_limit follow the new values; the new pool (consume_thread_min threads) takes every
- * new batch, and the old pool is retired: its queued batches move to the new pool at once (they
- * never ran), its running batches finish and are applied as usual, then its states run the old
- * shutdown hook; only then do the new states run init and start on the batches that waited.
- * A heartbeat and a rebalance follow. So no batch is lost or run twice by a reload (a handler
- * still running consume_timeout after the reload is interrupted and its batch runs again, as a
- * consume timeout would do). Shared dictionaries (rmq.shared) and flow control are the
- * consumer's and carry over.
+ * Then, on the loop thread, the new control state takes over in the handler and the engine
+ * adopts the new configuration and pool (consumer/handler.h, rmq__consumer_adopt: subscriptions
+ * rebuilt, thresholds and timers, the old pool retired: its queued batches move to the new pool
+ * at once, its running batches finish, then its states run the old shutdown hook; only then do
+ * the new states run init and start on the batches that waited). So no batch is lost or run
+ * twice by a reload. Shared dictionaries (rmq.shared) are the handler's and flow control the
+ * consumer's: both carry over.
  *
  * --watch polls (uv_fs_poll) the script and the modules its top-level code required from its
  * folder; a change reloads, and the list follows each reload.
  *
- * Ownership: the consumer owns its reload state; a job owns what it built until the loop thread
- * adopts it (or frees it). Configurations replaced by a reload are kept until the consumer is
- * destroyed (nothing else holds them, but they are cheap and it keeps every pointer valid).
+ * Ownership: the Lua handler owns its reload state; a job owns what it built until the loop
+ * thread hands it over (or frees it).
  * Threads: rmq__reload_new/free on the consumer's creating thread; the job's work on a libuv
  * worker thread (it reads the running configuration, which only the loop thread replaces, after
  * the job); everything else on the loop thread.
@@ -36,14 +31,16 @@
 
 #include "base/common.h"
 
-typedef struct rmq_consumer rmq_consumer_t;
+typedef struct rmq_lua_handler rmq_lua_handler_t;
 typedef struct rmq_reload rmq_reload_t;
 
-rmq_reload_t *rmq__reload_new(rmq_consumer_t *c);
+rmq_reload_t *rmq__reload_new(rmq_lua_handler_t *lh);
 void rmq__reload_free(rmq_reload_t *r);
-/* consumer_run, once the loop runs: start watching when asked to. */
-void rmq__reload_start(rmq_consumer_t *c);
-/* How many reloads took effect so far (loop thread). */
-int rmq__reload_count(const rmq_consumer_t *c);
+/* The loop runs: start watching when asked to. */
+void rmq__reload_start(rmq_lua_handler_t *lh);
+/* SIGHUP or a --watch change: a job, or one more after the running one. */
+void rmq__reload_request(rmq_lua_handler_t *lh);
+/* Shutting down: no reload from now on (the polls closed, a running job cancelled). */
+void rmq__reload_close(rmq_lua_handler_t *lh);
 
 #endif

@@ -409,13 +409,69 @@ void rmq__script_on_revoke(rmq_script_t *s, const rmq_mq_t *mqs, int n)
     call_mq_hook(s, s->ref_on_revoke, RMQ_HOOK_ON_REVOKE, "on_revoke", mqs, n);
 }
 
+/* A JSON value as a Lua value: objects and arrays become tables, numbers Lua numbers (every
+ * integer here -- counts, offsets, ms timestamps -- is far below 2^53, so exact). */
+static void push_json(lua_State *L, json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *e;
+        lua_createtable(L, 0, (int)json_object_size(v));
+        json_object_foreach(v, k, e)
+        {
+            push_json(L, e);
+            lua_setfield(L, -2, k);
+        }
+        break;
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *e;
+        lua_createtable(L, (int)json_array_size(v), 0);
+        json_array_foreach(v, i, e)
+        {
+            push_json(L, e);
+            lua_rawseti(L, -2, (int)i + 1);
+        }
+        break;
+    }
+    case JSON_STRING:
+        lua_pushlstring(L, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        lua_pushnumber(L, (lua_Number)json_integer_value(v));
+        break;
+    case JSON_REAL:
+        lua_pushnumber(L, json_real_value(v));
+        break;
+    case JSON_TRUE:
+        lua_pushboolean(L, 1);
+        break;
+    case JSON_FALSE:
+        lua_pushboolean(L, 0);
+        break;
+    default:
+        lua_pushnil(L);
+        break;
+    }
+}
+
+/* The snapshot as a Lua table (the /stats JSON document's shape; numbers, strings, booleans). */
+static void push_stats(lua_State *L, const rmq_stats_snap_t *s)
+{
+    json_t *j = rmq__stats_json(s, NULL);
+    push_json(L, j);
+    json_decref(j);
+}
+
 void rmq__script_on_stats(rmq_script_t *s, const rmq_stats_snap_t *snap)
 {
     if (!(s->hooks & RMQ_HOOK_ON_STATS)) return;
     lua_State *L = s->L;
     char err[4096];
     lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_on_stats);
-    rmq__stats_push_lua(L, snap);
+    push_stats(L, snap);
     if (rmq__lua_pcall(L, 1, 0, err, sizeof(err)))
         rmq_log_error("lua", "on_stats hook of %s failed: %s", s->path, err);
 }

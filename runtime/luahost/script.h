@@ -17,6 +17,7 @@
 #define RMQ_SCRIPT_H
 
 #include "base/common.h"
+#include "consumer/handler.h"
 #include "rmqlua_ffi.h"
 
 typedef struct rmq_conf rmq_conf_t;
@@ -24,17 +25,8 @@ typedef struct rmq_mq rmq_mq_t; /* route.h: { char *topic; char *broker_name; in
 typedef struct rmq_script rmq_script_t;
 typedef struct rmq_stats_snap rmq_stats_snap_t; /* stats.h */
 
-/* Which optional hooks a script defines (rmq__script_hooks()). */
-enum {
-    RMQ_HOOK_CONSUME = 1 << 0,
-    RMQ_HOOK_CONSUME_ORDERLY = 1 << 1,
-    RMQ_HOOK_ALLOCATE = 1 << 2,
-    RMQ_HOOK_INIT = 1 << 3,
-    RMQ_HOOK_SHUTDOWN = 1 << 4,
-    RMQ_HOOK_ON_ASSIGN = 1 << 5,
-    RMQ_HOOK_ON_REVOKE = 1 << 6,
-    RMQ_HOOK_ON_STATS = 1 << 7
-};
+/* Which optional hooks a script defines (rmq__script_hooks()): the RMQ_HOOK_* bits of
+ * consumer/handler.h. */
 
 /*
  * Load the script at path into a new control state: run its top-level code, validate the

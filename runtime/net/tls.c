@@ -10,8 +10,6 @@
  */
 #include "tls.h"
 
-#include "consumer/conf.h"
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <openssl/err.h>
@@ -355,22 +353,6 @@ int rmq__tls_ctx_server(const rmq_tls_server_conf_t *cf, rmq_tls_ctx_t **out, ch
 fail:
     rmq__tls_ctx_release(c);
     return RMQ_ERR_CONFIG;
-}
-
-int rmq__tls_ctx_from_conf(const rmq_conf_t *conf, rmq_tls_ctx_t **out, char *errstr, size_t n)
-{
-    *out = NULL;
-    if (!conf->use_tls) return 0;
-    rmq_tls_client_conf_t cf = {
-        .test_mode = conf->tls_test_mode_enable,
-        .auth_server = conf->tls_client_auth_server,
-        .cert_path = conf->tls_client_cert_path,
-        .key_path = conf->tls_client_key_path,
-        .key_password = conf->tls_client_key_password,
-        .trust_cert_path = conf->tls_client_trust_cert_path,
-        .skip_name_check = !conf->tls_verify_server_name,
-    };
-    return rmq__tls_ctx_client(&cf, out, errstr, n);
 }
 
 int rmq__tls_ctx_names_host(const rmq_tls_ctx_t *c, const char *host, char *names, size_t n)

@@ -30,7 +30,6 @@
 
 typedef struct rmq_tls_ctx rmq_tls_ctx_t;
 typedef struct rmq_tls rmq_tls_t;
-struct rmq_conf;
 
 /* Client side (TlsSystemConfig's tls.client.* / tls.test.mode.enable). */
 typedef struct rmq_tls_client_conf {
@@ -61,9 +60,6 @@ int rmq__tls_ctx_client(const rmq_tls_client_conf_t *conf, rmq_tls_ctx_t **out, 
                         size_t errstr_size);
 int rmq__tls_ctx_server(const rmq_tls_server_conf_t *conf, rmq_tls_ctx_t **out, char *errstr,
                         size_t errstr_size);
-/* The client context an rmq_conf_t asks for: *out NULL when use_tls is off. Same errors. */
-int rmq__tls_ctx_from_conf(const struct rmq_conf *conf, rmq_tls_ctx_t **out, char *errstr,
-                           size_t errstr_size);
 /* 1 when the context's own certificate names host (an IP or a name, as a client checks it);
  * 0 otherwise, with the names it holds in names ("DNS:a.example, IP:10.0.0.1"). */
 int rmq__tls_ctx_names_host(const rmq_tls_ctx_t *ctx, const char *host, char *names, size_t n);

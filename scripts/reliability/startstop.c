@@ -1,9 +1,9 @@
 /*
  * startstop.c -- the reliability suite's start/stop cycler (scripts/reliability.sh, scenario
  * "start/stop"): N start/stop cycles of one push consumer in one process through the library's
- * C API (consumer.h), with the process's file descriptors, threads and resident memory measured
- * after the first cycle and after the last. Built by CMake as `reliability_startstop` (never
- * installed); not a test of its own.
+ * C API (consumer.h, with the Lua handler of luahost/lua_handler.h), with the process's file
+ * descriptors, threads and resident memory measured after the first cycle and after the last.
+ * Built by CMake as `reliability_startstop` (never installed); not a test of its own.
  *
  *   reliability_startstop --namesrv ADDR --script PATH [--cycles N] [--max-wait-ms MS]
  *                         [--set KEY=VALUE]...
@@ -22,6 +22,7 @@
  */
 #include "consumer/conf.h"
 #include "consumer/consumer.h"
+#include "luahost/lua_handler.h"
 #include "luahost/script.h"
 
 #include <uv.h>
@@ -143,9 +144,11 @@ int main(int argc, char **argv)
         }
         if (!rc) rc = rmq__conf_check(conf, err, sizeof(err));
         rmq_consumer_t *c = NULL;
-        if (!rc) rc = rmq__consumer_new(conf, script, &c, err, sizeof(err));
+        rmq_lua_handler_t *lh = rmq__lua_handler_new(script);
+        if (!rc) rc = rmq__consumer_new(conf, &lh->h, &c, err, sizeof(err));
         if (rc) {
             fprintf(stderr, "cycle %ld: %s\n", n, err);
+            rmq__lua_handler_free(lh);
             rmq__conf_destroy(conf);
             return 1;
         }
@@ -160,6 +163,7 @@ int main(int argc, char **argv)
         rmq__consumer_stop(c);
         uv_thread_join(&th);
         rmq__consumer_destroy(c);
+        rmq__lua_handler_free(lh);
         rmq__conf_destroy(conf);
         if (r.rc != RMQ_CONSUMER_EXIT_OK) {
             fprintf(stderr, "cycle %ld: the consumer's run returned %d\n", n, r.rc);
