@@ -110,6 +110,17 @@ end
 -- examples/NAME.lua of the repository.
 function M.example(name) return helpers.root .. "/examples/" .. name .. ".lua" end
 
+-- `rmqlua run --embedded --sample-messages n` of examples/hello.lua in the background, in a fresh
+-- folder helpers.tmpdir(tag): its stdout in the folder's file out, its stderr in err, its exit
+-- code in rc. Returns the pid and the paths of the three files.
+function M.spawn_hello(tag, n)
+  local d = helpers.tmpdir(tag)
+  local out, errf, rcf = d .. "/out", d .. "/err", d .. "/rc"
+  local pid = helpers.spawn(string.format("sh -c 'exec %s run --embedded --sample-messages %d %s 2> %s'",
+    helpers.bin, n, M.example("hello"), errf), { log = out, rc = rcf })
+  return pid, out, errf, rcf
+end
+
 -- `rmqlua ARGS` in the foreground with $NAMESRV_ADDR empty: exit code, stdout and stderr.
 function M.rmqlua(args)
   return helpers.run("NAMESRV_ADDR= " .. helpers.bin .. " " .. args)

@@ -85,7 +85,14 @@
     X(RESUME_CHECK_HALF_MESSAGE, 323)                                                              \
     X(SEND_REPLY_MESSAGE, 324)                                                                     \
     X(SEND_REPLY_MESSAGE_V2, 325)                                                                  \
-    X(PUSH_REPLY_MESSAGE_TO_CLIENT, 326)
+    X(PUSH_REPLY_MESSAGE_TO_CLIENT, 326)                                                           \
+    X(QUERY_ASSIGNMENT, 400)                                                                       \
+    X(SET_MESSAGE_REQUEST_MODE, 401)                                                               \
+    X(GET_ALL_MESSAGE_REQUEST_MODE, 402)                                                           \
+    X(POP_MESSAGE, 200050)                                                                         \
+    X(ACK_MESSAGE, 200051)                                                                         \
+    X(CHANGE_MESSAGE_INVISIBLETIME, 200053)                                                        \
+    X(BATCH_ACK_MESSAGE, 200151)
 
 #define RMQ_RESPONSE_CODES(X)                                                                      \
     X(SUCCESS, 0)                                                                                  \
@@ -124,6 +131,10 @@
     X(UPDATE_AND_CREATE_ACL_CONFIG_FAILED, 209)                                                    \
     X(DELETE_ACL_CONFIG_FAILED, 210)                                                               \
     X(UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, 211)
+
+/* RocketMQ 5.x reuses 209 and 210 (the 4.x ACL failures above) for POP long polling. */
+#define RMQ_RESP_POLLING_FULL 209
+#define RMQ_RESP_POLLING_TIMEOUT 210
 
 #define RMQ_LANGUAGE_CODES(X)                                                                      \
     X(JAVA, 0)                                                                                     \

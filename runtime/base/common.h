@@ -135,7 +135,7 @@ int rmq__buf_append_json_str(rmq_buf_t *b, const char *s, size_t n);
 /* ---- reference-counted immutable byte block (a received frame, an inflated body) ------ */
 
 typedef struct rmq_rbuf {
-    volatile int refs; /* atomic; starts at 1 */
+    int refs; /* only through __atomic builtins; starts at 1 */
     size_t len;
     char data[];
 } rmq_rbuf_t;

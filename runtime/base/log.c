@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -53,7 +54,7 @@ static pthread_t writer;
 static int started;
 static int wake_r = -1, wake_w = -1;
 static int wake_pending;             /* atomic: a wake-up byte is in the pipe */
-static volatile sig_atomic_t reopen_req;
+static atomic_int reopen_req;        /* set by a signal handler on any thread, taken by the writer */
 static int relay_r = -1, real_out = -1; /* the stdout relay: pipe read end, the terminal */
 
 static void write_all(int fd, const char *p, size_t n)
@@ -569,8 +570,7 @@ static void *writer_main(void *arg)
         while (read(wake_r, drain, sizeof(drain)) > 0) {
         }
         __atomic_store_n(&wake_pending, 0, __ATOMIC_RELEASE);
-        if (reopen_req) {
-            reopen_req = 0;
+        if (atomic_exchange(&reopen_req, 0)) {
             do_reopen();
         }
         if (relay_r >= 0) relay_read(&w);
@@ -709,7 +709,7 @@ void rmq__log_stop(void)
 
 void rmq__log_reopen(void)
 {
-    reopen_req = 1;
+    atomic_store(&reopen_req, 1);
     if (wake_w >= 0 && write(wake_w, "r", 1) < 0) { /* full: the writer wakes anyway */
     }
 }

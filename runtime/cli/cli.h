@@ -14,5 +14,6 @@ int rmq__cli_broker(int argc, char **argv); /* cli_broker.c: rmqlua broker */
 int rmq__cli_send(int argc, char **argv);   /* cli_send.c: rmqlua send */
 int rmq__cli_tail(int argc, char **argv);   /* cli_tail.c: rmqlua tail TOPIC */
 int rmq__cli_redrive(int argc, char **argv); /* cli_redrive.c: rmqlua redrive --group G */
+int rmq__cli_init(int argc, char **argv);    /* cli_init.c: rmqlua init DIR */
 
 #endif

@@ -1,9 +1,10 @@
 /*
  * cli_conn.c -- the connection options of the client commands (cli_conn.h): the arguments they
  * all take (--namesrv, --set, --log-debug), their check, the loop and the transport with its
- * signing and TLS, and the ACL refusal that ends a command.
+ * signing and TLS, SIGINT and SIGTERM on that loop, and the ACL refusal that ends a command.
  *
- * Ownership: see cli_conn.h. Threads: the main thread, and the command's loop for the refusal.
+ * Ownership: see cli_conn.h. Threads: the main thread, and the command's loop for the refusal
+ * and the signals.
  */
 #include "cli_conn.h"
 
@@ -27,11 +28,13 @@ static const char *const conn_options[] = {"access_key",
                                            "tls_client_auth_server",
                                            "tls_verify_server_name"};
 
-void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace)
+void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace,
+                        void (*usage)(const rmq_cli_conn_t *cc, FILE *out))
 {
     memset(cc, 0, sizeof(*cc));
     cc->cmd = cmd;
     cc->with_namespace = with_namespace;
+    cc->usage = usage;
 }
 
 static int allowed(const rmq_cli_conn_t *cc, const char *key)
@@ -53,6 +56,10 @@ const char *rmq__cli_value(const rmq_cli_conn_t *cc, int argc, char **argv, int 
 int rmq__cli_conn_arg(rmq_cli_conn_t *cc, int argc, char **argv, int *i)
 {
     const char *a = argv[*i], *v;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        cc->usage(cc, stdout);
+        return 2;
+    }
     if (strcmp(a, "--namesrv") && strcmp(a, "--set") && strcmp(a, "--log-debug")) return 0;
     if (!(v = rmq__cli_value(cc, argc, argv, i))) return -1;
     if (!strcmp(a, "--namesrv")) {
@@ -156,6 +163,31 @@ int rmq__cli_conn_open(rmq_cli_conn_t *cc, uv_loop_t *loop, rmq_remoting_t **rt)
         return -1;
     }
     return 0;
+}
+
+static void on_signal(uv_signal_t *h, int sig)
+{
+    rmq_cli_signals_t *sg = h->data;
+    (void)sig;
+    sg->on_stop(sg->ud);
+}
+
+void rmq__cli_signals_start(rmq_cli_signals_t *sg, uv_loop_t *loop, void (*on_stop)(void *ud),
+                            void *ud)
+{
+    sg->on_stop = on_stop;
+    sg->ud = ud;
+    uv_signal_init(loop, &sg->sigint);
+    uv_signal_init(loop, &sg->sigterm);
+    sg->sigint.data = sg->sigterm.data = sg;
+    uv_signal_start(&sg->sigint, on_signal, SIGINT);
+    uv_signal_start(&sg->sigterm, on_signal, SIGTERM);
+}
+
+void rmq__cli_signals_close(rmq_cli_signals_t *sg)
+{
+    uv_close((uv_handle_t *)&sg->sigint, NULL);
+    uv_close((uv_handle_t *)&sg->sigterm, NULL);
 }
 
 const char *rmq__cli_conn_namespace(const rmq_cli_conn_t *cc)

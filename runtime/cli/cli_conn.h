@@ -5,9 +5,9 @@
  * signing, as AclClientRPCHook), use_tls and tls_* (TLS on every connection), and, for the
  * commands that take it, namespace); the check of those options and the TLS context before any
  * connection (usage errors, exit 2); the command's loop and transport, which signs every request
- * and opens TLS sessions; and a broker's ACL refusal reported once, in the same words as
- * `rmqlua run` uses (rmq__acl_explain), after which the command stops and exits with
- * RMQ_CLI_EXIT_ACL.
+ * and opens TLS sessions; SIGINT and SIGTERM caught on that loop; and a broker's ACL refusal
+ * reported once, in the same words as `rmqlua run` uses (rmq__acl_explain), after which the command
+ * stops and exits with RMQ_CLI_EXIT_ACL.
  *
  * Ownership: the command owns its rmq_cli_conn_t (usually inside its run struct) and keeps it
  * until its transport is gone; the conf and the TLS context belong to it and are freed by
@@ -34,22 +34,33 @@ typedef struct rmq_cli_conn {
     rmq_conf_t *conf;    /* the options set; NULL while none was */
     rmq_tls_ctx_t *tls;  /* use_tls: the client context (rmq__cli_conn_check) */
     int refused;         /* a broker's ACL refused a request (reported once) */
+    /* The command's --help text, written to out (-h and --help print it on stdout). */
+    void (*usage)(const struct rmq_cli_conn *cc, FILE *out);
     /* Called once, on the loop thread, right after the first refusal was reported: the command
      * stops (its exit code is then RMQ_CLI_EXIT_ACL). */
     void (*on_refused)(void *ud);
     void *ud;
 } rmq_cli_conn_t;
 
-void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace);
+void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace,
+                        void (*usage)(const rmq_cli_conn_t *cc, FILE *out));
 
 /* In a command's argument loop (`for (int i = 1; i < argc; i++)`), for the option at argv[*i]:
  * the value after it, *i moved onto that value; NULL, after saying on stderr that the option
  * needs a value, when there is none (a usage error, exit 2). */
 const char *rmq__cli_value(const rmq_cli_conn_t *cc, int argc, char **argv, int *i);
 
-/* The arguments every client command takes, at argv[*i]: --namesrv ADDR, --set KEY=VALUE and
- * --log-debug CATS. Returns 1 when argv[*i] is one of them (*i then on its value), 0 when it is
- * not, -1 after saying on stderr what is wrong (a usage error, exit 2). */
+/* In such a loop (argc, argv, index i): v = the value after the option at argv[i], or return 2
+ * from the argument parser when there is none (rmq__cli_value said so). */
+#define RMQ_CLI_NEED_VALUE(cc, v)                                                                  \
+    do {                                                                                           \
+        if (!((v) = rmq__cli_value((cc), argc, argv, &i))) return 2;                               \
+    } while (0)
+
+/* The arguments every client command takes, at argv[*i]: -h and --help (the usage printed on
+ * stdout), --namesrv ADDR, --set KEY=VALUE and --log-debug CATS. Returns 1 when argv[*i] is one of
+ * the last three (*i then on its value), 2 after printing the usage (the command exits 0), 0 when
+ * it is none of them, -1 after saying on stderr what is wrong (a usage error, exit 2). */
 int rmq__cli_conn_arg(rmq_cli_conn_t *cc, int argc, char **argv, int *i);
 
 /* After the arguments: cc->namesrv from $NAMESRV_ADDR when --namesrv was not given. Returns 0,
@@ -71,6 +82,22 @@ int rmq__cli_conn_check(rmq_cli_conn_t *cc);
  * saying on stderr why ("--namesrv: ...", a usage error, exit 2) with *rt NULL. Either way the
  * loop is initialised: the caller runs it (to close what it started) and closes it. */
 int rmq__cli_conn_open(rmq_cli_conn_t *cc, uv_loop_t *loop, rmq_remoting_t **rt);
+
+/* SIGINT and SIGTERM caught on a command's loop: either calls on_stop(ud) (the command stops
+ * as when it is done). The handles are the command's (usually inside its run struct). */
+typedef struct rmq_cli_signals {
+    uv_signal_t sigint, sigterm;
+    void (*on_stop)(void *ud);
+    void *ud;
+} rmq_cli_signals_t;
+
+/* Starts catching SIGINT and SIGTERM on loop; the loop thread. */
+void rmq__cli_signals_start(rmq_cli_signals_t *sg, uv_loop_t *loop, void (*on_stop)(void *ud),
+                            void *ud);
+
+/* Closes both handles (no close callback: they are freed with the command's run struct after
+ * its loop has run to its end); the loop thread. */
+void rmq__cli_signals_close(rmq_cli_signals_t *sg);
 
 /* The namespace (NULL when not set). */
 const char *rmq__cli_conn_namespace(const rmq_cli_conn_t *cc);

@@ -30,6 +30,8 @@
 #include "protocol/sql92.h"
 #include "net/tls.h"
 
+#include <stdatomic.h>
+
 #include <lauxlib.h>
 #include <uv.h>
 
@@ -528,22 +530,25 @@ out:
 
 /* ---- run ----------------------------------------------------------------------------------- */
 
-static rmq_consumer_t *volatile g_consumer;
+/* The consumer the signal handlers act on: set and cleared by the main thread, read by a handler
+ * on whichever thread the signal lands. */
+static _Atomic(rmq_consumer_t *) g_consumer;
 
 static void on_signal(int sig)
 {
+    rmq_consumer_t *c = atomic_load(&g_consumer);
     if (sig == SIGUSR1) {
         rmq__log_reopen();
     } else if (sig == SIGHUP) {
-        if (g_consumer) rmq__consumer_reload(g_consumer); /* before it exists: nothing to do */
-    } else if (g_consumer) {
-        rmq__consumer_stop(g_consumer);
+        if (c) rmq__consumer_reload(c); /* before it exists: nothing to do */
+    } else if (c) {
+        rmq__consumer_stop(c);
     }
 }
 
 typedef struct status_ctx {
     rmq_consumer_t *c;
-    volatile int stop;
+    atomic_int stop; /* set by the main thread once the consumer has returned */
     int tty;
     long max_messages; /* stop the consumer once this many were consumed; 0 = never */
 } status_ctx_t;
@@ -579,12 +584,12 @@ static void status_main(void *arg)
     status_ctx_t *s = arg;
     int64_t last_log = rmq__mono_ms();
     int done = 0;
-    while (!s->stop && !done) {
-        for (int i = 0; i < 10 && !s->stop && !done; i++) {
+    while (!atomic_load(&s->stop) && !done) {
+        for (int i = 0; i < 10 && !atomic_load(&s->stop) && !done; i++) {
             usleep(100000);
             done = reached_max(s);
         }
-        if (s->stop) break;
+        if (atomic_load(&s->stop)) break;
         rmq_consumer_stats_t st;
         rmq__consumer_stats(s->c, &st);
         char line[320], sent[40] = "";
@@ -733,7 +738,7 @@ int rmq__cli_run(int argc, char **argv)
     reload_ctx_t rctx = {.o = &o, .embedded_namesrv = db ? rmq_devbroker_addr(db) : NULL};
     rmq__lua_handler_set_conf_builder(lh, reload_conf, &rctx);
     if (o.watch) rmq__lua_handler_watch(lh, 1000);
-    g_consumer = c;
+    atomic_store(&g_consumer, c);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     status_ctx_t sc = {.c = c, .tty = tty, .max_messages = o.max_messages};
@@ -745,14 +750,14 @@ int rmq__cli_run(int argc, char **argv)
     int have_sample = db && sp.n > 0 && conf->n_subs > 0 &&
                       uv_thread_create(&spt, rmq__sample_main, &sp) == 0;
     rc = rmq__consumer_run(c);
-    sp.stop = 1;
+    atomic_store(&sp.stop, 1);
     if (have_sample) uv_thread_join(&spt);
-    sc.stop = 1;
+    atomic_store(&sc.stop, 1);
     if (have_status) uv_thread_join(&st);
     rmq__consumer_stats(c, &final);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    g_consumer = NULL;
+    atomic_store(&g_consumer, NULL);
 out:
     if (c) rmq__consumer_destroy(c);
     rmq__lua_handler_free(lh);

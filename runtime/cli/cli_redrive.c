@@ -73,7 +73,7 @@ struct redrive_run {
     rmq_producer_t *producer;
     rmq_pool_t *pool;
     rmq_fdw_t *out;
-    uv_signal_t sigint, sigterm;
+    rmq_cli_signals_t signals;
     uv_timer_t progress;
     rmq_cli_conn_t cc; /* --namesrv, --set: ACL keys, TLS, namespace; an ACL refusal: exit 3 */
 
@@ -185,8 +185,7 @@ static void on_out_closed(void *ud)
 {
     redrive_run_t *r = ud;
     r->out = NULL;
-    uv_close((uv_handle_t *)&r->sigint, NULL);
-    uv_close((uv_handle_t *)&r->sigterm, NULL);
+    rmq__cli_signals_close(&r->signals);
     uv_close((uv_handle_t *)&r->progress, NULL);
     if (r->producer) rmq__producer_destroy(r->producer);
     r->producer = NULL;
@@ -220,10 +219,10 @@ static void stop(redrive_run_t *r, int code)
     if (r->jobs == 0) finish(r);
 }
 
-static void on_signal(uv_signal_t *h, int sig)
+/* SIGINT, SIGTERM: stop as at the end. */
+static void on_signal(void *ud)
 {
-    (void)sig;
-    stop(h->data, 0);
+    stop(ud, 0);
 }
 
 /* A broker's ACL refused a request (said by cli_conn.c): stop reading; the batches being moved
@@ -303,10 +302,8 @@ static void commit(job_t *j)
         return;
     }
     rmq_cmd_t cmd;
-    rmq__cmd_init(&cmd, RMQ_REQ_UPDATE_CONSUMER_OFFSET, RMQ_SERIALIZE_JSON);
-    rmq__cmd_set_ext(&cmd, "consumerGroup", r->progress_group);
-    rmq__cmd_set_ext(&cmd, "topic", r->dlq);
-    rmq__cmd_set_ext_i64(&cmd, "queueId", j->queue_id);
+    rmq__reader_queue_cmd(&cmd, RMQ_REQ_UPDATE_CONSUMER_OFFSET, r->progress_group, r->dlq,
+                          j->queue_id);
     rmq__cmd_set_ext_i64(&cmd, "commitOffset", j->commit);
     int rc = rmq__remoting_request(r->rt, j->addr, &cmd, COMMIT_TIMEOUT_MS, on_commit, j);
     rmq__cmd_free(&cmd);
@@ -543,20 +540,23 @@ static int group_ok(const char *g)
     return rmq__name_ok(g, 255);
 }
 
+/* Says on stderr that the value g of option opt is not a kind name (then more); returns 2, the
+ * exit code of a usage error. */
+static int not_a_name(const char *opt, const char *g, const char *kind, const char *more)
+{
+    fprintf(stderr, "rmqlua redrive: %s '%s' is not a %s name (1..255 of [%%|a-zA-Z0-9_-]%s)\n",
+            opt, g, kind, more);
+    return 2;
+}
+
 static int parse_args(redrive_run_t *r, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int c;
-#define NEED_VALUE()                                                                               \
-    do {                                                                                           \
-        if (!(v = rmq__cli_value(&r->cc, argc, argv, &i))) return 2;                               \
-    } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(&r->cc, stdout);
-            return 1;
-        } else if ((c = rmq__cli_conn_arg(&r->cc, argc, argv, &i)) != 0) {
-            if (c < 0) return 2; /* --namesrv, --set, --log-debug */
+#define NEED_VALUE() RMQ_CLI_NEED_VALUE(&r->cc, v)
+        if ((c = rmq__cli_conn_arg(&r->cc, argc, argv, &i)) != 0) {
+            if (c != 1) return c < 0 ? 2 : 1; /* -h, --help, --namesrv, --set, --log-debug */
         } else if (!strcmp(a, "--group") || !strcmp(a, "-g")) {
             NEED_VALUE();
             r->group = v;
@@ -584,13 +584,8 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
                         "topic to redrive)\n");
         return 2;
     }
-    if (!group_ok(r->group) || !strncmp(r->group, "%DLQ%", 5) || !strncmp(r->group, "%RETRY%", 7)) {
-        fprintf(stderr,
-                "rmqlua redrive: --group '%s' is not a consumer group name (1..255 of "
-                "[%%|a-zA-Z0-9_-], not a %%RETRY%% or %%DLQ%% topic)\n",
-                r->group);
-        return 2;
-    }
+    if (!group_ok(r->group) || !strncmp(r->group, "%DLQ%", 5) || !strncmp(r->group, "%RETRY%", 7))
+        return not_a_name("--group", r->group, "consumer group", ", not a %RETRY% or %DLQ% topic");
     if (rmq__cli_conn_check(&r->cc)) return 2;
     /* In a namespace: the group's wire name (NamespaceUtil.wrapNamespace), whose %DLQ% and
      * %RETRY% topics a consumer of G with that namespace uses. */
@@ -613,13 +608,8 @@ static int parse_args(redrive_run_t *r, int argc, char **argv)
         return 2;
     }
     free(wg);
-    if (!group_ok(r->progress_group)) {
-        fprintf(stderr,
-                "rmqlua redrive: --progress-group '%s' is not a group name (1..255 of "
-                "[%%|a-zA-Z0-9_-])\n",
-                r->progress_group);
-        return 2;
-    }
+    if (!group_ok(r->progress_group))
+        return not_a_name("--progress-group", r->progress_group, "group", "");
     if (rmq__cli_conn_namesrv(&r->cc)) return 2;
     return 0;
 }
@@ -633,7 +623,7 @@ static void run_free(redrive_run_t *r)
 int rmq__cli_redrive(int argc, char **argv)
 {
     redrive_run_t *r = rmq__xcalloc(1, sizeof(*r));
-    rmq__cli_conn_init(&r->cc, "redrive", 1);
+    rmq__cli_conn_init(&r->cc, "redrive", 1, usage);
     r->cc.on_refused = on_acl_refused;
     r->cc.ud = r;
     int rc = parse_args(r, argc, argv);
@@ -687,11 +677,7 @@ int rmq__cli_redrive(int argc, char **argv)
         rc = 2;
         goto fail;
     }
-    uv_signal_init(&r->loop, &r->sigint);
-    uv_signal_init(&r->loop, &r->sigterm);
-    r->sigint.data = r->sigterm.data = r;
-    uv_signal_start(&r->sigint, on_signal, SIGINT);
-    uv_signal_start(&r->sigterm, on_signal, SIGTERM);
+    rmq__cli_signals_start(&r->signals, &r->loop, on_signal, r);
     uv_timer_init(&r->loop, &r->progress);
     r->progress.data = r;
     uv_timer_start(&r->progress, on_progress, PROGRESS_EVERY_MS, PROGRESS_EVERY_MS);

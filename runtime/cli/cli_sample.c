@@ -125,7 +125,7 @@ void rmq__sample_main(void *arg)
     long sent = 0;
     for (int i = 0; i < sp->conf->n_subs && nt < 64; i++)
         if (strncmp(sp->conf->subs[i].topic, "%RETRY%", 7)) topics[nt++] = sp->conf->subs[i].topic;
-    for (long i = 1; nt && i <= sp->n && !sp->stop; i++) {
+    for (long i = 1; nt && i <= sp->n && !atomic_load(&sp->stop); i++) {
         const char *body;
         size_t len = body_of(sp, i, buf, sizeof(buf), &body);
         snprintf(keys, sizeof(keys), "sample-%ld", i);

@@ -11,6 +11,8 @@
 
 #include "base/common.h"
 
+#include <stdatomic.h>
+
 typedef struct rmq_devbroker rmq_devbroker_t;
 typedef struct rmq_conf rmq_conf_t;
 
@@ -20,7 +22,7 @@ typedef struct rmq_sample {
     rmq_devbroker_t *db;
     const rmq_conf_t *conf; /* the subscribed topics */
     long n;                 /* messages to store */
-    volatile int stop;
+    atomic_int stop; /* any thread */
     int mode; /* RMQ_SAMPLE_* */
     char **lines;
     int nlines;

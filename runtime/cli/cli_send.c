@@ -493,15 +493,9 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
         const char *a = argv[i], *v = NULL;
         int64_t n;
         int c;
-#define NEED_VALUE()                                                                               \
-    do {                                                                                           \
-        if (!(v = rmq__cli_value(&r->cc, argc, argv, &i))) return 2;                               \
-    } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(&r->cc, stdout);
-            return 1;
-        } else if ((c = rmq__cli_conn_arg(&r->cc, argc, argv, &i)) != 0) {
-            if (c < 0) return 2; /* --namesrv, --set, --log-debug */
+#define NEED_VALUE() RMQ_CLI_NEED_VALUE(&r->cc, v)
+        if ((c = rmq__cli_conn_arg(&r->cc, argc, argv, &i)) != 0) {
+            if (c != 1) return c < 0 ? 2 : 1; /* -h, --help, --namesrv, --set, --log-debug */
         } else if (!strcmp(a, "-n")) {
             NEED_VALUE();
             r->cc.namesrv = v;
@@ -634,7 +628,7 @@ static int parse_args(send_run_t *r, int argc, char **argv, rmq_producer_opts_t 
 int rmq__cli_send(int argc, char **argv)
 {
     send_run_t *r = rmq__xcalloc(1, sizeof(*r));
-    rmq__cli_conn_init(&r->cc, "send", 0);
+    rmq__cli_conn_init(&r->cc, "send", 0, usage);
     r->cc.on_refused = on_acl_refused;
     r->cc.ud = r;
     rmq_producer_opts_t po;

@@ -42,7 +42,7 @@ typedef struct tail_run {
     rmq_reader_t *reader;
     rmq_fdw_t *out;
     rmq_pool_t *pool;
-    uv_signal_t sigint, sigterm;
+    rmq_cli_signals_t signals;
     rmq_sql92_t *sql;
     rmq_cli_conn_t cc; /* --namesrv, --set: ACL keys, TLS, namespace; an ACL refusal: exit 3 */
     char *wire_topic, *wire_group; /* the topic and group in the namespace */
@@ -457,8 +457,7 @@ static void on_out_closed(void *ud)
 {
     tail_run_t *t = ud;
     t->out = NULL;
-    uv_close((uv_handle_t *)&t->sigint, NULL);
-    uv_close((uv_handle_t *)&t->sigterm, NULL);
+    rmq__cli_signals_close(&t->signals);
     if (t->rt) rmq__remoting_destroy(t->rt, on_rt_closed, t);
 }
 
@@ -484,11 +483,10 @@ static void stop(tail_run_t *t, int code)
         on_pool_closed(t);
 }
 
-static void on_signal(uv_signal_t *h, int sig)
+/* SIGINT, SIGTERM: stop as at the end. */
+static void on_signal(void *ud)
 {
-    tail_run_t *t = h->data;
-    (void)sig;
-    stop(t, 0);
+    stop(ud, 0);
 }
 
 /* A broker's ACL refused a request (said by cli_conn.c): stop reading. */
@@ -660,15 +658,9 @@ static int parse_args(tail_run_t *t, int argc, char **argv)
         const char *a = argv[i], *v = NULL;
         int64_t n;
         int c;
-#define NEED_VALUE()                                                                               \
-    do {                                                                                           \
-        if (!(v = rmq__cli_value(&t->cc, argc, argv, &i))) return 2;                               \
-    } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(&t->cc, stdout);
-            return 1;
-        } else if ((c = rmq__cli_conn_arg(&t->cc, argc, argv, &i)) != 0) {
-            if (c < 0) return 2; /* --namesrv, --set, --log-debug */
+#define NEED_VALUE() RMQ_CLI_NEED_VALUE(&t->cc, v)
+        if ((c = rmq__cli_conn_arg(&t->cc, argc, argv, &i)) != 0) {
+            if (c != 1) return c < 0 ? 2 : 1; /* -h, --help, --namesrv, --set, --log-debug */
         } else if (!strcmp(a, "--from")) {
             NEED_VALUE();
             if (parse_from(v, &t->from, &t->from_value)) {
@@ -771,7 +763,7 @@ int rmq__cli_tail(int argc, char **argv)
     tail_run_t *t = rmq__xcalloc(1, sizeof(*t));
     t->queue_id = -1;
     t->from = RMQ_FROM_LAST;
-    rmq__cli_conn_init(&t->cc, "tail", 1);
+    rmq__cli_conn_init(&t->cc, "tail", 1, usage);
     t->cc.on_refused = on_acl_refused;
     t->cc.ud = t;
     int rc = parse_args(t, argc, argv);
@@ -821,11 +813,7 @@ int rmq__cli_tail(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    uv_signal_init(&t->loop, &t->sigint);
-    uv_signal_init(&t->loop, &t->sigterm);
-    t->sigint.data = t->sigterm.data = t;
-    uv_signal_start(&t->sigint, on_signal, SIGINT);
-    uv_signal_start(&t->sigterm, on_signal, SIGTERM);
+    rmq__cli_signals_start(&t->signals, &t->loop, on_signal, t);
     uv_run(&t->loop, UV_RUN_DEFAULT);
     rc = t->cc.refused ? RMQ_CLI_EXIT_ACL : t->exit_code ? t->exit_code : (t->failed ? 1 : 0);
     if (t->sql_text && t->filtered)

@@ -25,6 +25,7 @@ static void usage(FILE *out)
             "  tail TOPIC      print a topic's messages without a consumer group\n"
             "  redrive         move dead letters (%%DLQ%%group) back for another try\n"
             "  broker          run the development name server and broker\n"
+            "  init DIR        write a new consumer: script, test cases, systemd env, README\n"
             "  version         print the version\n"
             "\n"
             "'rmqlua COMMAND --help' tells more about each command.\n"
@@ -51,6 +52,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "send")) return rmq__cli_send(argc - 1, argv + 1);
     if (!strcmp(cmd, "tail")) return rmq__cli_tail(argc - 1, argv + 1);
     if (!strcmp(cmd, "redrive")) return rmq__cli_redrive(argc - 1, argv + 1);
+    if (!strcmp(cmd, "init")) return rmq__cli_init(argc - 1, argv + 1);
     fprintf(stderr, "rmqlua: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -143,14 +143,21 @@ static void queue_ended(rmq_rq_t *q)
 static void on_offset(void *ud, int err, rmq_cmd_t *resp, const char *errmsg);
 static void on_pull(void *ud, int err, rmq_cmd_t *resp, const char *errmsg);
 
+void rmq__reader_queue_cmd(rmq_cmd_t *cmd, int32_t code, const char *group, const char *topic,
+                           int queue_id)
+{
+    rmq__cmd_init(cmd, code, RMQ_SERIALIZE_JSON);
+    if (group) rmq__cmd_set_ext(cmd, "consumerGroup", group);
+    rmq__cmd_set_ext(cmd, "topic", topic);
+    rmq__cmd_set_ext_i64(cmd, "queueId", queue_id);
+}
+
 static void offset_request(rmq_rq_t *q, int code)
 {
     rmq_reader_t *r = q->r;
     rmq_cmd_t cmd;
-    rmq__cmd_init(&cmd, code, RMQ_SERIALIZE_JSON);
-    if (code == RMQ_REQ_QUERY_CONSUMER_OFFSET) rmq__cmd_set_ext(&cmd, "consumerGroup", r->group);
-    rmq__cmd_set_ext(&cmd, "topic", r->topic);
-    rmq__cmd_set_ext_i64(&cmd, "queueId", q->queue_id);
+    rmq__reader_queue_cmd(&cmd, code, code == RMQ_REQ_QUERY_CONSUMER_OFFSET ? r->group : NULL,
+                          r->topic, q->queue_id);
     if (code == RMQ_REQ_SEARCH_OFFSET_BY_TIMESTAMP)
         rmq__cmd_set_ext_i64(&cmd, "timestamp", r->o.from_value);
     int rc = send_req(r, q->addr, &cmd, ADMIN_TIMEOUT_MS, q->index, on_offset);
@@ -170,10 +177,7 @@ static void pull(rmq_rq_t *q)
     int follow = !r->o.stop_at_end;
     int sys_flag = SYSFLAG_SUBSCRIPTION | (follow ? SYSFLAG_SUSPEND : 0);
     rmq_cmd_t cmd;
-    rmq__cmd_init(&cmd, RMQ_REQ_PULL_MESSAGE, RMQ_SERIALIZE_JSON);
-    rmq__cmd_set_ext(&cmd, "consumerGroup", r->group);
-    rmq__cmd_set_ext(&cmd, "topic", r->topic);
-    rmq__cmd_set_ext_i64(&cmd, "queueId", q->queue_id);
+    rmq__reader_queue_cmd(&cmd, RMQ_REQ_PULL_MESSAGE, r->group, r->topic, q->queue_id);
     rmq__cmd_set_ext_i64(&cmd, "queueOffset", q->next);
     rmq__cmd_set_ext_i64(&cmd, "maxMsgNums", r->o.max_msgs > 0 ? r->o.max_msgs : 32);
     rmq__cmd_set_ext_i64(&cmd, "sysFlag", sys_flag);

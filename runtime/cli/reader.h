@@ -96,4 +96,10 @@ void rmq__reader_stop_queue(rmq_rq_t *q);
  * callback runs after this call. */
 void rmq__reader_destroy(rmq_reader_t *r);
 
+/* A request about one queue: cmd initialised with code and the header fields consumerGroup
+ * (when group is not NULL), topic and queueId. The caller adds the rest and frees it. Any
+ * thread (it touches only cmd). */
+void rmq__reader_queue_cmd(rmq_cmd_t *cmd, int32_t code, const char *group, const char *topic,
+                           int queue_id);
+
 #endif

@@ -466,7 +466,8 @@ static void on_acl_refused(void *ud, const char *addr, int32_t code, const rmq_c
     rmq_consumer_t *c = ud;
     char msg[768];
     rmq__acl_explain(msg, sizeof msg, addr, code, c->conf->access_key, resp->remark);
-    if (!c->acl_established && c->state == RMQ_CLIENT_RUNNING && !c->stop_requested) {
+    if (!c->acl_established && c->state == RMQ_CLIENT_RUNNING &&
+        !atomic_load(&c->stop_requested)) {
         rmq_log_error("client", "%s; stopping (exit code %d)", msg, RMQ_CONSUMER_EXIT_ACL);
         c->exit_code = RMQ_CONSUMER_EXIT_ACL;
         c->acl_last_ms = rmq__mono_ms();
@@ -563,17 +564,20 @@ static void shutdown_begin(rmq_consumer_t *c);
 static void on_stop_async(uv_async_t *a)
 {
     rmq_consumer_t *c = a->data;
-    if (c->reload_requested && !c->stop_requested && c->state == RMQ_CLIENT_RUNNING) {
-        c->reload_requested = 0;
+    int stop = atomic_load(&c->stop_requested);
+    /* Taken with an exchange: a SIGHUP that lands from here on is kept for the next wake-up. */
+    if (!stop && c->state == RMQ_CLIENT_RUNNING && atomic_exchange(&c->reload_requested, 0)) {
         if (c->hops->reload) c->hops->reload(c->himpl);
     }
-    if (c->stop_requested && c->state == RMQ_CLIENT_RUNNING) shutdown_begin(c);
-    else if (c->stop_requested && c->state == RMQ_CLIENT_CREATED) uv_close((uv_handle_t *)a, NULL);
+    if (stop && c->state == RMQ_CLIENT_RUNNING) shutdown_begin(c);
+    else if (stop && c->state == RMQ_CLIENT_CREATED) uv_close((uv_handle_t *)a, NULL);
 }
 
+/* Any thread, and a signal handler (SIGHUP): an atomic store (lock-free) and uv_async_send are
+ * both async-signal-safe. The loop thread takes the request in on_stop_async. */
 void rmq__consumer_reload(rmq_consumer_t *c)
 {
-    c->reload_requested = 1;
+    atomic_store(&c->reload_requested, 1);
     uv_async_send(&c->stop_async);
 }
 
@@ -581,7 +585,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
 {
     char err[512];
     const rmq_conf_t *cf = c->conf;
-    if (c->stop_requested) {
+    if (atomic_load(&c->stop_requested)) {
         uv_close((uv_handle_t *)&c->stop_async, NULL);
         uv_run(&c->loop, UV_RUN_DEFAULT);
         return RMQ_CONSUMER_EXIT_OK;
@@ -653,7 +657,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
         rmq_log_error("client", "cannot start: %s", err);
         c->exit_code = RMQ_CONSUMER_EXIT_FAILURE;
         rmq__client_set_state(c, RMQ_CLIENT_RUNNING);
-        c->stop_requested = 1;
+        atomic_store(&c->stop_requested, 1);
         shutdown_begin(c);
         uv_run(&c->loop, UV_RUN_DEFAULT);
         return c->exit_code;
@@ -663,7 +667,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
         c->pool = NULL;
         c->exit_code = RMQ_CONSUMER_EXIT_CONFIG;
         rmq__client_set_state(c, RMQ_CLIENT_RUNNING);
-        c->stop_requested = 1;
+        atomic_store(&c->stop_requested, 1);
         shutdown_begin(c);
         uv_run(&c->loop, UV_RUN_DEFAULT);
         return c->exit_code;
@@ -689,7 +693,7 @@ int rmq__consumer_run(rmq_consumer_t *c)
     rmq__rb_timer_start(c);
     rmq__c_refresh_routes(c);
     if (c->hops->run) c->hops->run(c->himpl); /* --watch */
-    if (c->stop_requested) shutdown_begin(c);
+    if (atomic_load(&c->stop_requested)) shutdown_begin(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);
     stats_build(c);
     rmq__stats_tick(c);

@@ -192,6 +192,18 @@ static void msg_id_of(const rmq_msg_t *m, char *out)
     }
 }
 
+/* The CONSUMER_SEND_MSG_BACK of m at delay_level into cmd, under its message id (msg_id_of) and
+ * its topic wrapped with the namespace again (rmq__c_send_back_cmd; the caller frees cmd). */
+static void wire_send_back_cmd(rmq_consumer_t *c, const rmq_msg_t *m, int delay_level,
+                               rmq_cmd_t *cmd)
+{
+    char id[64];
+    msg_id_of(m, id);
+    char *topic = rmq__c_wire_topic(c, m);
+    rmq__c_send_back_cmd(c, m, delay_level, id, topic, cmd);
+    free(topic);
+}
+
 static void on_fallback(void *ud, int err, const rmq_send_result_t *res, const char *errmsg)
 {
     sendback_t *sb = ud;
@@ -253,19 +265,8 @@ static void send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, int delay_
         fallback(sb);
         return;
     }
-    char id[64];
-    msg_id_of(m, id);
     rmq_cmd_t cmd;
-    rmq__cmd_init(&cmd, RMQ_REQ_CONSUMER_SEND_MSG_BACK, RMQ_SERIALIZE_JSON);
-    rmq__cmd_set_ext_i64(&cmd, "offset", m->commit_log_offset);
-    rmq__cmd_set_ext(&cmd, "group", c->group);
-    rmq__cmd_set_ext_i64(&cmd, "delayLevel", delay_level);
-    rmq__cmd_set_ext(&cmd, "originMsgId", id);
-    char *topic = rmq__c_wire_topic(c, m);
-    rmq__cmd_set_ext(&cmd, "originTopic", topic);
-    free(topic);
-    rmq__cmd_set_ext_bool(&cmd, "unitMode", c->conf->unit_mode != 0); /* ClientConfig.isUnitMode() */
-    rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
+    wire_send_back_cmd(c, m, delay_level, &cmd);
     int rc = rmq__remoting_request(c->rt, addr, &cmd, RMQ_SENDBACK_TIMEOUT_MS, on_sendback, sb);
     rmq__cmd_free(&cmd);
     if (rc) fallback(sb);
@@ -339,19 +340,8 @@ static int expiring(const rmq_consumer_t *c, const rmq_msg_t *m)
 /* sendMessageBack(msg, 3): CONSUMER_SEND_MSG_BACK with delay level 3. */
 static void expire_send_back(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, const char *addr)
 {
-    char id[64];
-    msg_id_of(m, id);
     rmq_cmd_t cmd;
-    rmq__cmd_init(&cmd, RMQ_REQ_CONSUMER_SEND_MSG_BACK, RMQ_SERIALIZE_JSON);
-    rmq__cmd_set_ext_i64(&cmd, "offset", m->commit_log_offset);
-    rmq__cmd_set_ext(&cmd, "group", c->group);
-    rmq__cmd_set_ext_i64(&cmd, "delayLevel", 3);
-    rmq__cmd_set_ext(&cmd, "originMsgId", id);
-    char *topic = rmq__c_wire_topic(c, m);
-    rmq__cmd_set_ext(&cmd, "originTopic", topic);
-    free(topic);
-    rmq__cmd_set_ext_bool(&cmd, "unitMode", c->conf->unit_mode != 0); /* ClientConfig.isUnitMode() */
-    rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
+    wire_send_back_cmd(c, m, 3, &cmd);
     expire_sb_t *x = rmq__xcalloc(1, sizeof(*x));
     x->c = c;
     x->q = rmq__qent_keep(q);

@@ -31,6 +31,7 @@
 #include "protocol/subscription.h"
 #include "net/tls.h"
 
+#include <stdatomic.h>
 #include <uv.h>
 
 /* Java constants (PROTOCOL.md 5, 6). */
@@ -167,8 +168,8 @@ struct rmq_consumer {
     unsigned hooks;
     uv_loop_t loop;
     uv_async_t stop_async;       /* also wakes the loop for a reload request */
-    volatile int stop_requested; /* any thread */
-    volatile int reload_requested; /* any thread (SIGHUP) */
+    atomic_int stop_requested;   /* any thread, a signal handler too; then stop_async */
+    atomic_int reload_requested; /* any thread, a signal handler too (SIGHUP); then stop_async */
     rmq_remoting_t *rt;
     rmq_producer_t *producer;
     rmq_runner_t *pool;     /* the handler's runner (consume threads) */
@@ -268,6 +269,11 @@ void rmq__c_strip_namespace(rmq_consumer_t *c, rmq_msg_t *m);
 /* The topic a message is sent back under: m->topic wrapped with the namespace again (Java's
  * sendMessageBack: msg.setTopic(withNamespace(msg.getTopic()))). A new string. */
 char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m);
+/* CONSUMER_SEND_MSG_BACK of m for c's group (sendMessageBack's header: the commit-log offset,
+ * delay_level, originMsgId id, originTopic topic, unitMode, maxReconsumeTimes) initialised in
+ * cmd; the caller sends it and frees it (rmq__cmd_free). */
+void rmq__c_send_back_cmd(rmq_consumer_t *c, const rmq_msg_t *m, int delay_level,
+                          const char *id, const char *topic, rmq_cmd_t *cmd);
 /* The subscriptions of cf as rmq_csub_t entries (namespace-wrapped; %RETRY%<group> added in
  * CLUSTERING), new SubscriptionData each. 0 or RMQ_ERR_CONFIG with errstr. */
 int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out, int *n,

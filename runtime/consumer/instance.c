@@ -2,7 +2,8 @@
  * instance.c -- the client instance's shared state, as the engine's parts (pull, consume,
  * rebalance, offsets, stats) read it: the client state machine, the subscriptions and the
  * broker addresses the routes give (MQClientInstance.findBrokerAddressIn*), the namespace of
- * message topics (PROTOCOL.md 9), the answers to a broker's requests, and the stop request.
+ * message topics (PROTOCOL.md 9), the CONSUMER_SEND_MSG_BACK request of a message, the
+ * answers to a broker's requests, and the stop request.
  * It calls no other file of the engine: every part may use it.
  *
  * Ownership: the consumer owns its subscriptions and routes (see consumer_int.h); the strings
@@ -56,6 +57,19 @@ char *rmq__c_wire_topic(rmq_consumer_t *c, const rmq_msg_t *m)
     char *w = rmq__ns_wrap(c->conf->namespace, t);
     free(t);
     return w;
+}
+
+void rmq__c_send_back_cmd(rmq_consumer_t *c, const rmq_msg_t *m, int delay_level,
+                          const char *id, const char *topic, rmq_cmd_t *cmd)
+{
+    rmq__cmd_init(cmd, RMQ_REQ_CONSUMER_SEND_MSG_BACK, RMQ_SERIALIZE_JSON);
+    rmq__cmd_set_ext_i64(cmd, "offset", m->commit_log_offset);
+    rmq__cmd_set_ext(cmd, "group", c->group);
+    rmq__cmd_set_ext_i64(cmd, "delayLevel", delay_level);
+    rmq__cmd_set_ext(cmd, "originMsgId", id);
+    rmq__cmd_set_ext(cmd, "originTopic", topic);
+    rmq__cmd_set_ext_bool(cmd, "unitMode", c->conf->unit_mode != 0); /* ClientConfig.isUnitMode() */
+    rmq__cmd_set_ext_i64(cmd, "maxReconsumeTimes", c->max_reconsume);
 }
 
 /* ---- subscriptions and addresses -------------------------------------------------------------- */
@@ -204,8 +218,10 @@ int rmq__c_group_is_ours(rmq_consumer_t *c, rmq_conn_t *conn, rmq_cmd_t *req, co
 
 /* ---- stop ------------------------------------------------------------------------------------- */
 
+/* Any thread, and a signal handler: an atomic store (lock-free) and uv_async_send are both
+ * async-signal-safe. The loop thread reads the flag in on_stop_async (client.c). */
 void rmq__consumer_stop(rmq_consumer_t *c)
 {
-    c->stop_requested = 1;
+    atomic_store(&c->stop_requested, 1);
     uv_async_send(&c->stop_async);
 }

@@ -556,7 +556,14 @@ void rmq__stats_proc_read(rmq_proc_stats_t *out)
     long long rss;
     long tck = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
     if (read_self_stat(&ut, &stime, &start, &vsize, &rss) || tck <= 0) return;
-    out->cpu_seconds = (double)(ut + stime) / (double)tck;
+    /* CPU time from getrusage (microseconds): /proc's clock ticks (10 ms) read 0 for a consumer
+     * that has used less than one tick, as a quiet one often has. */
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        out->cpu_seconds = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    else
+        out->cpu_seconds = (double)(ut + stime) / (double)tck;
     out->vsize_bytes = (int64_t)vsize;
     out->rss_bytes = (int64_t)rss * page;
     int64_t bt = boot_time_s();

@@ -183,7 +183,7 @@ typedef struct rmq_snap_queue {
 } rmq_snap_queue_t;
 
 typedef struct rmq_stats_snap {
-    volatile int refs;
+    int refs; /* only through __atomic builtins (rmq__stats_snap_keep / _release) */
     int64_t time_ms;    /* wall clock when built */
     int64_t started_ms; /* wall clock when the consumer started */
     char *group, *client_id, *namesrv;

@@ -154,14 +154,7 @@ static void bad_send(struct rmq_bad *b)
     char id[64];
     rmq_msg_offset_msg_id(m, id);
     rmq_cmd_t cmd;
-    rmq__cmd_init(&cmd, RMQ_REQ_CONSUMER_SEND_MSG_BACK, RMQ_SERIALIZE_JSON);
-    rmq__cmd_set_ext_i64(&cmd, "offset", m->commit_log_offset);
-    rmq__cmd_set_ext(&cmd, "group", c->group);
-    rmq__cmd_set_ext_i64(&cmd, "delayLevel", -1); /* straight to %DLQ%<group> */
-    rmq__cmd_set_ext(&cmd, "originMsgId", id);
-    rmq__cmd_set_ext(&cmd, "originTopic", q->mq.topic);
-    rmq__cmd_set_ext_bool(&cmd, "unitMode", c->conf->unit_mode != 0); /* ClientConfig.isUnitMode() */
-    rmq__cmd_set_ext_i64(&cmd, "maxReconsumeTimes", c->max_reconsume);
+    rmq__c_send_back_cmd(c, m, -1, id, q->mq.topic, &cmd); /* -1: straight to %DLQ%<group> */
     c->inflight_sendbacks++;
     int rc = rmq__remoting_request(c->rt, addr, &cmd, RMQ_SENDBACK_TIMEOUT_MS, on_bad_sendback, b);
     rmq__cmd_free(&cmd);

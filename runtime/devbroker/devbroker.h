@@ -18,14 +18,28 @@
  * (devbroker_slave.c): same name, broker ids 1..N, its messages replicated, reads and offsets
  * served, writes refused.
  *
+ * RocketMQ 5 (--rocketmq-version 5, rmq_devbroker_opts_t.rocketmq5): the brokers answer as
+ * 5.3.3 does (brokerVersion 479 / V5_3_3, routes with BrokerData's enableActingMaster) and also
+ * serve POP consumption (devbroker_pop.c): POP_MESSAGE (200050) with long polling, initMode,
+ * tag and SQL92 expressions, the PopMessageResponseHeader offset infos; ACK_MESSAGE (200051),
+ * BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053); an un-acked message
+ * revived after its invisible time into %RETRY%<group>_<topic> with its reconsume count raised
+ * and 1ST_POP_TIME set, delivered from there with the actual retry topic (retry "1" in the
+ * offset infos). And broker-side assignment (devbroker_assign.c): SET_MESSAGE_REQUEST_MODE
+ * (401, `mqadmin setConsumeMode`), GET_ALL_MESSAGE_REQUEST_MODE (402), QUERY_ASSIGNMENT (400,
+ * averagely in PULL mode; queue -1 of each broker, or popShareQueueNum shares, in POP mode).
+ * Not kept: request modes and POP checkpoints are memory only (not in --store). Without the
+ * option these codes are answered REQUEST_CODE_NOT_SUPPORTED, as a 4.9.4 broker does.
+ *
  * Files: devbroker.c (options, thread, request gate, controls), devbroker_ns.c (name server),
  * devbroker_broker.c (send, send-back, handler install), devbroker_pull.c (pull, long polling),
  * devbroker_offset.c (offsets, locks), devbroker_client.c (heartbeats, groups, relayed admin
  * calls), devbroker_register.c (REGISTER_BROKER), devbroker_store.c (topics, queues,
  * messages), devbroker_file.c and devbroker_recover.c (--store), devbroker_slave.c (--slaves),
  * devbroker_inject.c (offset gaps, corrupted messages), devbroker_filter.c (SQL92 filters),
- * devbroker_reply.c (replies, handler table), devbroker_map.c (string map), devbroker_int.h
- * (shared internals).
+ * devbroker_reply.c (replies, handler table), devbroker_pop.c (POP, acks, revive),
+ * devbroker_assign.c (request modes, QUERY_ASSIGNMENT), devbroker_map.c (string map),
+ * devbroker_int.h (shared internals).
  *
  * Running: rmq__devbroker_start() starts its own thread and libuv loop; everything the
  * broker owns (sockets, store, groups) lives on that thread. The control functions below are
@@ -79,6 +93,7 @@ typedef struct rmq_devbroker_opts {
     const char *store_dir;     /* NULL = memory only; else append-only files (devbroker_file.c) */
     int slaves;                /* slaves per broker, broker ids 1..slaves (devbroker_slave.c) */
     int enable_property_filter; /* serve SQL92 subscriptions (devbroker_filter.c); 0 = refuse */
+    int rocketmq5; /* --rocketmq-version 5: serve as a 5.3.3 broker (POP, assignment); 0 = 4.9.4 */
     const char *const *faults; /* "CODE:RATE:KIND" random faults (devbroker_fault.c) */
     int n_faults;
     /* `rmqlua broker` only (logging is process-wide): -1 = unchanged, else RMQ_LOG_* */
@@ -153,7 +168,8 @@ RMQ_EXPORT int rmq_devbroker_set_latency(rmq_devbroker_t *db, int target, int re
  * Request recording (on by default). rmq_devbroker_count(): requests received so far by target
  * (ALL = anywhere) with req_code (0 = any). rmq_devbroker_wait(): wait until at least n of them
  * arrived; returns the count reached, or -1 after timeout_ms. rmq_devbroker_reset_counts()
- * forgets every record.
+ * forgets every record. Codes below 1000 and the 5.x POP codes (200050..200059,
+ * 200150..200159) are counted.
  */
 RMQ_EXPORT int rmq_devbroker_count(rmq_devbroker_t *db, int target, int req_code);
 RMQ_EXPORT int rmq_devbroker_wait(rmq_devbroker_t *db, int target, int req_code, int n,

@@ -243,6 +243,7 @@ static const db_msg_t *oldest(const db_broker_t *b)
 static void h_runtime_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = (db_broker_t *)node;
+    int db5 = node->db->rocketmq5; /* a 5.3.3 broker's version */
     db_stats_totals_t st;
     rmq__db_stats_totals(b, &st);
     int64_t now = rmq__now_ms();
@@ -314,7 +315,7 @@ static void h_runtime_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     kv(&o, "pullThreadPoolQueueHeadWaitTimeMills", "0");
     kv(&o, "runtime", rt);
     kv(&o, "dispatchMaxBuffer", "0");
-    kv_i64(&o, "brokerVersion", RMQ_VERSION_V4_9_4);
+    kv_i64(&o, "brokerVersion", db5 ? DB_VERSION_V5_3_3 : RMQ_VERSION_V4_9_4);
     kv_tps3(&o, "putTps", st.put_tps);
     kv_tps3(&o, "getMissTps", st.get_miss_tps);
     kv_tps3(&o, "getTransferedTps", st.get_transferred_tps);
@@ -338,7 +339,7 @@ static void h_runtime_info(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     kv_i64(&o, "putMessageTimesTotal", st.put_times);
     kv(&o, "putLatency99", "0.00");
     kv(&o, "msgGetTotalTodayMorning", "0");
-    kv(&o, "brokerVersionDesc", "V4_9_4");
+    kv(&o, "brokerVersionDesc", db5 ? "V5_3_3" : "V4_9_4");
     kv(&o, "sendThreadPoolQueueSize", "0");
     kv(&o, "startAcceptSendRequestTimeStamp", "0");
     kv(&o, "putMessageEntireTimeMax", "0");

@@ -446,6 +446,10 @@ void rmq__db_broker_install(db_broker_t *b)
     rmq__db_set_handler(n, RMQ_REQ_CONSUMER_SEND_MSG_BACK, h_send_back);
     rmq__db_set_handler(n, RMQ_REQ_CHECK_CLIENT_CONFIG, rmq__db_h_check_client_config);
     rmq__db_pull_install(b);   /* PULL_MESSAGE */
+    if (b->node.db->rocketmq5) {
+        rmq__db_pop_install(b);    /* POP_MESSAGE, (BATCH_)ACK_MESSAGE, CHANGE_..INVISIBLETIME */
+        rmq__db_assign_install(b); /* QUERY_ASSIGNMENT, SET/GET_ALL_MESSAGE_REQUEST_MODE */
+    }
     rmq__db_offset_install(b); /* offsets, LOCK/UNLOCK_BATCH_MQ */
     rmq__db_client_install(b); /* HEART_BEAT, consumer groups, calls relayed to consumers */
     rmq__db_index_install(b);  /* QUERY_MESSAGE, VIEW_MESSAGE_BY_ID */

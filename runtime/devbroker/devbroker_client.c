@@ -147,6 +147,7 @@ static void scan_expired(const char *key, void *val, void *ud)
 void rmq__db_broker_scan(db_broker_t *b, int64_t now_mono)
 {
     rmq__db_pull_hold_check(b, now_mono);
+    rmq__db_pop_revive(b, now_mono); /* un-acked POP messages past their invisible time */
     expired_t ex = {.now = now_mono, .expire_ms = b->node.db->channel_expire_ms};
     rmq__dbmap_each(&b->groups, scan_expired, &ex);
     for (int i = 0; i < ex.n; i++) {

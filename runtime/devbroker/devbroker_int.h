@@ -171,7 +171,7 @@ typedef struct db_node {
     struct {
         int code;
         void (*fn)(struct db_node *node, rmq_conn_t *conn, rmq_cmd_t *req);
-    } h[48];
+    } h[64];
     int nh;
 } db_node_t;
 
@@ -214,6 +214,8 @@ typedef struct db_broker {
      * pulls parked on it may run), or m NULL: q's topic is being deleted. NULL = nobody
      * listens. The store calls nothing above it but this. */
     void (*arriving)(struct db_broker *b, db_queue_t *q, db_msg_t *m);
+    struct db_modes *modes; /* message request modes (devbroker_assign.c), NULL = none set */
+    struct db_pop *pop; /* POP consumption and request modes (devbroker_pop.c), NULL = none yet */
 } db_broker_t;
 
 static inline db_broker_t *rmq__db_broker_of(db_node_t *node)
@@ -242,6 +244,16 @@ typedef struct db_rec {
 
 #define DB_MAX_RECS 10000 /* requests kept for rmq_devbroker_request_ext */
 #define DB_CODES 1024     /* request codes counted */
+
+/* The slot of a request code in the counts: the code itself below 1000, the 5.x POP codes
+ * 200050..200059 and 200150..200159 in 1000..1019; -1 for a code not counted. */
+static inline int rmq__db_count_slot(int code)
+{
+    if (code >= 0 && code < 1000) return code;
+    if (code >= 200050 && code < 200060) return 1000 + code - 200050;
+    if (code >= 200150 && code < 200160) return 1010 + code - 200150;
+    return -1;
+}
 
 typedef struct db_op {
     struct db_op *next;
@@ -273,6 +285,7 @@ struct rmq_devbroker {
     int default_queues;
     double delay_scale;
     int property_filter; /* --enable-property-filter (BrokerConfig.enablePropertyFilter) */
+    int rocketmq5;       /* --rocketmq-version 5: a 5.3.3 broker (devbroker_pop.c, _assign.c) */
     int64_t max_bytes, channel_expire_ms, lock_expire_ms;
     struct rmq_tls_ctx *tls; /* --tls-cert/--tls-key: name server and brokers serve TLS */
     int tls_enforcing;       /* --tls-mode enforcing: plain clients are refused */
@@ -354,6 +367,22 @@ void rmq__db_pull_install(db_broker_t *b); /* the handler and b->arriving */
 void rmq__db_drop_parked(db_broker_t *b);
 void rmq__db_pull_conn_closed(db_broker_t *b, rmq_conn_t *conn); /* drop conn's parked pulls */
 void rmq__db_pull_hold_check(db_broker_t *b, int64_t now_mono); /* every scan */
+
+/* devbroker_pop.c: RocketMQ 5.x POP consumption (POP_MESSAGE with long polling, ACK_MESSAGE,
+ * BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, revive) */
+void rmq__db_pop_install(db_broker_t *b);
+/* The store's arrival of m in q: the pops parked on its topic run again (from arriving). */
+void rmq__db_pop_arriving(db_broker_t *b, db_queue_t *q, db_msg_t *m);
+void rmq__db_pop_conn_closed(db_broker_t *b, rmq_conn_t *conn); /* drop conn's parked pops */
+void rmq__db_pop_drop_parked(db_broker_t *b);                   /* answer none, drop all */
+/* Revive every message whose invisible time has passed (every broker scan). */
+void rmq__db_pop_revive(db_broker_t *b, int64_t now_mono);
+void rmq__db_pop_free(db_broker_t *b);
+
+/* devbroker_assign.c: QUERY_ASSIGNMENT, SET_MESSAGE_REQUEST_MODE and
+ * GET_ALL_MESSAGE_REQUEST_MODE (MessageRequestModeManager, QueryAssignmentProcessor) */
+void rmq__db_assign_install(db_broker_t *b);
+void rmq__db_assign_free(db_broker_t *b);
 
 /* devbroker_offset.c: consumer offsets and queue locks */
 void rmq__db_offset_install(db_broker_t *b);
@@ -588,5 +617,8 @@ struct rmq_fjdoc;
 struct rmq_fjdoc *rmq__db_parse_body(rmq_conn_t *conn, rmq_cmd_t *req, const char *what);
 
 #define DB_LOG "devbroker"
+
+/* MQVersion.Version.V5_3_3.ordinal(): what a --rocketmq-version 5 broker reports. */
+#define DB_VERSION_V5_3_3 479
 
 #endif

@@ -186,7 +186,8 @@ static void h_route(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     }
     for (int i = 0; i < a->n; i++)
         a->bds[i].addrs = a->addrs[i].a;
-    rmq_route_t r = {.qds = a->qds, .n_qds = a->n, .bds = a->bds, .n_bds = a->n};
+    rmq_route_t r = {
+        .qds = a->qds, .n_qds = a->n, .bds = a->bds, .n_bds = a->n, .rocketmq5 = db->rocketmq5};
     int standard =
         req->version >= RMQ_VERSION_V4_9_4 || rmq__cmd_ext_bool(req, "acceptStandardJsonOnly");
     rmq_buf_t o;

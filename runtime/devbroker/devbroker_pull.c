@@ -101,6 +101,7 @@ static int sub_match(const rmq_sub_t *sub, const rmq_sql92_t *expr, const db_msg
  * answered now. */
 static void arriving(db_broker_t *b, db_queue_t *q, db_msg_t *m)
 {
+    rmq__db_pop_arriving(b, q, m); /* and the parked POP_MESSAGEs of q's topic */
     if (!m) {
         while (q->parked)
             park_wake(b, q->parked);
@@ -118,6 +119,7 @@ void rmq__db_drop_parked(db_broker_t *b)
 {
     while (b->parks)
         park_finish(b, b->parks);
+    rmq__db_pop_drop_parked(b);
 }
 
 void rmq__db_pull_conn_closed(db_broker_t *b, rmq_conn_t *conn)
@@ -126,6 +128,7 @@ void rmq__db_pull_conn_closed(db_broker_t *b, rmq_conn_t *conn)
         n = p->bnext;
         if (p->conn == conn) park_finish(b, p);
     }
+    rmq__db_pop_conn_closed(b, conn);
 }
 
 /* PullRequestHoldService.checkHoldRequest, every 5 s: a parked pull whose queue has grown runs

@@ -27,6 +27,7 @@
 
 #include <lauxlib.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -285,18 +286,6 @@ void rmq__pool_batch_release(rmq_batch_t *b)
     b->nsends = 0;
 }
 
-/* The message handler of run_batch's lua_pcall (rmq__lua_pcall's, kept at stack index 1 of
- * every consume state by load_state so that no closure is made per batch). */
-static int batch_traceback(lua_State *L)
-{
-    const char *msg = lua_tostring(L, 1);
-    if (!msg) {
-        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
-        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-    }
-    luaL_traceback(L, L, msg, 1);
-    return 1;
-}
 
 /* The running batch's start for the consume_timeout watchdog (minutes): the coarse clock has
  * CLOCK_MONOTONIC's epoch (rmq__mono_ms), lags it by a few ms and costs a fraction of a read. */
@@ -324,7 +313,7 @@ static void run_batch(cthread_t *t, rmq_batch_t *b)
     *t->slot = b;
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref_dispatch);
     rmq__memlimit_arm(&t->ml, 1); /* only inside this pcall does the limit refuse */
-    int rc = lua_pcall(L, 0, 2, 1); /* index 1: batch_traceback */
+    int rc = lua_pcall(L, 0, 2, 1); /* index 1: rmq__lua_traceback */
     rmq__memlimit_arm(&t->ml, 0);
     *t->slot = NULL;
     int failed = 0;
@@ -400,7 +389,9 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
     lua_getfield(L, d, "init");
     t->ref_init = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, 0);
-    lua_pushcfunction(L, batch_traceback); /* stays at index 1 for run_batch */
+    /* The message handler of run_batch's lua_pcall (rmq__lua_pcall's), kept at stack index 1 so
+     * that no closure is made per batch. */
+    lua_pushcfunction(L, rmq__lua_traceback); /* stays at index 1 for run_batch */
     lua_sethook(L, check_hook, LUA_MASKCOUNT, RMQ_POOL_HOOK_COUNT); /* this thread, its state */
     if (!t->slot) {
         rmq__seterr(err, errsz, "%s returned no slot", dispatcher);
@@ -957,12 +948,17 @@ int64_t rmq__pool_lua_memory(const rmq_pool_t *p, int i)
     return __atomic_load_n(&p->t[i].lua_bytes, __ATOMIC_RELAXED);
 }
 
+/* p's mutex, which the readers of its counters take through a const pool. */
+static uv_mutex_t *mutex_of(const rmq_pool_t *p)
+{
+    return (uv_mutex_t *)&p->mu;
+}
+
 int64_t rmq__pool_errors(const rmq_pool_t *p)
 {
-    rmq_pool_t *q = (rmq_pool_t *)p;
-    uv_mutex_lock(&q->mu);
-    int64_t e = q->errors;
-    uv_mutex_unlock(&q->mu);
+    uv_mutex_lock(mutex_of(p));
+    int64_t e = p->errors;
+    uv_mutex_unlock(mutex_of(p));
     return e;
 }
 
@@ -1003,6 +999,9 @@ static void reaper_main(void *arg)
                                   "the thread (its batch is returned as not run)",
                                   t->index + 1);
                     t->abandoned = 1;
+                    /* Never joined: detached, so that its stack and descriptor go when its
+                     * handler comes back and the thread ends (uv_thread_t is a pthread_t). */
+                    pthread_detach(t->tid);
                     rmq_batch_t *b = t->cur;
                     t->cur = NULL;
                     p->running--;
@@ -1059,9 +1058,8 @@ void rmq__pool_hurry(rmq_pool_t *p, int64_t await_ms)
 
 int rmq__pool_running(const rmq_pool_t *p)
 {
-    rmq_pool_t *q = (rmq_pool_t *)p;
-    uv_mutex_lock(&q->mu);
-    int r = q->running;
-    uv_mutex_unlock(&q->mu);
+    uv_mutex_lock(mutex_of(p));
+    int r = p->running;
+    uv_mutex_unlock(mutex_of(p));
     return r;
 }

@@ -96,7 +96,7 @@ static int host_log(lua_State *L)
     return 0;
 }
 
-static int traceback(lua_State *L)
+int rmq__lua_traceback(lua_State *L)
 {
     const char *msg = lua_tostring(L, 1);
     if (!msg) {
@@ -110,7 +110,7 @@ static int traceback(lua_State *L)
 int rmq__lua_pcall(lua_State *L, int nargs, int nres, char *errstr, size_t errstr_size)
 {
     int base = lua_gettop(L) - nargs; /* the function's index */
-    lua_pushcfunction(L, traceback);
+    lua_pushcfunction(L, rmq__lua_traceback);
     lua_insert(L, base);
     int rc = lua_pcall(L, nargs, nres, base);
     lua_remove(L, base);

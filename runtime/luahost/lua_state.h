@@ -54,6 +54,12 @@ void rmq__lua_bccache_install(lua_State *L);
 lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_size);
 
 /*
+ * The message handler of rmq__lua_pcall's lua_pcall (a lua_CFunction): the error message (or
+ * its __tostring, or a note of its type) with a traceback.
+ */
+int rmq__lua_traceback(lua_State *L);
+
+/*
  * Call the function at the top of the stack (with nargs arguments below it) under lua_pcall with
  * a traceback handler. Returns 0 and leaves nres results, or RMQ_ERR_LUA with errstr holding the
  * message and traceback (nothing is left on the stack).

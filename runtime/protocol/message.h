@@ -46,7 +46,7 @@
 typedef struct rmq_msgset_infl rmq_msgset_infl_t;
 
 typedef struct rmq_msgset {
-    volatile int refs;       /* atomic: one per live message + the creator reference */
+    int refs;                /* __atomic builtins: one per live message + the creator reference */
     rmq_rbuf_t *frame;       /* one reference, released with the set */
     int n;                   /* decoded messages */
     rmq_msg_t *msgs;         /* n views, in the same allocation as the set */

@@ -287,6 +287,7 @@ int rmq__route_write(const rmq_route_t *r, int standard, rmq_buf_t *out)
             S(",\"cluster\":");
             STR(bd->cluster);
         }
+        if (r->rocketmq5) S(",\"enableActingMaster\":false");
         S("}");
     }
     S("],\"filterServerTable\":{},");

@@ -56,6 +56,7 @@ typedef struct rmq_route {
     int n_qds;
     rmq_broker_data_t *bds;
     int n_bds;
+    int rocketmq5; /* write: as a 5.x name server (BrokerData's "enableActingMaster":false) */
 } rmq_route_t;
 
 /*

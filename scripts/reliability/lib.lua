@@ -218,7 +218,8 @@ end
 
 -- Sanitizer reports and fatal runtime errors in the log.
 local bad_patterns = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
-                      "UndefinedBehaviorSanitizer", "PANIC: unprotected error",
+                      "UndefinedBehaviorSanitizer", "WARNING: ThreadSanitizer",
+                      "PANIC: unprotected error",
                       "double free", "corrupted size", "Segmentation fault", "Aborted"}
 function Proc:sanitizer_report()
   local s = M.read(self.log)

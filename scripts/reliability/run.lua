@@ -33,8 +33,9 @@ end
 assert(opts.work and opts.root and opts.bin, "run.lua needs --work, --root and --bin")
 L.work, L.root, L.bin, L.asan_bin, L.namesrv, L.quiet = opts.work, opts.root, opts.bin,
   opts.asan_bin, opts.namesrv, opts.quiet
--- Is the build under test itself an ASan build? (Memory bounds are then not checked.)
+-- Is the build under test itself an ASan or a TSan build? (Memory bounds are then not checked.)
 L.asan = os.execute("grep -q __asan_init " .. L.shq(L.bin) .. " 2>/dev/null") == 0
+L.tsan = os.execute("grep -q __tsan_init " .. L.shq(L.bin) .. " 2>/dev/null") == 0
 math.randomseed(L.now_ms() % 2147483647)
 
 local selected = {}
@@ -156,7 +157,7 @@ local mode = opts.long and string.format("--long (%d min per scenario at %d msgs
   or "short"
 local target = opts.namesrv and ("cluster at " .. opts.namesrv) or "development broker"
 local header = string.format("rmqlua reliability, %s mode, %s, %s%s: %.0f s", mode, L.bin, target,
-  L.asan and " (ASan build)" or "", total)
+  L.asan and " (ASan build)" or L.tsan and " (TSan build)" or "", total)
 
 io.stdout:write("\n", header, "\n\n", table.concat(lines, "\n"), "\n\n")
 for _, id in ipairs(ids) do

@@ -521,7 +521,7 @@ S[7] = {title = "slow handler (1 s/batch)", run = function(ctx, o)
   ctx:check(samples >= 10, "GET_CONSUMER_RUNNING_INFO answered (%d samples)", samples)
   ctx:check(max_q <= threshold + batch, "cached messages per queue <= pull_threshold_for_queue + pull_batch_size (%d <= %d)",
     max_q, threshold + batch)
-  if not L.asan then
+  if not (L.asan or L.tsan) then
     ctx:check(rss_mb <= 64, "RSS bounded while messages wait: %.1f MB <= 64 MB", rss_mb)
   end
   ctx:go_fast()
@@ -677,7 +677,7 @@ S[10] = {title = "sparse tags (1 per 100k, 2M)", run = function(ctx, o)
   for _, c in ipairs({cc, co}) do
     local grow = (c.hwm_kb - (base[c] or c.hwm_kb)) / 1024
     ctx:note("%s: peak RSS %.1f MB (%.1f MB above the RSS at its first match)", c.label, c.hwm_kb / 1024, grow)
-    if not L.asan then
+    if not (L.asan or L.tsan) then
       ctx:check(grow <= 8, "%s: RSS flat over a %s-offset span (+%.1f MB <= 8 MB)", c.label,
         L.num(GAP * MATCHES), grow)
     end
@@ -778,7 +778,7 @@ S[12] = {title = "1,000 start/stop cycles", run = function(ctx, o)
       last.rss / 1024, out:match("cycles in ([%d.]+) s") or "?")
     ctx:check(last.fds == first.fds, "file descriptors flat (%d -> %d)", first.fds, last.fds)
     ctx:check(last.threads == first.threads, "threads flat (%d -> %d)", first.threads, last.threads)
-    if not L.asan then
+    if not (L.asan or L.tsan) then
       ctx:check(last.rss - first.rss <= 4096, "RSS flat (+%.1f MB <= 4 MB)", (last.rss - first.rss) / 1024)
     end
   end

@@ -38,6 +38,28 @@ local function clean()
   }
 end
 
+-- check_layers over the clean house with changes made (path -> text; false removes the file):
+-- its exit code and output.
+local function run_with(changes)
+  local files = clean()
+  for path, text in pairs(changes) do files[path] = text or nil end
+  return run(tree(files))
+end
+
+-- check_layers over the clean house with changes made exits 0.
+local function passes_with(changes)
+  local rc, out = run_with(changes)
+  assert.are.equal(0, rc, out)
+end
+
+-- check_layers over the clean house with changes made exits 1, its output matching each of
+-- the patterns.
+local function fails_with(changes, ...)
+  local rc, out = run_with(changes)
+  assert.are.equal(1, rc, out)
+  for _, pattern in ipairs({ ... }) do assert.matches(pattern, out) end
+end
+
 describe("scripts/check_layers", function()
   it("passes a clean tree", function()
     local rc, out = run(tree(clean()))
@@ -51,60 +73,52 @@ describe("scripts/check_layers", function()
   end)
 
   it("fails on an include that goes up a layer, naming file, line and both layers", function()
-    local files = clean()
-    files["runtime/consumer/conf.h"] = "int rmq__conf_x(void);\n"
-    files["runtime/net/tls.c"] = '#include "base/common.h"\n\n#include "consumer/conf.h"\n'
-    local rc, out = run(tree(files))
-    assert.are.equal(1, rc, out)
-    assert.matches('runtime/net/tls%.c:3: includes "consumer/conf%.h": net %(layer 3%) may not ' ..
-      'use consumer %(layer 5, above it%)', out)
+    fails_with({
+      ["runtime/consumer/conf.h"] = "int rmq__conf_x(void);\n",
+      ["runtime/net/tls.c"] = '#include "base/common.h"\n\n#include "consumer/conf.h"\n',
+    }, 'runtime/net/tls%.c:3: includes "consumer/conf%.h": net %(layer 3%) may not ' ..
+      'use consumer %(layer 5, above it%)')
   end)
 
   it("passes a plain include of a header of the same folder", function()
-    local files = clean()
-    files["runtime/base/log.h"] = "void rmq__log(void);\n"
-    files["runtime/base/log.c"] = '#include "log.h"\n#include "common.h"\nvoid rmq__log(void)\n{\n}\n'
-    local rc, out = run(tree(files))
-    assert.are.equal(0, rc, out)
+    passes_with({
+      ["runtime/base/log.h"] = "void rmq__log(void);\n",
+      ["runtime/base/log.c"] = '#include "log.h"\n#include "common.h"\nvoid rmq__log(void)\n{\n}\n',
+    })
   end)
 
   it("fails on a call of a function of a higher folder, with no include at all", function()
-    local files = clean()
-    files["runtime/consumer/rebalance.c"] = "int rmq__pool_start(int n);\n\n" ..
-      "int rmq__rb_run(int n)\n{\n    return rmq__pool_start(n);\n}\n"
-    local rc, out = run(tree(files))
-    assert.are.equal(1, rc, out)
-    assert.matches("runtime/consumer/rebalance%.c:5: uses rmq__pool_start%(%) of " ..
-      "runtime/luahost/pool%.c: consumer %(layer 5%) may not use luahost %(layer 6, above it%)", out)
+    fails_with({
+      ["runtime/consumer/rebalance.c"] = "int rmq__pool_start(int n);\n\n" ..
+        "int rmq__rb_run(int n)\n{\n    return rmq__pool_start(n);\n}\n",
+    }, "runtime/consumer/rebalance%.c:5: uses rmq__pool_start%(%) of " ..
+      "runtime/luahost/pool%.c: consumer %(layer 5%) may not use luahost %(layer 6, above it%)")
   end)
 
   it("fails on a use sideways between devbroker/ and consumer/, and from devbroker/ to producer/", function()
-    local files = clean()
-    files["runtime/devbroker/broker.c"] = '#include "consumer/client.h"\n' ..
-      "int rmq__client_run(int n);\nint rmq__db_x(int n)\n{\n    return rmq__client_run(n);\n}\n"
-    files["runtime/consumer/client.h"] = "int rmq__client_run(int n);\n"
-    files["runtime/producer/producer.c"] = "int rmq__producer_send(int n)\n{\n    return n;\n}\n"
-    files["runtime/devbroker/store.c"] = "int rmq__producer_send(int n);\n" ..
-      "int rmq__db_store(int n)\n{\n    return rmq__producer_send(n);\n}\n"
-    local rc, out = run(tree(files))
-    assert.are.equal(1, rc, out)
-    assert.matches('runtime/devbroker/broker%.c:1: includes "consumer/client%.h": devbroker and ' ..
-      "consumer are side by side %(layer 5%): neither may use the other", out)
-    assert.matches("runtime/devbroker/broker%.c:5: uses rmq__client_run%(%)", out)
-    assert.matches("runtime/devbroker/store%.c:4: uses rmq__producer_send%(%) of " ..
-      "runtime/producer/producer%.c: devbroker %(layer 5%) may not use producer %(layer 4%)", out)
+    fails_with({
+      ["runtime/devbroker/broker.c"] = '#include "consumer/client.h"\n' ..
+        "int rmq__client_run(int n);\nint rmq__db_x(int n)\n{\n    return rmq__client_run(n);\n}\n",
+      ["runtime/consumer/client.h"] = "int rmq__client_run(int n);\n",
+      ["runtime/producer/producer.c"] = "int rmq__producer_send(int n)\n{\n    return n;\n}\n",
+      ["runtime/devbroker/store.c"] = "int rmq__producer_send(int n);\n" ..
+        "int rmq__db_store(int n)\n{\n    return rmq__producer_send(n);\n}\n",
+    }, 'runtime/devbroker/broker%.c:1: includes "consumer/client%.h": devbroker and ' ..
+      "consumer are side by side %(layer 5%): neither may use the other",
+      "runtime/devbroker/broker%.c:5: uses rmq__client_run%(%)",
+      "runtime/devbroker/store%.c:4: uses rmq__producer_send%(%) of " ..
+      "runtime/producer/producer%.c: devbroker %(layer 5%) may not use producer %(layer 4%)")
   end)
 
   it("ignores names in comments and strings", function()
-    local files = clean()
-    files["runtime/base/common.c"] = '#include "common.h"\n/* rmq__pool_start(1) */\n' ..
-      'int rmq__xcount(int n)\n{\n    const char *s = "rmq__client_run(n)";\n    return n + (s != 0);\n}\n'
-    local rc, out = run(tree(files))
-    assert.are.equal(0, rc, out)
+    passes_with({
+      ["runtime/base/common.c"] = '#include "common.h"\n/* rmq__pool_start(1) */\n' ..
+        'int rmq__xcount(int n)\n{\n    const char *s = "rmq__client_run(n)";\n    return n + (s != 0);\n}\n',
+    })
   end)
 
   it("fails on a circle wider than 4 files inside consumer/, listing its files", function()
-    local files = clean()
+    local files = {}
     local names = { "a", "b", "c", "d", "e" }
     for i, n in ipairs(names) do
       local nxt = names[i % #names + 1]
@@ -112,39 +126,31 @@ describe("scripts/check_layers", function()
         "int rmq__c_%s(int n);\nint rmq__c_%s(int n)\n{\n    return n ? rmq__c_%s(n - 1) : 0;\n}\n",
         nxt, n, nxt)
     end
-    local rc, out = run(tree(files))
-    assert.are.equal(1, rc, out)
-    assert.matches("a circle of 5 files inside consumer/ %(at most 4%): a%.c b%.c c%.c d%.c e%.c", out)
+    fails_with(files, "a circle of 5 files inside consumer/ %(at most 4%): a%.c b%.c c%.c d%.c e%.c")
     -- Four files in a circle are allowed.
-    files["runtime/consumer/e.c"] = nil
+    files["runtime/consumer/e.c"] = false
     files["runtime/consumer/d.c"] =
       "int rmq__c_a(int n);\nint rmq__c_d(int n)\n{\n    return n ? rmq__c_a(n - 1) : 0;\n}\n"
-    rc, out = run(tree(files))
-    assert.are.equal(0, rc, out)
+    passes_with(files)
   end)
 
   it("fails on a circle across two folders even when each use alone goes down", function()
-    local files = clean()
     -- base calls up into protocol: reported as a use going up and as a circle across folders.
-    files["runtime/base/common.c"] = '#include "common.h"\nint rmq__cmd_size(int n);\n' ..
-      "int rmq__xcount(int n)\n{\n    return n > 1 ? rmq__cmd_size(n - 1) : n;\n}\n"
-    local rc, out = run(tree(files))
-    assert.are.equal(1, rc, out)
-    assert.matches("runtime/base/common%.c:5: uses rmq__cmd_size%(%) of runtime/protocol/cmd%.c: " ..
-      "base %(layer 1%) may not use protocol %(layer 2, above it%)", out)
-    assert.matches("a circle across folders base and protocol", out)
+    fails_with({
+      ["runtime/base/common.c"] = '#include "common.h"\nint rmq__cmd_size(int n);\n' ..
+        "int rmq__xcount(int n)\n{\n    return n > 1 ? rmq__cmd_size(n - 1) : n;\n}\n",
+    }, "runtime/base/common%.c:5: uses rmq__cmd_size%(%) of runtime/protocol/cmd%.c: " ..
+      "base %(layer 1%) may not use protocol %(layer 2, above it%)",
+      "a circle across folders base and protocol")
   end)
 
   it("fails on a source file over 1,500 lines, a file outside the folders and an unknown folder", function()
-    local files = clean()
-    files["runtime/protocol/big.c"] = string.rep("int x;\n", 1501)
-    files["runtime/stray.c"] = "int y;\n"
-    files["runtime/misc/z.c"] = "int z;\n"
-    local rc, out = run(tree(files))
-    assert.are.equal(1, rc, out)
-    assert.matches("runtime/protocol/big%.c:1501: 1501 lines, over the limit of 1500", out)
-    assert.matches("runtime/stray%.c:1: a source file outside the layer folders", out)
-    assert.matches("runtime/misc/: a folder that is no layer", out)
-    assert.matches("check_layers: 3 fault%(s%)", out)
+    fails_with({
+      ["runtime/protocol/big.c"] = string.rep("int x;\n", 1501),
+      ["runtime/stray.c"] = "int y;\n",
+      ["runtime/misc/z.c"] = "int z;\n",
+    }, "runtime/protocol/big%.c:1501: 1501 lines, over the limit of 1500",
+      "runtime/stray%.c:1: a source file outside the layer folders",
+      "runtime/misc/: a folder that is no layer", "check_layers: 3 fault%(s%)")
   end)
 end)

@@ -1,8 +1,8 @@
 /*
  * test_pool_loop.h -- the loop a consume-pool test drives: count done batches, wait for them or
  * for the pool's close callback; start a pool on it and stop it; a batch of one message.
- * Header-only, included after test_util.h (CHECK); each test defines its own done callback,
- * which increments `ndone`.
+ * Header-only, included after test_util.h (CHECK); a test's done callback increments `ndone`
+ * (pool_count_done does only that).
  */
 #ifndef RMQ_TEST_POOL_LOOP_H
 #define RMQ_TEST_POOL_LOOP_H
@@ -23,6 +23,28 @@ static void on_closed(void *ud)
 {
     (void)ud;
     closed = 1;
+}
+
+/* A done callback that only counts the batch. */
+static inline void pool_count_done(void *ud, rmq_batch_t *b)
+{
+    (void)ud;
+    (void)b;
+    ndone++;
+}
+
+/* main's first step: the timeout scale and the loop. */
+static inline void pool_loop_open(void)
+{
+    scale = test_scale();
+    uv_loop_init(&loop);
+}
+
+/* main's last step before its report: what is left on the loop run, the loop closed. */
+static inline void pool_loop_close(void)
+{
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uv_loop_close(&loop);
 }
 
 /* Run the loop until ndone >= n (or closed when n < 0); 0 on time-out. */
@@ -47,6 +69,35 @@ static inline rmq_pool_t *pool_start(rmq_pool_opts_t *o, char *err, size_t errsz
     closed = 0;
     if (rmq__pool_start(o, &p, err, errsz)) return NULL;
     return p;
+}
+
+/* Start a pool of nthreads on the script at path for the group "test_group", done called for
+ * each batch, consume_timeout_ms timeout_ms (0: the default). Returns it, or NULL with the reason
+ * in err. */
+static inline rmq_pool_t *pool_start_script(const char *path, int nthreads, rmq_pool_done_cb done,
+                                            int64_t timeout_ms, char *err, size_t errsz)
+{
+    rmq_pool_opts_t o = {.script_path = path,
+                         .nthreads = nthreads,
+                         .done = done,
+                         .consumer_group = "test_group",
+                         .consume_timeout_ms = timeout_ms};
+    return pool_start(&o, err, errsz);
+}
+
+/* Run the loop until ndone >= n or ms (scaled) pass; returns the most batches p ran at once
+ * meanwhile. */
+static inline int pool_run_max_running(rmq_pool_t *p, int n, double ms)
+{
+    int64_t dl = rmq__mono_ms() + (int64_t)(ms * scale);
+    int max_running = 0;
+    while (ndone < n && rmq__mono_ms() < dl) {
+        int r = rmq__pool_running(p);
+        if (r > max_running) max_running = r;
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    return max_running;
 }
 
 /* Stop p (handlers get await ms to finish) and run the loop until its close callback ran, within

@@ -149,17 +149,22 @@ static inline int test_wire_sessions(char (*names)[256], int max)
     return n;
 }
 
+/* The JSON file at path, or NULL after a failed CHECK naming the file and what is wrong. */
+static inline json_t *test_load_json(const char *path)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    CHECKF(root != NULL, "%s: %s", path, je.text);
+    return root;
+}
+
 /* spec/fixtures/wire/<session>/index.json (decoded headers and messages of the capture), or NULL
  * after a failed CHECK naming the file. */
 static inline json_t *test_wire_index(const char *session)
 {
     char path[600];
-    json_error_t je;
-    json_t *idx;
     snprintf(path, sizeof(path), TEST_WIRE "/%.255s/index.json", session);
-    idx = json_load_file(path, 0, &je);
-    CHECKF(idx != NULL, "%s: %s", path, je.text);
-    return idx;
+    return test_load_json(path);
 }
 
 /* Writes text to /tmp/rmq_<test>_<pid>_<name>.lua; returns the path (free it). */
@@ -173,6 +178,13 @@ static inline char *test_write_script(const char *test, const char *name, const 
     fputs(text, f);
     fclose(f);
     return strdup(path);
+}
+
+/* A file written by test_write_script: removed, its path freed. */
+static inline void test_drop_script(char *path)
+{
+    unlink(path);
+    free(path);
 }
 
 /* ---- hex ------------------------------------------------------------------------------------- */

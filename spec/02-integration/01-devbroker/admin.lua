@@ -23,39 +23,45 @@ function M.parse(s)
     pos = i + 1
     return table.concat(out)
   end
+  -- Past an object's or an array's opening bracket: true when it is empty (past close too).
+  local function empty(close)
+    pos = pos + 1
+    ws()
+    if s:sub(pos, pos) ~= close then return false end
+    pos = pos + 1
+    return true
+  end
+  -- After a member or an item: true past close, which ends the object or array, false past
+  -- the comma before the next one.
+  local function closes(close)
+    ws()
+    local d = s:sub(pos, pos)
+    pos = pos + 1
+    if d == close then return true end
+    assert(d == ",", "comma expected at " .. pos)
+    return false
+  end
   function value()
     ws()
     local c = s:sub(pos, pos)
     if c == "{" then
-      pos = pos + 1
       local obj = {kind = "object", members = {}}
-      ws()
-      if s:sub(pos, pos) == "}" then pos = pos + 1; return obj end
-      while true do
+      if empty("}") then return obj end
+      repeat
         local k = value()
         ws()
         assert(s:sub(pos, pos) == ":", "colon expected at " .. pos)
         pos = pos + 1
         obj.members[#obj.members + 1] = {k, value()}
-        ws()
-        local d = s:sub(pos, pos)
-        pos = pos + 1
-        if d == "}" then return obj end
-        assert(d == ",", "comma expected at " .. pos)
-      end
+      until closes("}")
+      return obj
     elseif c == "[" then
-      pos = pos + 1
       local arr = {kind = "array", items = {}}
-      ws()
-      if s:sub(pos, pos) == "]" then pos = pos + 1; return arr end
-      while true do
+      if empty("]") then return arr end
+      repeat
         arr.items[#arr.items + 1] = value()
-        ws()
-        local d = s:sub(pos, pos)
-        pos = pos + 1
-        if d == "]" then return arr end
-        assert(d == ",", "comma expected at " .. pos)
-      end
+      until closes("]")
+      return arr
     elseif c == '"' then
       return {kind = "string", v = str()}
     elseif s:sub(pos, pos + 3) == "true" then

@@ -13,13 +13,11 @@ local RESET_CLIENT, STATUS_CLIENT, INVOKE_RESET, INVOKE_STATUS = 220, 221, 222, 
 describe("devbroker: admin relays", function()
   local db, _, lib, baddr, bname
 
-  lazy_setup(function()
-    wire.quiet()
-    db, _, lib = wire.start("--topic Trst:2 --topic Tsta:1 --topic Thold:1")
+  wire.describe_broker("--topic Trst:2 --topic Tsta:1 --topic Thold:1", function(t)
+    db, lib = t.db, t.lib
     baddr = wire.broker_addr(db, 0)
     bname = ffi.string(lib.rmq_devbroker_broker_name(db, 0))
   end)
-  lazy_teardown(function() if db then lib.rmq_devbroker_stop(db) end end)
 
   local function conn() return assert(wire.connect(baddr)) end
 

@@ -13,13 +13,9 @@ local NOTIFY, LOCK, UNLOCK = 40, 41, 42
 describe("devbroker", function()
   local db, ns, lib, baddr
 
-  lazy_setup(function()
-    wire.quiet()
-    db, ns, lib = wire.start("--topic Tq:4 --topic Tf:1 --delay-scale 0.001")
+  wire.describe_broker("--topic Tq:4 --topic Tf:1 --delay-scale 0.001", function(t)
+    db, ns, lib = t.db, t.ns, t.lib
     baddr = wire.broker_addr(db, 0)
-  end)
-  lazy_teardown(function()
-    if db then lib.rmq_devbroker_stop(db) end
   end)
 
   local function conn(addr)
@@ -404,10 +400,7 @@ describe("devbroker", function()
     end)
 
     it("answers QUERY_NOT_FOUND when the queue's head was dropped", function()
-      local db2, _, lib2 = wire.start("--max-bytes 2048 --topic Tcap:1")
-      helpers.defer(function() lib2.rmq_devbroker_stop(db2) end)
-      local c = assert(wire.connect(wire.broker_addr(db2, 0)))
-      helpers.defer(function() c:close() end)
+      local db2, lib2, c = wire.start_connected("--max-bytes 2048 --topic Tcap:1")
       local body = string.rep("x", 300)
       for i = 1, 20 do lib2.rmq_devbroker_produce(db2, 0, "Tcap", 0, nil, nil, body, #body) end
       local min = tonumber(lib2.rmq_devbroker_min_offset(db2, 0, "Tcap", 0))
@@ -487,10 +480,7 @@ describe("devbroker", function()
     end)
 
     it("expires channels without heartbeat", function()
-      local db2, _, lib2 = wire.start("--channel-expire-ms 300")
-      helpers.defer(function() lib2.rmq_devbroker_stop(db2) end)
-      local c = assert(wire.connect(wire.broker_addr(db2, 0)))
-      helpers.defer(function() c:close() end)
+      local db2, lib2, c = wire.start_connected("--channel-expire-ms 300")
       c:request(HEARTBEAT, nil, wire.heartbeat_body("cid-x", "g_exp", {{topic = "T"}}))
       assert.equal(1, lib2.rmq_devbroker_group_size(db2, 0, "g_exp"))
       helpers.wait_until(function() return lib2.rmq_devbroker_group_size(db2, 0, "g_exp") == 0 end,
@@ -653,10 +643,7 @@ describe("devbroker", function()
     end)
 
     it("lets another client take an expired lock", function()
-      local db2, _, lib2 = wire.start("--lock-expire-ms 200 --topic Tq:4")
-      helpers.defer(function() lib2.rmq_devbroker_stop(db2) end)
-      local c = assert(wire.connect(wire.broker_addr(db2, 0)))
-      helpers.defer(function() c:close() end)
+      local _, _, c = wire.start_connected("--lock-expire-ms 200 --topic Tq:4")
       assert.equal(1, #cjson.decode(assert(c:request(LOCK, nil, body("c1", {0}))).body).lockOKMQSet)
       assert.equal(0, #cjson.decode(assert(c:request(LOCK, nil, body("c2", {0}))).body).lockOKMQSet)
       helpers.sleep(0.4)

@@ -2,27 +2,19 @@
 -- max(800, maxMsgNums) entries, never past the end of the consume queue file (300000 entries)
 -- that holds the requested offset; when every entry read was filtered out the answer is
 -- PULL_RETRY_IMMEDIATELY / NO_MATCHED_MESSAGE with nextBeginOffset after them.
-local helpers = require "helpers"
 local wire = require "02-integration.01-devbroker.wire"
 
 local PULL = 11
 local CQ_FILE = 300000
 
 describe("devbroker: pull scan bounds", function()
-  local db, _, lib, c
-
-  lazy_setup(function()
-    wire.quiet()
-    db, _, lib = wire.start("--topic Tscan:1")
+  local c
+  wire.broker_fixture("--topic Tscan:1", function(db, lib, conn)
+    c = conn
     -- one queue just past the first consume queue file, all TagB
     for _ = 1, CQ_FILE + 5 do
       assert(lib.rmq_devbroker_produce(db, 0, "Tscan", 0, "TagB", nil, "b", 1) >= 0)
     end
-    c = assert(wire.connect(wire.broker_addr(db, 0)))
-  end)
-  lazy_teardown(function()
-    if c then c:close() end
-    if db then lib.rmq_devbroker_stop(db) end
   end)
 
   local function pull(offset, sub, max)

@@ -65,19 +65,12 @@ local function fill(c)
 end
 
 describe("devbroker message queries", function()
-  local db, _, lib, baddr, c, sent
+  local baddr, c, sent
 
-  lazy_setup(function()
-    wire.quiet()
-    db, _, lib = wire.start("--topic QA:4 --topic QB:4 --topic QC:4")
+  wire.broker_fixture("--topic QA:4 --topic QB:4 --topic QC:4", function(db, _, conn)
+    c = conn
     baddr = wire.broker_addr(db, 0)
-    c = assert(wire.connect(baddr))
     sent = fill(c)
-  end)
-
-  lazy_teardown(function()
-    if c then c:close() end
-    if db then lib.rmq_devbroker_stop(db) end
   end)
 
   it("finds every stored key of every topic (queryMsgByKey)", function()
@@ -140,7 +133,7 @@ describe("devbroker message queries", function()
       for i = N - n, N - 1 do want[#want + 1] = t .. "/" .. i end
       return want
     end
-    local r, ms = query(c, "QB", "all", {max = 5})
+    local r, ms, _ = query(c, "QB", "all", {max = 5})
     assert.equal(0, r.code)
     assert.same(newest("QB", 5), bodies(ms))
     _, ms = query(c, "QB", "all", {max = 64})
@@ -226,10 +219,7 @@ describe("devbroker message index and the store", function()
   lazy_setup(function() wire.quiet() end)
 
   it("forgets messages dropped by --max-bytes", function()
-    local db, _, lib = wire.start("--topic E:2 --max-bytes 64K")
-    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
-    local c = assert(wire.connect(wire.broker_addr(db, 0)))
-    helpers.defer(function() c:close() end)
+    local db, lib, c = wire.start_connected("--topic E:2 --max-bytes 64K")
     local body = string.rep("x", 1000)
     local ids = {}
     for i = 1, 200 do

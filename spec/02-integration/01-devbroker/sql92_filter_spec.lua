@@ -36,18 +36,25 @@ local function keys_of(body)
   return table.concat(out, ",")
 end
 
+-- A heartbeat on c from client cid registering group's SQL92 expression sub (version) for
+-- topic, asserted to succeed.
+local function sql_heartbeat(c, cid, group, topic, sub, version)
+  local r = assert(c:request(HEART_BEAT, nil, wire.heartbeat_body(cid, group,
+    {{topic = topic, sub = sub, type = "SQL92", version = version}})))
+  assert.are.equal(SUCCESS, r.code)
+end
+
+-- A PULL on c of queue 0 of topic from offset by group, with the SQL92 expression its heartbeat
+-- registered as version: the response.
+local function sql_pull(c, group, topic, offset, version)
+  return assert(c:request(PULL, wire.pull_ext(group, topic, 0, offset,
+    {type = "SQL92", sub_version = version})))
+end
+
 describe("devbroker: SQL92 subscriptions", function()
   describe("without --enable-property-filter (the Java broker's default)", function()
-    local db, _, lib, c
-    lazy_setup(function()
-      wire.quiet()
-      db, _, lib = wire.start("--topic T:1")
-      c = assert(wire.connect(wire.broker_addr(db, 0)))
-    end)
-    lazy_teardown(function()
-      if c then c:close() end
-      if db then lib.rmq_devbroker_stop(db) end
-    end)
+    local db, lib, c
+    wire.broker_fixture("--topic T:1", function(...) db, lib, c = ... end)
 
     it("refuses CHECK_CLIENT_CONFIG for SQL92 with the broker's message, accepts TAG", function()
       local r = assert(c:request(CHECK_CLIENT_CONFIG, nil, check_body("g", "SQL92", "a > 1")))
@@ -59,10 +66,8 @@ describe("devbroker: SQL92 subscriptions", function()
 
     it("refuses a SQL92 pull, registered by heartbeat or carried by the request", function()
       produce(lib, db, "T", "k1", {a = "5"})
-      local r = assert(c:request(HEART_BEAT, nil, wire.heartbeat_body("127.0.0.1@c1", "g_off",
-        {{topic = "T", sub = "a > 1", type = "SQL92", version = 10}})))
-      assert.are.equal(SUCCESS, r.code)
-      r = assert(c:request(PULL, wire.pull_ext("g_off", "T", 0, 0, {type = "SQL92", sub_version = 10})))
+      sql_heartbeat(c, "127.0.0.1@c1", "g_off", "T", "a > 1", 10)
+      local r = sql_pull(c, "g_off", "T", 0, 10)
       assert.are.equal(SYSTEM_ERROR, r.code)
       assert.are.equal(REFUSED, r.remark)
       r = assert(c:request(PULL, wire.pull_ext("g_any", "T", 0, 0,
@@ -73,21 +78,15 @@ describe("devbroker: SQL92 subscriptions", function()
   end)
 
   describe("with --enable-property-filter", function()
-    local db, _, lib, c
-    lazy_setup(function()
-      wire.quiet()
-      db, _, lib = wire.start("--enable-property-filter --topic T:1 --topic W:1")
-      c = assert(wire.connect(wire.broker_addr(db, 0)))
+    local db, lib, c
+    wire.broker_fixture("--enable-property-filter --topic T:1 --topic W:1", function(...)
+      db, lib, c = ...
       -- T: five messages, properties chosen for null and type-mismatch outcomes
       produce(lib, db, "T", "k0", {region = "eu", amount = "250"})
       produce(lib, db, "T", "k1", {region = "us", amount = "900"})
       produce(lib, db, "T", "k2", {region = "eu"})                   -- amount missing: NULL
       produce(lib, db, "T", "k3", {region = "eu", amount = "lots"})  -- Double.valueOf throws
       produce(lib, db, "T", "k4", {region = "eu", amount = "101.5"})
-    end)
-    lazy_teardown(function()
-      if c then c:close() end
-      if db then lib.rmq_devbroker_stop(db) end
     end)
 
     it("answers CHECK_CLIENT_CONFIG: SUCCESS, or SUBSCRIPTION_PARSE_FAILED with the error", function()
@@ -102,10 +101,8 @@ describe("devbroker: SQL92 subscriptions", function()
     end)
 
     it("filters a pull by the heartbeat's expression over each message's properties", function()
-      local r = assert(c:request(HEART_BEAT, nil, wire.heartbeat_body("127.0.0.1@c1", "g_sql",
-        {{topic = "T", sub = "region = 'eu' AND amount > 100.0", type = "SQL92", version = 20}})))
-      assert.are.equal(SUCCESS, r.code)
-      r = assert(c:request(PULL, wire.pull_ext("g_sql", "T", 0, 0, {type = "SQL92", sub_version = 20})))
+      sql_heartbeat(c, "127.0.0.1@c1", "g_sql", "T", "region = 'eu' AND amount > 100.0", 20)
+      local r = sql_pull(c, "g_sql", "T", 0, 20)
       assert.are.equal(SUCCESS, r.code)
       assert.are.equal("k0,k4", keys_of(r.body))
       assert.are.equal("5", r.extFields.nextBeginOffset)
@@ -121,23 +118,17 @@ describe("devbroker: SQL92 subscriptions", function()
     end)
 
     it("answers FILTER_DATA_NOT_EXIST when the heartbeat's expression did not compile", function()
-      local r = assert(c:request(HEART_BEAT, nil, wire.heartbeat_body("127.0.0.1@c2", "g_bad",
-        {{topic = "T", sub = "a = NULL", type = "SQL92", version = 30}})))
-      assert.are.equal(SUCCESS, r.code)
-      r = assert(c:request(PULL, wire.pull_ext("g_bad", "T", 0, 0, {type = "SQL92", sub_version = 30})))
+      sql_heartbeat(c, "127.0.0.1@c2", "g_bad", "T", "a = NULL", 30)
+      local r = sql_pull(c, "g_bad", "T", 0, 30)
       assert.are.equal(FILTER_DATA_NOT_EXIST, r.code)
       assert.are.equal("The broker's consumer filter data is not exist!Your expression may be wrong!",
         r.remark)
     end)
 
     it("answers FILTER_DATA_NOT_LATEST when only an older expression compiled", function()
-      local r = assert(c:request(HEART_BEAT, nil, wire.heartbeat_body("127.0.0.1@c3", "g_ver",
-        {{topic = "T", sub = "a > 1", type = "SQL92", version = 40}})))
-      assert.are.equal(SUCCESS, r.code)
-      r = assert(c:request(HEART_BEAT, nil, wire.heartbeat_body("127.0.0.1@c3", "g_ver",
-        {{topic = "T", sub = "a >", type = "SQL92", version = 41}})))
-      assert.are.equal(SUCCESS, r.code)
-      r = assert(c:request(PULL, wire.pull_ext("g_ver", "T", 0, 0, {type = "SQL92", sub_version = 41})))
+      sql_heartbeat(c, "127.0.0.1@c3", "g_ver", "T", "a > 1", 40)
+      sql_heartbeat(c, "127.0.0.1@c3", "g_ver", "T", "a >", 41)
+      local r = sql_pull(c, "g_ver", "T", 0, 41)
       assert.are.equal(FILTER_DATA_NOT_LATEST, r.code)
       assert.are.equal("the consumer's consumer filter data not latest", r.remark)
     end)
@@ -151,9 +142,7 @@ describe("devbroker: SQL92 subscriptions", function()
     end)
 
     it("wakes a long-polling pull only for a message that matches", function()
-      local r = assert(c:request(HEART_BEAT, nil, wire.heartbeat_body("127.0.0.1@c4", "g_poll",
-        {{topic = "W", sub = "n > 10", type = "SQL92", version = 50}})))
-      assert.are.equal(SUCCESS, r.code)
+      sql_heartbeat(c, "127.0.0.1@c4", "g_poll", "W", "n > 10", 50)
       local op = c:send_request(PULL, wire.pull_ext("g_poll", "W", 0, 0,
         {type = "SQL92", sub_version = 50, sys_flag = 2, suspend = 20000}))
       helpers.sleep(0.2)
@@ -161,11 +150,11 @@ describe("devbroker: SQL92 subscriptions", function()
       local early = c:wait_response(op, 0.5)
       assert.is_nil(early, "a pull woken by a message the selector rejects")
       produce(lib, db, "W", "w1", {n = "11"})
-      r = assert(c:wait_response(op, 10 * helpers.scale))
+      local r = assert(c:wait_response(op, 10 * helpers.scale))
       assert.are.equal(SUCCESS, r.code)
       assert.are.equal("w1", keys_of(r.body))
       -- nothing new that matches: PULL_NOT_FOUND after the suspend time
-      r = assert(c:request(PULL, wire.pull_ext("g_poll", "W", 0, 2, {type = "SQL92", sub_version = 50})))
+      r = sql_pull(c, "g_poll", "W", 2, 50)
       assert.are.equal(PULL_NOT_FOUND, r.code)
     end)
   end)

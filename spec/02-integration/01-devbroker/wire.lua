@@ -69,6 +69,41 @@ function M.broker_addr(db, i)
   return ffi.string(M.lib().rmq_devbroker_broker_addr(db, i or 0))
 end
 
+-- The development broker of a describe block (args as M.start, the log quiet): started in its
+-- lazy_setup, which then calls ready(t) with the table it fills (db, ns, lib), and stopped in
+-- its lazy_teardown, which first closes t.c when ready left a connection there. Returns t.
+function M.describe_broker(args, ready)
+  local helpers = require "helpers"
+  return helpers.describe_fixture(function(t)
+    M.quiet()
+    t.db, t.ns, t.lib = M.start(args)
+    if ready then ready(t) end
+  end, function(t)
+    if t.c then t.c:close() end
+    if t.db then t.lib.rmq_devbroker_stop(t.db) end
+  end)
+end
+
+-- M.describe_broker with a connection to its first broker (t.c), made in the lazy_setup, which
+-- then calls ready(db, lib, connection).
+function M.broker_fixture(args, ready)
+  return M.describe_broker(args, function(t)
+    t.c = assert(M.connect(M.broker_addr(t.db, 0)))
+    if ready then ready(t.db, t.lib, t.c) end
+  end)
+end
+
+-- A development broker for one test (args as M.start), stopped when the test ends, and a
+-- connection to its first broker, closed then: returns db, lib and the connection.
+function M.start_connected(args)
+  local helpers = require "helpers"
+  local db, _, lib = M.start(args)
+  helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+  local c = assert(M.connect(M.broker_addr(db, 0)))
+  helpers.defer(function() c:close() end)
+  return db, lib, c
+end
+
 -- The name server address of a `rmqlua broker` process whose output goes to the file out, once
 -- it printed its ready line (waits up to 10 s, scaled).
 function M.ready_ns(out)

@@ -26,6 +26,14 @@ local function run(script_path, log)
   return pid
 end
 
+-- Run n of instance inst over topic: script c<n>, its records in out<n>.txt and its log in
+-- run<n>.log, all in dir (n "" for a test's only run). Returns the pid, the records file and
+-- the log.
+local function start(dir, n, ns, topic, inst, persist_ms)
+  local out, log = dir .. "/out" .. n .. ".txt", dir .. "/run" .. n .. ".log"
+  return run(script(dir, "c" .. n, ns, topic, out, inst, persist_ms), log), out, log
+end
+
 local function stop(pid, log)
   helpers.kill(pid, "TERM")
   assert.equal(0, cons.exit_code(log), cons.read(log))
@@ -56,6 +64,18 @@ local function sum(t)
   return s
 end
 
+-- Waits until the offsets.json of instance inst exists with its entries of topic adding up to n
+-- (those of its .bak too when bak); returns its path.
+local function wait_offsets(dir, inst, topic, n, bak)
+  local path
+  helpers.wait_until(function()
+    path = offsets_path(dir, inst)
+    return path and sum(entries(cons.read(path), topic)) == n
+      and (not bak or sum(entries(cons.read(path .. ".bak"), topic)) == n)
+  end, 30, "offsets.json" .. (bak and " and .bak" or "") .. " at " .. n)
+  return path
+end
+
 local function produce(db, broker, topic, n, prefix)
   for i = 1, n do
     local body = prefix .. i
@@ -63,24 +83,23 @@ local function produce(db, broker, topic, n, prefix)
   end
 end
 
+-- A development broker for one test (args as cons.test_broker) and its folder
+-- helpers.tmpdir(tag): db, name server address, folder.
+local function test_broker(args, tag)
+  local db, ns = cons.test_broker(args)
+  return db, ns, helpers.tmpdir(tag)
+end
+
 describe("consumer: broadcasting offsets.json", function()
   it("is left untouched, .bak included, by a run that never owns a queue", function()
     local TOPIC = "BcKeep"
-    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":4")
-    local dir = helpers.tmpdir("bckeep")
+    local db, ns, dir = test_broker("--topic " .. TOPIC .. ":4", "bckeep")
     produce(db, 0, TOPIC, 40, "k")
     -- A first run consumes everything and persists (several times: the .bak exists too).
-    local out = dir .. "/out1.txt"
-    local s = script(dir, "c1", ns, TOPIC, out, "keep", 100)
-    local pid = run(s, dir .. "/run1.log")
+    local pid, out, log = start(dir, 1, ns, TOPIC, "keep", 100)
     helpers.wait_until(function() return cons.count_lines(out) >= 40 end, 30, "40 consumed")
-    local path
-    helpers.wait_until(function()
-      path = offsets_path(dir, "keep")
-      return path and sum(entries(cons.read(path), TOPIC)) == 40
-        and sum(entries(cons.read(path .. ".bak"), TOPIC)) == 40
-    end, 30, "offsets.json and .bak at 40")
-    stop(pid, dir .. "/run1.log")
+    local path = wait_offsets(dir, "keep", TOPIC, 40, true)
+    stop(pid, log)
     local before, before_bak = cons.read(path), cons.read(path .. ".bak")
     local n = 0
     for _ in pairs(entries(before, TOPIC)) do n = n + 1 end
@@ -90,53 +109,44 @@ describe("consumer: broadcasting offsets.json", function()
     -- never owns a queue, persists every 100 ms, and is stopped before any rebalance.
     local dead, dead_addr = cons.start_broker("")
     lib.rmq_devbroker_stop(dead) -- its port now refuses connections
-    local s2 = script(dir, "c2", dead_addr, TOPIC, dir .. "/out2.txt", "keep", 100)
-    local pid2 = run(s2, dir .. "/run2.log")
+    local pid2, _, log2 = start(dir, 2, dead_addr, TOPIC, "keep", 100)
     helpers.sleep(1.5 * helpers.scale)
-    stop(pid2, dir .. "/run2.log")
+    stop(pid2, log2)
     assert.equal(before, cons.read(path))
     assert.equal(before_bak, cons.read(path .. ".bak"))
 
     -- And a later run still resumes from it: only new messages arrive.
     produce(db, 0, TOPIC, 8, "n")
-    local out3 = dir .. "/out3.txt"
-    local pid3 = run(script(dir, "c3", ns, TOPIC, out3, "keep", 100), dir .. "/run3.log")
+    local pid3, out3, log3 = start(dir, 3, ns, TOPIC, "keep", 100)
     helpers.wait_until(function() return cons.count_lines(out3) >= 8 end, 30, "8 new consumed")
     helpers.sleep(0.5)
-    stop(pid3, dir .. "/run3.log")
+    stop(pid3, log3)
     for _, r in ipairs(cons.records(out3)) do assert.equal("n", r.body:sub(1, 1)) end
     assert.equal(8, cons.count_lines(out3))
   end)
 
   it("keeps the offsets of queues this run does not own", function()
     local TOPIC = "BcSubset"
-    local db, ns = cons.test_broker("--brokers 2 --topic " .. TOPIC .. ":4")
-    local dir = helpers.tmpdir("bcsubset")
+    local db, ns, dir = test_broker("--brokers 2 --topic " .. TOPIC .. ":4", "bcsubset")
     local name_b = require("ffi").string(lib.rmq_devbroker_broker_name(db, 1))
     produce(db, 0, TOPIC, 20, "a")
     produce(db, 1, TOPIC, 20, "b")
-    local out1 = dir .. "/out1.txt"
-    local pid1 = run(script(dir, "c1", ns, TOPIC, out1, "sub", 100), dir .. "/run1.log")
+    local pid1, out1, log1 = start(dir, 1, ns, TOPIC, "sub", 100)
     helpers.wait_until(function() return cons.count_lines(out1) >= 40 end, 30, "40 consumed")
-    local path
-    helpers.wait_until(function()
-      path = offsets_path(dir, "sub")
-      return path and sum(entries(cons.read(path), TOPIC)) == 40
-    end, 30, "offsets.json at 40")
-    stop(pid1, dir .. "/run1.log")
+    local path = wait_offsets(dir, "sub", TOPIC, 40)
+    stop(pid1, log1)
     local first = entries(cons.read(path), TOPIC)
 
     -- Broker b leaves the route: this run owns broker a's queues only.
     assert.equal(0, lib.rmq_devbroker_set_down(db, 1, 1))
     produce(db, 0, TOPIC, 10, "x")
     produce(db, 1, TOPIC, 10, "y")
-    local out2 = dir .. "/out2.txt"
-    local pid2 = run(script(dir, "c2", ns, TOPIC, out2, "sub", 100), dir .. "/run2.log")
+    local pid2, out2, log2 = start(dir, 2, ns, TOPIC, "sub", 100)
     helpers.wait_until(function() return cons.count_lines(out2) >= 10 end, 30, "10 consumed")
     helpers.wait_until(function() return sum(entries(cons.read(path), TOPIC)) == 50 end, 30,
       "broker a's new offsets persisted")
     helpers.sleep(0.5) -- more persists
-    stop(pid2, dir .. "/run2.log")
+    stop(pid2, log2)
     local second = entries(cons.read(path), TOPIC)
     for q = 0, 3 do
       local k = name_b .. "#" .. q
@@ -145,11 +155,10 @@ describe("consumer: broadcasting offsets.json", function()
 
     -- Broker b is back: the next run resumes it where the file says, with no re-delivery.
     assert.equal(0, lib.rmq_devbroker_set_down(db, 1, 0))
-    local out3 = dir .. "/out3.txt"
-    local pid3 = run(script(dir, "c3", ns, TOPIC, out3, "sub", 100), dir .. "/run3.log")
+    local pid3, out3, log3 = start(dir, 3, ns, TOPIC, "sub", 100)
     helpers.wait_until(function() return cons.count_lines(out3) >= 10 end, 30, "y consumed")
     helpers.sleep(1)
-    stop(pid3, dir .. "/run3.log")
+    stop(pid3, log3)
     for _, r in ipairs(cons.records(out3)) do assert.equal("y", r.body:sub(1, 1), r.body) end
     assert.equal(10, cons.count_lines(out3))
   end)
@@ -157,16 +166,10 @@ describe("consumer: broadcasting offsets.json", function()
   it("goes on consuming while a write of the file is blocked, and persists once it can",
     function()
     local TOPIC = "BcSlow"
-    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":2")
-    local dir = helpers.tmpdir("bcslow")
+    local db, ns, dir = test_broker("--topic " .. TOPIC .. ":2", "bcslow")
     produce(db, 0, TOPIC, 10, "a")
-    local out = dir .. "/out.txt"
-    local pid = run(script(dir, "c", ns, TOPIC, out, "slow", 300), dir .. "/run.log")
-    local path
-    helpers.wait_until(function()
-      path = offsets_path(dir, "slow")
-      return path and sum(entries(cons.read(path), TOPIC)) == 10
-    end, 30, "offsets.json at 10")
+    local pid, out, log = start(dir, "", ns, TOPIC, "slow", 300)
+    local path = wait_offsets(dir, "slow", TOPIC, 10)
     -- The next write of offsets.json.tmp blocks in open() until a reader comes: a disk that
     -- does not answer.
     local fifo = path .. ".tmp"
@@ -198,22 +201,20 @@ describe("consumer: broadcasting offsets.json", function()
     unblock()
     helpers.wait_until(function() return sum(entries(cons.read(path), TOPIC)) == 30 end, 15,
       "offsets.json at 30")
-    stop(pid, dir .. "/run.log")
+    stop(pid, log)
     assert.equal(30, cons.count_lines(out))
   end)
 
   it("writes the last offsets at shutdown before the process exits", function()
     local TOPIC = "BcLast"
-    local db, ns = cons.test_broker("--topic " .. TOPIC .. ":4")
-    local dir = helpers.tmpdir("bclast")
+    local db, ns, dir = test_broker("--topic " .. TOPIC .. ":4", "bclast")
     produce(db, 0, TOPIC, 24, "a")
-    local out = dir .. "/out.txt"
     -- No periodic persist within the test: only the one at shutdown writes the file.
-    local pid = run(script(dir, "c", ns, TOPIC, out, "last", 600000), dir .. "/run.log")
+    local pid, out, log = start(dir, "", ns, TOPIC, "last", 600000)
     helpers.wait_until(function() return cons.count_lines(out) >= 24 end, 30, "24 consumed")
     helpers.sleep(0.3)
     assert.is_nil(offsets_path(dir, "last"))
-    stop(pid, dir .. "/run.log")
+    stop(pid, log)
     local path = offsets_path(dir, "last")
     assert.is_truthy(path, "offsets.json written at shutdown")
     assert.equal(24, sum(entries(cons.read(path), TOPIC)))

@@ -16,15 +16,13 @@ describe("consumer: orderly queue revoked and given back while its batch runs", 
   local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES)
 
   it("keeps the broker lock of the re-assigned queue", function()
-    local dir = helpers.tmpdir("ord_relock")
-    cons.fill_queues(fx.db, TOPIC, QUEUES, PER_QUEUE)
-    local out = dir .. "/out.txt"
     local hold = math.floor(8000 * helpers.scale)
     -- The first message of each queue holds its handler for `hold` ms, the first time only
     -- (a marker file per queue; the states of the consume threads share nothing else).
-    local s = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
-      orderly = true, options = "consume_thread_min = 4, consume_thread_max = 4,",
-      handler = string.format([[
+    local dir, out, s = timed.orderly(fx, "ord_relock", { group = GROUP, topic = TOPIC,
+      queues = QUEUES, per_queue = PER_QUEUE,
+      options = "consume_thread_min = 4, consume_thread_max = 4,",
+      handler = function(d) return string.format([[
     local m = msgs[1]
     local q = m.queue_id
     local marker = %q .. "/held" .. q
@@ -38,7 +36,7 @@ describe("consumer: orderly queue revoked and given back while its batch runs", 
       if held then held:close() end
       rec(string.format("msg %%s %%d %%d", m.body, q, now_ms()))
     end
-    ]], dir, hold) })
+    ]], d, hold) end })
     local log = dir .. "/run.log"
     local pid = helpers.spawn(string.format("%s run %s", helpers.bin, helpers.shq(s)),
       { log = log })

@@ -13,12 +13,9 @@ describe("consumer: orderly shutdown", function()
   local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES)
 
   it("commits the batches that finish during a graceful stop", function()
-    local dir = helpers.tmpdir("ord_stop")
-    cons.fill_queues(fx.db, TOPIC, QUEUES, PER_QUEUE)
-    local out = dir .. "/out.txt"
     -- Each batch takes 300 ms, so at any moment every queue has one running.
-    local s = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
-      orderly = true,
+    local dir, out, s = timed.orderly(fx, "ord_stop", { group = GROUP, topic = TOPIC,
+      queues = QUEUES, per_queue = PER_QUEUE,
       options = "consume_thread_min = 4, consume_thread_max = 4, "
         .. "await_termination_millis_when_shutdown = 5000,",
       handler = [[

@@ -13,11 +13,8 @@ describe("consumer: orderly queues on a shared pool", function()
   local fx = cons.broker_fixture("--topic " .. TOPIC .. ":" .. QUEUES)
 
   it("runs 16 queues on 16 threads at once and keeps each queue in order", function()
-    local dir = helpers.tmpdir("ord_any")
-    cons.fill_queues(fx.db, TOPIC, QUEUES, PER_QUEUE)
-    local out = dir .. "/out.txt"
-    local s = timed.script(dir, { group = GROUP, ns = fx.ns, topic = TOPIC, out = out,
-      orderly = true,
+    local dir, out, s = timed.orderly(fx, "ord_any", { group = GROUP, topic = TOPIC,
+      queues = QUEUES, per_queue = PER_QUEUE,
       options = string.format("consume_thread_min = %d, consume_thread_max = %d,", THREADS,
         THREADS),
       handler = [[

@@ -8,7 +8,9 @@
 --   local path = timed.script(dir, { group =, ns =, topic =, out =, options = "lua source",
 --     handler = "lua source (msgs, ctx in scope)", hooks = "lua source", orderly = bool })
 local ffi = require "ffi"
+local helpers = require "helpers"
 local rh = require "run_helpers"
+local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 
 local M = {}
 
@@ -35,6 +37,20 @@ local ts = ffi.new("struct rmq_spec_ts")
 function M.now_ms()
   ffi.C.clock_gettime(1, ts)
   return tonumber(ts.sec) * 1000 + math.floor(tonumber(ts.nsec) / 1e6)
+end
+
+-- An orderly case over the broker fixture fx: a fresh folder helpers.tmpdir(tag), each of the
+-- o.queues queues of o.topic filled with o.per_queue messages (cons.fill_queues), and an orderly
+-- script written as M.script does with o's group, topic, options and handler (a function of the
+-- folder when the handler needs it). Returns the folder, the output file and the script's path.
+function M.orderly(fx, tag, o)
+  local dir = helpers.tmpdir(tag)
+  cons.fill_queues(fx.db, o.topic, o.queues, o.per_queue)
+  local out = dir .. "/out.txt"
+  local handler = o.handler
+  if type(handler) == "function" then handler = handler(dir) end
+  return dir, out, M.script(dir, { group = o.group, ns = fx.ns, topic = o.topic, out = out,
+    orderly = true, options = o.options, handler = handler })
 end
 
 function M.script(dir, o)

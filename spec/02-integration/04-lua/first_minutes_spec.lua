@@ -19,6 +19,15 @@ local function count(s, plain)
   end
 end
 
+-- `rmqlua args` exits 2 (a usage or configuration error), its output matching pattern and
+-- giving the hint (plain text).
+local function refused_with_hint(args, pattern, hint)
+  local rc, out = rmqlua(args)
+  assert.are.equal(2, rc, out)
+  assert.matches(pattern, out)
+  assert.matches(hint, out, 1, true)
+end
+
 -- `rmqlua run --embedded` with a time limit; stdout and stderr apart.
 local embedded = rh.embedded
 
@@ -46,10 +55,8 @@ describe("rmqlua test validates the script as check does", function()
     local rc, out = rmqlua("check " .. script)
     assert.are.equal(2, rc, out)
     assert.matches(esc(script) .. ":4: unknown option", out)
-    rc, out = rmqlua("test " .. script .. " " .. cases)
-    assert.are.equal(2, rc, out)
-    assert.matches(esc(script) .. ":4: unknown option \"consume_thred_min\"", out)
-    assert.matches("did you mean consume_thread_min", out, 1, true)
+    refused_with_hint("test " .. script .. " " .. cases,
+      esc(script) .. ":4: unknown option \"consume_thred_min\"", "did you mean consume_thread_min")
   end)
 
   it("applies checkConfig's ranges (exit 2)", function()
@@ -67,10 +74,8 @@ describe("rmqlua test validates the script as check does", function()
     local cases = write(d, "cases.lua", "return {\n  { name = 'ok', messages = { { body = 'x' } },\n"
       .. "    expect = { status = 'SUCCESS' } },\n  { name = 'typo', messages = { { body = 'y' } },\n"
       .. "    expect = { stauts = 'RECONSUME_LATER' } },\n}\n")
-    local rc, out = rmqlua("test " .. script .. " " .. cases)
-    assert.are.equal(2, rc, out)
-    assert.matches(esc(cases) .. ":5: case 'typo': unknown key 'stauts' in expect", out)
-    assert.matches("did you mean status?", out, 1, true)
+    refused_with_hint("test " .. script .. " " .. cases,
+      esc(cases) .. ":5: case 'typo': unknown key 'stauts' in expect", "did you mean status?")
   end)
 
   it("rejects unknown keys in a case, a message and a sent entry", function()

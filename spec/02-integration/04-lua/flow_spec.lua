@@ -95,14 +95,8 @@ describe("flow control from the script", function()
   it("consume_tps_limit holds the rate within 10 % over 10 s, pulling no further ahead", function()
     local LIMIT, QUEUES, N = 300, 4, 6000
     R.fill_topic("TpsTopic", QUEUES, N, "m")
-    local script = R.write("tps.lua", [[
-local rmq = require "rmq"
-return {
-  consumer_group = "tps_group",
-  subscribe = { TpsTopic = "*" },
-  consume_thread_min = 4, consume_thread_max = 4,
-  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
-  consume_tps_limit = ]] .. LIMIT .. [[,
+    local script = R.write("tps.lua", 'local rmq = require "rmq"\n'
+      .. R.head("tps_group", "TpsTopic", 4) .. "  consume_tps_limit = " .. LIMIT .. [[,
   shared = { c = "64k" },
   consume = function(msgs)
     print("total " .. rmq.shared.c:incr("n", #msgs, 0))

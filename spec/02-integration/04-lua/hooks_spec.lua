@@ -10,14 +10,8 @@ describe("hooks under rmqlua run", function()
 
   it("run init and shutdown once per consume state, each state with its own globals", function()
     R.fill_topic("IsoTopic", 8, 40, "m")
-    local script = R.write("iso.lua", [[
-TOP = (TOP or 0) + 1
-local count = 0
-return {
-  consumer_group = "iso_group",
-  subscribe = { IsoTopic = "*" },
-  consume_thread_min = 3, consume_thread_max = 3,
-  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+    local script = R.write("iso.lua", "TOP = (TOP or 0) + 1\nlocal count = 0\n"
+      .. R.head("iso_group", "IsoTopic", 3) .. [[
   init = function(ctx)
     INITS = (INITS or 0) + 1
     MINE = ctx.thread_index

@@ -14,6 +14,16 @@ local function put(name, text) return rh.replace(R.tmpdir, name, text) end
 
 local committed = R.committed
 
+-- Writes the script name with text (its first version, which prints "v1 got <body>"), starts it
+-- and waits until it consumed "one", produced to topic: the script's path and the run.
+local function start_v1(name, text, topic)
+  local path = put(name, text)
+  local h = R.start(path)
+  R.produce(topic, "one")
+  h.wait_for("v1 got one")
+  return path, h
+end
+
 local function lines(out, pattern)
   local n = 0
   for _ in out:gmatch(pattern) do n = n + 1 end
@@ -136,10 +146,7 @@ return {
 }
 ]], extra_init or "", v)
     end
-    local path = put("broken.lua", version("v1"))
-    local h = R.start(path)
-    R.produce("BrokenTopic", "one")
-    h.wait_for("v1 got one")
+    local path, h = start_v1("broken.lua", version("v1"), "BrokenTopic")
     local esc = path:gsub("%p", "%%%0")
     -- A syntax error.
     put("broken.lua", "local rmq = require \"rmq\"\nreturn {\n  consumer_group = ,\n}\n")
@@ -242,12 +249,7 @@ return {
     local function version(limit)
       return string.format([[
 local rmq = require "rmq"
-return {
-  consumer_group = "reload_paced",
-  subscribe = { PacedTopic = "*" },
-  consume_thread_min = 2, consume_thread_max = 2,
-  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
-  consume_tps_limit = %d,
+%s  consume_tps_limit = %d,
   shared = { c = "64k" },
   consume = function(msgs)
     local n = rmq.shared.c:incr("n", #msgs, 0)
@@ -255,7 +257,7 @@ return {
     if n == %d then print("PACED DONE") end
   end,
 }
-]], limit, N)
+]], R.head("reload_paced", "PacedTopic", 2), limit, N)
     end
     local path = put("paced.lua", version(20))
     local h = R.start(path)
@@ -284,10 +286,7 @@ return {
 }
 ]], extra or "", v)
     end
-    local path = put("fixed.lua", version("v1"))
-    local h = R.start(path)
-    R.produce("FixedTopic", "one")
-    h.wait_for("v1 got one")
+    local _, h = start_v1("fixed.lua", version("v1"), "FixedTopic")
     put("fixed.lua", (version("v2"):gsub('"reload_fixed"', '"another_group"')))
     h.signal("HUP")
     h.wait_for('refused: consumer_group cannot change while the consumer runs %("reload_fixed" '
@@ -331,12 +330,7 @@ return {
     local function version(v, extra)
       return string.format([[
 local rmq = require "rmq"
-return {
-  consumer_group = "reload_prodopt",
-  subscribe = { ProdOptIn = "*" },
-  consume_thread_min = 1, consume_thread_max = 1,
-  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
-  %s
+%s  %s
   consume = function(msgs)
     for i = 1, #msgs do
       print("%s got " .. msgs[i].body)
@@ -344,7 +338,7 @@ return {
     end
   end,
 }
-]], extra or "", v, v)
+]], R.head("reload_prodopt", "ProdOptIn", 1), extra or "", v, v)
     end
     -- The producer's route requests for a topic, among the name server's recorded ones.
     local buf = ffi.new("char[256]")

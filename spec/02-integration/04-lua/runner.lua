@@ -15,6 +15,15 @@ function M.write(name, text)
   return rh.write(M.tmpdir, name, text)
 end
 
+-- The opening of a consumer script's returned table, a field a line: "return {", the group,
+-- topic subscribed with "*", threads consume threads (min and max) and
+-- CONSUME_FROM_FIRST_OFFSET. The script goes on with its other fields.
+function M.head(group, topic, threads)
+  return string.format('return {\n  consumer_group = %q,\n  subscribe = { %s = "*" },\n'
+    .. '  consume_thread_min = %d, consume_thread_max = %d,\n'
+    .. '  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",\n', group, topic, threads, threads)
+end
+
 function M.start_broker(args)
   M.db, M.addr = rh.start_broker(args)
 end

@@ -11,14 +11,8 @@ describe("shared dictionaries across 20 consume threads", function()
   it("count exactly, add once, expire and evict at the limit", function()
     local N, KEYS = 3000, 100
     R.fill_topic("SharedTopic", 8, N, "")
-    local script = R.write("shared20.lua", [[
-local rmq = require "rmq"
-local mine = 0
-return {
-  consumer_group = "shared_group",
-  subscribe = { SharedTopic = "*" },
-  consume_thread_min = 20, consume_thread_max = 20,
-  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+    local script = R.write("shared20.lua", 'local rmq = require "rmq"\nlocal mine = 0\n'
+      .. R.head("shared_group", "SharedTopic", 20) .. [[
   shared = { counters = "1m", seen = "1m", lru = "8k" },
   init = function(ctx)
     rmq.shared.counters:incr("inits", 1, 0)

@@ -5,10 +5,7 @@
 -- ACL on at both ends. So the signing and the checking are not both ours. RMQ_SKIP_INTEROP=1
 -- skips it, as it does ali_ons_spec.lua, for a machine without the npm registry.
 local ons = require "02-integration.05-interop.ons"
-if ons.skip then
-  describe("ACL interop with ali-ons", function() pending(ons.skip) end)
-  return
-end
+if ons.skip then describe("ACL interop with ali-ons", function() pending(ons.skip) end) return end
 
 local helpers = require "helpers"
 local rh = require "run_helpers"

@@ -4,10 +4,7 @@
 -- It needs the npm registry the first time (npm ci in spec/node). RMQ_SKIP_INTEROP=1 skips it,
 -- for a machine that is offline.
 local ons = require "02-integration.05-interop.ons"
-if ons.skip then
-  describe("interop with ali-ons", function() pending(ons.skip) end)
-  return
-end
+if ons.skip then describe("interop with ali-ons", function() pending(ons.skip) end) return end
 
 local helpers = require "helpers"
 local rh = require "run_helpers"

@@ -75,6 +75,26 @@ describe("cmake --install", function()
     assert.is_nil(unit:find("@RMQLUA_", 1, true))
   end)
 
+  it("puts the man pages, the bash completion and the editor types where man, bash and editors look",
+    function()
+      for _, page in ipairs({ "rmqlua", "rmqlua-run", "rmqlua-check", "rmqlua-test", "rmqlua-init",
+        "rmqlua-send", "rmqlua-tail", "rmqlua-redrive", "rmqlua-broker" }) do
+        assert.truthy(exists(prefix .. "/share/man/man1/" .. page .. ".1"), page)
+      end
+      -- man finds a page by name in the installed tree (man and bash are not sanitizer builds).
+      local rc, out = helpers.run("LD_PRELOAD= MANWIDTH=100 man -M " .. shq(prefix .. "/share/man")
+        .. " rmqlua-run")
+      assert.are.equal(0, rc, out)
+      assert.matches("rmqlua%-run %- consume with the hooks of a Lua script", out)
+      local comp = prefix .. "/share/bash-completion/completions/rmqlua"
+      rc, out = helpers.run("LD_PRELOAD= bash --norc --noprofile -c " .. shq(". " .. shq(comp)
+        .. "; COMP_WORDS=(rmqlua in); COMP_CWORD=1; _rmqlua; echo \"${COMPREPLY[@]}\""))
+      assert.are.equal(0, rc, out)
+      assert.are.equal("init\n", out)
+      assert.are.equal(read(helpers.root .. "/lua/types/rmq.lua"),
+        read(prefix .. "/share/rmqlua/types/rmq.lua"))
+    end)
+
   it("gives a systemd unit that systemd-analyze accepts without a remark", function()
     local rc = helpers.run("command -v systemd-analyze")
     if rc ~= 0 then
@@ -144,7 +164,9 @@ int main(void)
     f:close()
     local libdir = select(2, helpers.run("dirname $(ls " .. shq(prefix) .. "/lib*/librmqlua.so "
       .. shq(prefix) .. "/lib/*/librmqlua.so 2>/dev/null | head -1)")):match("[^\n]+")
-    local san = os.getenv("RMQ_LD_PRELOAD") and " -fsanitize=address,undefined" or ""
+    -- A sanitizer build's library needs its sanitizer's runtime in the program.
+    local san = os.getenv("RMQ_TEST_TSAN") == "1" and " -fsanitize=thread" or
+      os.getenv("RMQ_LD_PRELOAD") and " -fsanitize=address,undefined" or ""
     local rc, out = helpers.run(string.format("cc%s -o %s %s -I%s -L%s -lrmqlua -Wl,-rpath,%s",
       san, shq(d .. "/user"), shq(src), shq(prefix .. "/include"), shq(libdir), shq(libdir)))
     assert.are.equal(0, rc, out)

@@ -131,10 +131,7 @@ end)
 
 describe("SIGHUP", function()
   it("reloads the script (see 04-lua/reload_spec.lua): logged, the consumer goes on", function()
-    local d = helpers.tmpdir("hup")
-    local out, errf, rcf = d .. "/out", d .. "/err", d .. "/rc"
-    local pid = helpers.spawn(string.format("sh -c 'exec %s run --embedded --sample-messages 3 %s 2> %s'",
-      helpers.bin, example("hello"), errf), { log = out, rc = rcf })
+    local pid, out, errf, rcf = rh.spawn_hello("hup", 3)
     helpers.wait_until(function() return read(out):find("keys=sample%-3") end, 30, "message 3")
     os.execute("kill -HUP " .. pid)
     helpers.wait_until(function() return read(errf):find("(reload 1)", 1, true) end, 30,

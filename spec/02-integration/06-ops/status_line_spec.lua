@@ -101,10 +101,7 @@ end)
 
 describe("the status line off a terminal", function()
   it("is a plain log line every 10 s", function()
-    local d = helpers.tmpdir("notty")
-    local out, errf, rcf = d .. "/out", d .. "/err", d .. "/rc"
-    local pid = helpers.spawn(string.format("sh -c 'exec %s run --embedded --sample-messages 3 %s 2> %s'",
-      helpers.bin, rh.example("hello"), errf), { log = out, rc = rcf })
+    local pid, _, errf, rcf = rh.spawn_hello("notty", 3)
     helpers.wait_until(function() return read(errf):find("%[status%] %d+ msg/s") end, 30,
       "a status line")
     helpers.kill(pid, "TERM")

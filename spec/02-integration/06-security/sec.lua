@@ -60,9 +60,19 @@ function M.make_certs(dir)
   return certs
 end
 
+-- The certificates of a describe block, made by M.make_certs in a fresh folder helpers.tmpdir(tag)
+-- in its lazy_setup (its lazy_teardown runs what was deferred): the table of their paths, filled
+-- then.
+function M.certs_fixture(tag)
+  return helpers.describe_fixture(function(t)
+    for k, v in pairs(M.make_certs(helpers.tmpdir(tag))) do t[k] = v end
+  end, function() helpers.run_deferred() end)
+end
+
 -- The command prefix ("env ...", for helpers.run / helpers.spawn) under which the names of
 -- hosts ({ "127.0.0.1 name", ... }) resolve as listed, through nss_wrapper and a hosts file in
--- dir; nil when libnss_wrapper is not installed.
+-- dir; nil when libnss_wrapper is not installed (the spec is then pending(M.NO_NSS_WRAPPER)).
+M.NO_NSS_WRAPPER = "libnss-wrapper is not installed"
 function M.hosts_env(dir, hosts)
   local rc0, out0 = helpers.run("LD_PRELOAD=libnss_wrapper.so true")
   if rc0 ~= 0 or out0:find("cannot be preloaded", 1, true) then return nil end
@@ -147,6 +157,12 @@ end
 -- Lines of a file (empty table when it does not exist).
 M.lines = rh.file_lines
 M.read = rh.read
+
+-- How many times the plain string plain stands in text.
+function M.occurrences(text, plain)
+  local _, n = text:gsub(plain:gsub("%p", "%%%0"), "")
+  return n
+end
 
 -- Distinct bodies recorded in an .out file -> deliveries.
 function M.consumed(out)

@@ -15,18 +15,10 @@ local ffi = require "ffi"
 local lib = sec.lib
 local shq = helpers.shq
 
-local function count(text, plain)
-  local _, n = text:gsub(plain:gsub("%p", "%%%0"), "")
-  return n
-end
+local count = sec.occurrences
 
 describe("TLS server identity", function()
-  local certs
-
-  lazy_setup(function()
-    certs = sec.make_certs(helpers.tmpdir("id-certs"))
-  end)
-  lazy_teardown(function() helpers.run_deferred() end)
+  local certs = sec.certs_fixture("id-certs")
 
   -- A development broker serving TLS only with the certificate name (certs.<name>): db, ns.
   local function tls_broker(name, topic)
@@ -88,10 +80,7 @@ describe("TLS server identity", function()
   it("matches a host name dialled, and checks the broker's IP on its own connection", function()
     local dir = helpers.tmpdir("id-named")
     local env = sec.hosts_env(dir, { "127.0.0.1 rmq-tls-broker.test" })
-    if not env then
-      pending("libnss-wrapper is not installed")
-      return
-    end
+    if not env then return pending(sec.NO_NSS_WRAPPER) end
     -- DNS rmq-tls-broker.test only: right for the name server dialled by that name, wrong for
     -- the broker, which registered as 127.0.0.1:port.
     local db, ns = tls_broker("named", "IdNamedT")
@@ -121,10 +110,7 @@ describe("TLS server identity", function()
   it("matches a wildcard as the whole left-most label only", function()
     local dir = helpers.tmpdir("id-wild")
     local env = sec.hosts_env(dir, { "127.0.0.1 ns.rmq.test", "127.0.0.1 deep.ns.rmq.test" })
-    if not env then
-      pending("libnss-wrapper is not installed")
-      return
-    end
+    if not env then return pending(sec.NO_NSS_WRAPPER) end
     local _, ns = tls_broker("wild", "IdWildT")
     local port = ns:match(":(%d+)$")
     local rc, out = send("ns.rmq.test:" .. port, "IdWildT", nil, env)

@@ -12,12 +12,7 @@ local lib = sec.lib
 local shq = helpers.shq
 
 describe("TLS", function()
-  local certs
-
-  lazy_setup(function()
-    certs = sec.make_certs(helpers.tmpdir("certs"))
-  end)
-  lazy_teardown(function() helpers.run_deferred() end)
+  local certs = sec.certs_fixture("certs")
 
   -- A development broker serving topic (queues queues, else 4) over TLS with the certificate
   -- cert ("server" when not given; "rogue": the one a CA nobody trusts signed), more options in
@@ -69,10 +64,7 @@ describe("TLS", function()
     -- The name comes from a hosts file of our own through nss_wrapper (as the host-name specs do).
     local dir = helpers.tmpdir("tls-host")
     local env = sec.hosts_env(dir, { "127.0.0.1 ns.rmq.test" })
-    if not env then
-      pending("libnss-wrapper is not installed")
-      return
-    end
+    if not env then return pending(sec.NO_NSS_WRAPPER) end
     -- DNS *.rmq.test for the name server dialled by name, IP 127.0.0.1 for the broker.
     local db, ns = sec.start_broker(("--topic HostTlsT:4 --tls-cert %s --tls-key %s --tls-mode "
       .. "enforcing"):format(certs.wild, certs.wild_key))
@@ -114,10 +106,8 @@ describe("TLS", function()
       use_tls = true, tls_client_trust_cert_path = certs.ca } })
     local pid, log = sec.run(dir, script, "--namesrv " .. ns)
     local want = "TLS handshake with " .. ns .. " failed: certificate verify failed"
-    helpers.wait_until(function()
-      local _, n = sec.read(log):gsub(want:gsub("%p", "%%%0"), "")
-      return n >= 2
-    end, 30, "two refused handshakes in " .. log)
+    helpers.wait_until(function() return sec.occurrences(sec.read(log), want) >= 2 end, 30,
+      "two refused handshakes in " .. log)
     assert.equal(0, sec.count(sec.consumed(outf)))
     helpers.kill(pid)
   end)

@@ -52,13 +52,20 @@ static void free_lines(json_t **l, int n)
     free(l);
 }
 
+/* The log started in format (RMQ_LOG_TEXT or RMQ_LOG_JSON) on the file name in dir, whose path
+ * goes into path. */
+static void start_log(char *path, size_t size, const char *name, int format)
+{
+    snprintf(path, size, "%s/%s", dir, name);
+    rmq_log_opts_t o = {.format = format, .file = path};
+    char err[256];
+    CHECK(rmq__log_start(&o, err, sizeof(err)) == 0);
+}
+
 static void test_json_lines(void)
 {
     char path[300];
-    snprintf(path, sizeof(path), "%s/json.log", dir);
-    rmq_log_opts_t o = {.format = RMQ_LOG_JSON, .file = path};
-    char err[256];
-    CHECK(rmq__log_start(&o, err, sizeof(err)) == 0);
+    start_log(path, sizeof(path), "json.log", RMQ_LOG_JSON);
     rmq_log_field_t f[3] = {{"msg_id", "ABC\xff", 0}, {"queue", NULL, 3}, {"offset", NULL, 1LL << 40}};
     rmq__logf(RMQ_LOG_ERROR, "lua", f, 3, "bad \xc3\x28 utf8, quote \" backslash \\ tab\t nl\n ctl \x01 ok \xe2\x82\xac");
     rmq_log_info("client", "plain %d", 42);
@@ -100,11 +107,8 @@ static void *logger(void *p)
 static void test_order_and_reopen(void)
 {
     char path[300], moved[320];
-    snprintf(path, sizeof(path), "%s/order.log", dir);
+    start_log(path, sizeof(path), "order.log", RMQ_LOG_TEXT);
     snprintf(moved, sizeof(moved), "%s.1", path);
-    rmq_log_opts_t o = {.format = RMQ_LOG_TEXT, .file = path};
-    char err[256];
-    CHECK(rmq__log_start(&o, err, sizeof(err)) == 0);
     pthread_t th[4];
     th_arg_t args[4];
     for (int i = 0; i < 4; i++) {
@@ -159,10 +163,7 @@ static int count(const char *s, const char *what)
 static void test_repeats(void)
 {
     char path[300];
-    snprintf(path, sizeof(path), "%s/repeat.log", dir);
-    rmq_log_opts_t o = {.format = RMQ_LOG_JSON, .file = path};
-    char err[256];
-    CHECK(rmq__log_start(&o, err, sizeof(err)) == 0);
+    start_log(path, sizeof(path), "repeat.log", RMQ_LOG_JSON);
     char text[256];
     for (int i = 0; i < 1200; i++) { /* ids and numbers differ: alike */
         snprintf(text, sizeof(text),

@@ -29,6 +29,15 @@ static size_t gc_bytes(lua_State *L)
     return (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB, 0);
 }
 
+/* A new state with its libraries open and the limit (disarmed) installed in ml. */
+static lua_State *limited_state(rmq_memlimit_t *ml, size_t limit)
+{
+    lua_State *L = luaL_newstate();
+    luaL_openlibs(L);
+    rmq__memlimit_install(L, ml, limit);
+    return L;
+}
+
 static void test_refuses_past_the_limit(void)
 {
     static const char *const runaway[] = {
@@ -39,10 +48,8 @@ static void test_refuses_past_the_limit(void)
         "local s = string.rep('x', 64 * 1024 * 1024)", /* one allocation past the limit */
     };
     for (size_t k = 0; k < sizeof(runaway) / sizeof(*runaway); k++) {
-        lua_State *L = luaL_newstate();
-        luaL_openlibs(L);
         rmq_memlimit_t ml;
-        rmq__memlimit_install(L, &ml, 8 * MiB);
+        lua_State *L = limited_state(&ml, 8 * MiB);
         CHECK(ml.used == gc_bytes(L));
         char msg[256];
         for (int round = 0; round < 3; round++) {
@@ -62,10 +69,8 @@ static void test_refuses_past_the_limit(void)
 
 static void test_margin_then_refused_again(void)
 {
-    lua_State *L = luaL_newstate();
-    luaL_openlibs(L);
     rmq_memlimit_t ml;
-    rmq__memlimit_install(L, &ml, 8 * MiB);
+    lua_State *L = limited_state(&ml, 8 * MiB);
     char msg[256];
     /* The handler catches the first refusal and goes on: it gets the margin (2 MiB here), then
      * every allocation is refused again. */
@@ -82,10 +87,8 @@ static void test_margin_then_refused_again(void)
 
 static void test_disarmed_refuses_nothing(void)
 {
-    lua_State *L = luaL_newstate();
-    luaL_openlibs(L);
     rmq_memlimit_t ml;
-    rmq__memlimit_install(L, &ml, 2 * MiB);
+    lua_State *L = limited_state(&ml, 2 * MiB);
     CHECK(luaL_loadstring(L, "BIG = string.rep('y', 4 * 1024 * 1024)") == 0);
     CHECK(lua_pcall(L, 0, 0, 0) == 0);
     CHECK(ml.refused == 0 && ml.tripped == 0);

@@ -66,17 +66,38 @@ static void on_done(void *ud, rmq_batch_t *b)
 static rmq_pool_t *start(const char *path, int nthreads, int64_t timeout_ms, char *err,
                          size_t errsz)
 {
-    rmq_pool_opts_t o = {.script_path = path,
-                         .nthreads = nthreads,
-                         .done = on_done,
-                         .consumer_group = "test_group",
-                         .consume_timeout_ms = timeout_ms};
-    return pool_start(&o, err, errsz);
+    return pool_start_script(path, nthreads, on_done, timeout_ms, err, errsz);
 }
 
 static void stop(rmq_pool_t *p, int64_t await)
 {
     CHECK(pool_stop(p, await, 20));
+}
+
+static char *script; /* the running test's script (one at a time), from start_script */
+
+/* The script text written as name (its path in `script`) and a pool of nthreads with
+ * consume_timeout_ms timeout_ms started on it; NULL after a failed CHECK saying why (the script
+ * then removed). */
+static rmq_pool_t *start_script(const char *name, const char *text, int nthreads,
+                                int64_t timeout_ms)
+{
+    char err[1024];
+    script = write_script(name, text);
+    rmq_pool_t *p = start(script, nthreads, timeout_ms, err, sizeof(err));
+    CHECK(p != NULL);
+    if (!p) {
+        fprintf(stderr, "start: %s\n", err);
+        test_drop_script(script);
+    }
+    return p;
+}
+
+/* p stopped (no wait for its handlers) and the script removed. */
+static void stop_script(rmq_pool_t *p)
+{
+    stop(p, 0);
+    test_drop_script(script);
 }
 
 /* ---- tests ---------------------------------------------------------------------------- */
@@ -125,14 +146,8 @@ static rmq_batch_t *run_one(rmq_pool_t *p, tb_t *t, const char *body, int n)
 
 static void test_return_contract(void)
 {
-    char err[1024];
-    char *path = write_script("contract", contract_script);
-    rmq_pool_t *p = start(path, 1, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    rmq_pool_t *p = start_script("contract", contract_script, 1, 0);
+    if (!p) return;
     tb_t t;
     rmq_batch_t *b;
     b = run_one(p, &t, "ok", 3);
@@ -185,31 +200,26 @@ static void test_return_contract(void)
     CHECK(rmq__pool_pending(p) == 0);
     stop(p, 0);
     CHECK(closed);
-    unlink(path);
-    free(path);
+    test_drop_script(script);
 }
 
 static void test_orderly(void)
 {
-    char err[1024];
-    char *path = write_script("orderly",
-                              "local rmq = require 'rmq'\n"
-                              "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                              "  consume_orderly = function(msgs, ctx)\n"
-                              "    local b = msgs[1].body\n"
-                              "    assert(ctx.orderly)\n"
-                              "    if b == 'ok' then return end\n"
-                              "    if b == 'commit' then return rmq.COMMIT end\n"
-                              "    if b == 'suspend' then ctx.suspend_millis = 250; return rmq.SUSPEND end\n"
-                              "    if b == 'later' then return rmq.RECONSUME_LATER end\n"
-                              "    error('orderly boom')\n"
-                              "  end }\n");
-    rmq_pool_t *p = start(path, 2, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    rmq_pool_t *p =
+        start_script("orderly",
+                     "local rmq = require 'rmq'\n"
+                     "return { consumer_group = 'g', subscribe = { T = '*' },\n"
+                     "  consume_orderly = function(msgs, ctx)\n"
+                     "    local b = msgs[1].body\n"
+                     "    assert(ctx.orderly)\n"
+                     "    if b == 'ok' then return end\n"
+                     "    if b == 'commit' then return rmq.COMMIT end\n"
+                     "    if b == 'suspend' then ctx.suspend_millis = 250; return rmq.SUSPEND end\n"
+                     "    if b == 'later' then return rmq.RECONSUME_LATER end\n"
+                     "    error('orderly boom')\n"
+                     "  end }\n",
+                     2, 0);
+    if (!p) return;
     tb_t t;
     const char *bodies[] = {"ok", "commit", "suspend", "later", "err"};
     int want[] = {RMQ_CONSUME_SUCCESS, RMQ_CONSUME_COMMIT, RMQ_CONSUME_SUSPEND,
@@ -226,14 +236,11 @@ static void test_orderly(void)
         if (i == 3) CHECK(t.b.suspend_millis == -1 && t.b.handler_error == 0);
         if (i == 4) CHECK(t.b.handler_error == 1);
     }
-    stop(p, 0);
-    unlink(path);
-    free(path);
+    stop_script(p);
 }
 
 static void test_isolation_and_init(void)
 {
-    char err[1024];
     char shut[256];
     snprintf(shut, sizeof(shut), "/tmp/rmq_test_pool_%d_shutdown", (int)getpid());
     unlink(shut);
@@ -261,13 +268,8 @@ static void test_isolation_and_init(void)
              "    ctx.delay_level = INITS * 1000 + TOP * 100 + seen * 10 + (SHARED and 1 or 0)\n"
              "  end }\n",
              shut);
-    char *path = write_script("isolation", text);
-    rmq_pool_t *p = start(path, 2, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    rmq_pool_t *p = start_script("isolation", text, 2, 0);
+    if (!p) return;
     CHECK(rmq__pool_nthreads(p) == 2);
     tb_t t;
     struct {
@@ -306,26 +308,20 @@ static void test_isolation_and_init(void)
         CHECK(strstr(buf, "1 1\n") != NULL && strstr(buf, "2 1\n") != NULL);
     }
     unlink(shut);
-    unlink(path);
-    free(path);
+    test_drop_script(script);
 }
 
 static void test_stop_not_run(void)
 {
-    char err[1024];
-    char *path = write_script("slow",
-                              "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                              "  consume = function(msgs)\n"
-                              "    if msgs[1].body == 'slow' then\n"
-                              "      local t = os.clock(); while os.clock() - t < 0.3 do end\n"
-                              "    end\n"
-                              "  end }\n");
-    rmq_pool_t *p = start(path, 1, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    rmq_pool_t *p = start_script("slow",
+                                 "return { consumer_group = 'g', subscribe = { T = '*' },\n"
+                                 "  consume = function(msgs)\n"
+                                 "    if msgs[1].body == 'slow' then\n"
+                                 "      local t = os.clock(); while os.clock() - t < 0.3 do end\n"
+                                 "    end\n"
+                                 "  end }\n",
+                                 1, 0);
+    if (!p) return;
     static tb_t t[4];
     mkbatch(&t[0], "slow", 1);
     rmq__pool_submit_to(p, 0, &t[0].b);
@@ -347,7 +343,8 @@ static void test_stop_not_run(void)
     CHECK(t[0].b.status == RMQ_CONSUME_SUCCESS);
 
     /* With a wait, queued batches run. */
-    p = start(path, 1, 0, err, sizeof(err));
+    char err[1024];
+    p = start(script, 1, 0, err, sizeof(err));
     CHECK(p != NULL);
     if (!p) return;
     for (int i = 0; i < 4; i++) {
@@ -357,58 +354,37 @@ static void test_stop_not_run(void)
     stop(p, (int64_t)(10000 * scale));
     CHECK(ndone == 4);
     for (int i = 0; i < 4; i++) CHECK(t[i].b.status == RMQ_CONSUME_SUCCESS);
-    unlink(path);
-    free(path);
+    test_drop_script(script);
 }
 
 /* Batches submitted back to back run on different idle threads at the same time. */
 static void test_parallel(void)
 {
-    char err[1024];
-    char *path = write_script("parallel",
-                              "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                              "  consume = function(msgs)\n"
-                              "    local t = os.clock(); while os.clock() - t < 0.5 do end\n"
-                              "  end }\n");
-    rmq_pool_t *p = start(path, 3, 0, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    rmq_pool_t *p = start_script("parallel",
+                                 "return { consumer_group = 'g', subscribe = { T = '*' },\n"
+                                 "  consume = function(msgs)\n"
+                                 "    local t = os.clock(); while os.clock() - t < 0.5 do end\n"
+                                 "  end }\n",
+                                 3, 0);
+    if (!p) return;
     static tb_t t[3];
     for (int i = 0; i < 3; i++) {
         mkbatch(&t[i], "x", 1);
         rmq__pool_submit(p, &t[i].b);
     }
-    int64_t dl = rmq__mono_ms() + (int64_t)(10000 * scale);
-    int max_running = 0;
-    while (ndone < 3 && rmq__mono_ms() < dl) {
-        int r = rmq__pool_running(p);
-        if (r > max_running) max_running = r;
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
+    int max_running = pool_run_max_running(p, 3, 10000);
     CHECK(ndone == 3);
     CHECK(max_running >= 2);
     int seen[3] = {0};
     for (int i = 0; i < 3; i++) seen[t[i].b.thread_index]++;
     CHECK(seen[0] + seen[1] + seen[2] == 3 && (seen[0] < 3 && seen[1] < 3 && seen[2] < 3));
-    stop(p, 0);
-    unlink(path);
-    free(path);
+    stop_script(p);
 }
 
 static void test_timeout(void)
 {
-    char err[1024];
-    char *path = write_script("stuck", TEST_POOL_STUCK_SCRIPT);
-    rmq_pool_t *p = start(path, 1, 200, err, sizeof(err));
-    CHECK(p != NULL);
-    if (!p) {
-        fprintf(stderr, "start: %s\n", err);
-        return;
-    }
+    rmq_pool_t *p = start_script("stuck", TEST_POOL_STUCK_SCRIPT, 1, 200);
+    if (!p) return;
     tb_t t;
     mkbatch(&t, "stuck", 1);
     rmq__pool_submit(p, &t.b);
@@ -417,9 +393,7 @@ static void test_timeout(void)
     /* The thread is usable again. */
     rmq_batch_t *b = run_one(p, &t, "ok", 1);
     CHECK(b->status == RMQ_CONSUME_SUCCESS && b->handler_error == 0);
-    stop(p, 0);
-    unlink(path);
-    free(path);
+    stop_script(p);
 }
 
 /* opts.begin runs on the consume thread before each handler, with its start time; nonzero skips
@@ -466,8 +440,7 @@ static void test_begin(void)
     CHECK(b->status == RMQ_CONSUME_SUCCESS && b->handler_error == 0);
     CHECK(begin_calls == 2);
     stop(p, 0);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
 }
 
 static void test_start_failures(void)
@@ -494,15 +467,13 @@ static void test_start_failures(void)
             fprintf(stderr, "case %s: error was: %s\n", cases[i].name, err);
         CHECK(strstr(err, cases[i].want) != NULL);
         CHECK(strstr(err, path) != NULL);
-        unlink(path);
-        free(path);
+        test_drop_script(path);
     }
 }
 
 int main(void)
 {
-    scale = test_scale();
-    uv_loop_init(&loop);
+    pool_loop_open();
     test_return_contract();
     test_orderly();
     test_isolation_and_init();
@@ -511,7 +482,6 @@ int main(void)
     test_timeout();
     test_begin();
     test_start_failures();
-    uv_run(&loop, UV_RUN_NOWAIT);
-    uv_loop_close(&loop);
+    pool_loop_close();
     return test_report("test_pool");
 }

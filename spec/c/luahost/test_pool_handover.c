@@ -54,18 +54,27 @@ static void reset(int n)
     }
 }
 
+/* The first n batches, reset, submitted while the pool holds them (not flushed yet). */
+static void submit_held(rmq_pool_t *p, int n)
+{
+    reset(n);
+    rmq__pool_hold(p);
+    for (int i = 0; i < n; i++)
+        rmq__pool_submit(p, &batches[i]);
+}
+
+/* A handler that does nothing. */
+#define NOOP_SCRIPT                                                                                \
+    "return { consumer_group = 'g', subscribe = { T = '*' },\n"                                    \
+    "  consume = function(msgs) end }\n"
+
 static rmq_pool_t *start(const char *name, const char *text, int nthreads)
 {
     char err[1024];
     char *path = test_write_script("test_pool_handover", name, text);
-    rmq_pool_opts_t o = {.script_path = path,
-                         .nthreads = nthreads,
-                         .done = on_done,
-                         .consumer_group = "test_group"};
-    rmq_pool_t *p = pool_start(&o, err, sizeof(err));
+    rmq_pool_t *p = pool_start_script(path, nthreads, on_done, 0, err, sizeof(err));
     if (!p) fprintf(stderr, "start: %s\n", err);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
     return p;
 }
 
@@ -85,16 +94,10 @@ static int threads_used(void)
 /* Held batches do not run before the flush; after it each runs once. */
 static void test_hold_flush(void)
 {
-    rmq_pool_t *p = start("noop",
-                          "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                          "  consume = function(msgs) end }\n",
-                          4);
+    rmq_pool_t *p = start("noop", NOOP_SCRIPT, 4);
     CHECK(p != NULL);
     if (!p) return;
-    reset(64);
-    rmq__pool_hold(p);
-    for (int i = 0; i < 64; i++)
-        rmq__pool_submit(p, &batches[i]);
+    submit_held(p, 64);
     CHECK(rmq__pool_pending(p) == 64);
     /* Nothing was handed over yet: the loop has nothing to deliver and no thread runs. */
     for (int i = 0; i < 20; i++) {
@@ -135,19 +138,9 @@ static void test_chained_wakeups(void)
                           4);
     CHECK(p != NULL);
     if (!p) return;
-    reset(8);
-    rmq__pool_hold(p);
-    for (int i = 0; i < 8; i++)
-        rmq__pool_submit(p, &batches[i]);
+    submit_held(p, 8);
     rmq__pool_flush(p);
-    int max_running = 0;
-    int64_t dl = rmq__mono_ms() + (int64_t)(20000 * scale);
-    while (ndone < 8 && rmq__mono_ms() < dl) {
-        int r = rmq__pool_running(p);
-        if (r > max_running) max_running = r;
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
+    int max_running = pool_run_max_running(p, 8, 20000);
     CHECK(ndone == 8);
     CHECKF(max_running >= 2, "at most %d batch(es) ran at once", max_running);
     CHECKF(threads_used() >= 2, "%d thread(s) used", threads_used());
@@ -157,10 +150,7 @@ static void test_chained_wakeups(void)
 /* Many fast batches submitted one by one (no hold) with many threads: all complete, once. */
 static void test_burst_many_threads(void)
 {
-    rmq_pool_t *p = start("noop20",
-                          "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                          "  consume = function(msgs) end }\n",
-                          20);
+    rmq_pool_t *p = start("noop20", NOOP_SCRIPT, 20);
     CHECK(p != NULL);
     if (!p) return;
     reset(NB);
@@ -182,16 +172,10 @@ static void test_burst_many_threads(void)
 /* Held batches flushed after stop come back NOT_RUN. */
 static void test_flush_after_stop(void)
 {
-    rmq_pool_t *p = start("noop2",
-                          "return { consumer_group = 'g', subscribe = { T = '*' },\n"
-                          "  consume = function(msgs) end }\n",
-                          2);
+    rmq_pool_t *p = start("noop2", NOOP_SCRIPT, 2);
     CHECK(p != NULL);
     if (!p) return;
-    reset(4);
-    rmq__pool_hold(p);
-    for (int i = 0; i < 4; i++)
-        rmq__pool_submit(p, &batches[i]);
+    submit_held(p, 4);
     rmq__pool_stop(p, 0, on_closed, NULL);
     rmq__pool_flush(p);
     CHECK(run_until(-1, 20));
@@ -202,13 +186,11 @@ static void test_flush_after_stop(void)
 
 int main(void)
 {
-    scale = test_scale();
-    uv_loop_init(&loop);
+    pool_loop_open();
     test_hold_flush();
     test_chained_wakeups();
     test_burst_many_threads();
     test_flush_after_stop();
-    uv_run(&loop, UV_RUN_NOWAIT);
-    uv_loop_close(&loop);
+    pool_loop_close();
     return test_report("test_pool_handover");
 }

@@ -43,22 +43,10 @@ int lua_sethook(lua_State *L, lua_Hook func, int mask, int count)
 
 /* ---- the pool ------------------------------------------------------------------------- */
 
-static void on_done(void *ud, rmq_batch_t *b)
-{
-    (void)ud;
-    (void)b;
-    ndone++;
-}
-
 static rmq_pool_t *start(const char *path, int64_t timeout_ms)
 {
     char err[1024];
-    rmq_pool_opts_t o = {.script_path = path,
-                         .nthreads = 1,
-                         .done = on_done,
-                         .consumer_group = "test_group",
-                         .consume_timeout_ms = timeout_ms};
-    rmq_pool_t *p = pool_start(&o, err, sizeof(err));
+    rmq_pool_t *p = pool_start_script(path, 1, pool_count_done, timeout_ms, err, sizeof(err));
     if (!p) fprintf(stderr, "start: %s\n", err);
     return p;
 }
@@ -107,14 +95,11 @@ static void test_stop(const char *path)
 
 int main(void)
 {
-    scale = test_scale();
-    uv_loop_init(&loop);
+    pool_loop_open();
     char *path = test_write_script("test_pool_interrupt", "stuck", TEST_POOL_STUCK_SCRIPT);
     test_watchdog(path);
     test_stop(path);
-    unlink(path);
-    free(path);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    uv_loop_close(&loop);
+    test_drop_script(path);
+    pool_loop_close();
     return test_report("test_pool_interrupt");
 }

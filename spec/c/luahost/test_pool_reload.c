@@ -16,6 +16,7 @@
 
 #include "test_util.h"
 #include "test_pool_loop.h"
+#include "test_shdict.h"
 
 static const char *script_text =
     "local rmq = require 'rmq'\n"
@@ -42,13 +43,6 @@ static const char *script_text =
 static rmq_pool_t *requeue_to; /* where requeue() sends what the retired pool hands over */
 static int nrequeued;
 
-static void on_done(void *ud, rmq_batch_t *b)
-{
-    (void)ud;
-    (void)b;
-    ndone++;
-}
-
 static void requeue(void *ud, rmq_batch_t *b)
 {
     (void)ud;
@@ -60,13 +54,8 @@ static double num(rmq_shdicts_t *s, const char *key)
 {
     rmq_shdict_t *d = rmq_shdicts_find(s, "d");
     if (!d) return -1;
-    char buf[16];
-    char *p = buf;
-    size_t len = sizeof(buf);
-    uint32_t flags;
-    int stale;
     double v = 0;
-    if (rmq_shdict_get(d, key, strlen(key), 0, &v, &p, &len, &flags, &stale) != 3) return 0;
+    if (test_shdict_get(d, key, &v) != T_NUMBER) return 0;
     return v;
 }
 
@@ -82,13 +71,34 @@ static int wait_num(rmq_shdicts_t *s, const char *key, double v, double secs)
     return 1;
 }
 
+/* n batches t[0..n-1] with the bodies prefix0, prefix1, ... submitted to p. */
+static void submit_numbered(rmq_pool_t *p, test_batch1_t *t, int n, const char *prefix)
+{
+    for (int i = 0; i < n; i++) {
+        char body[8];
+        snprintf(body, sizeof(body), "%s%d", prefix, i);
+        test_batch1(&t[i], body);
+        rmq__pool_submit(p, &t[i].b);
+    }
+}
+
+/* A test's start: the counters reset (nrequeued too when requeued), and a new set of
+ * dictionaries. */
+static rmq_shdicts_t *fresh(int requeued)
+{
+    ndone = 0;
+    closed = 0;
+    if (requeued) nrequeued = 0;
+    return rmq_shdicts_new();
+}
+
 static rmq_pool_t *prepare_t(const char *path, rmq_shdicts_t *s, int n, int defer,
                              int64_t consume_timeout_ms)
 {
     rmq_pool_opts_t o = {.script_path = path,
                          .nthreads = n,
                          .loop = &loop,
-                         .done = on_done,
+                         .done = pool_count_done,
                          .consumer_group = "g",
                          .consume_timeout_ms = consume_timeout_ms,
                          .shdicts = s,
@@ -107,20 +117,13 @@ static rmq_pool_t *prepare(const char *path, rmq_shdicts_t *s, int n, int defer)
 
 static void test_deferred_init(const char *path)
 {
-    rmq_shdicts_t *s = rmq_shdicts_new();
-    ndone = 0;
-    closed = 0;
+    rmq_shdicts_t *s = fresh(0);
     rmq_pool_t *p = prepare(path, s, 3, 1);
     if (!p) exit(test_report("test_pool_reload"));
     CHECK(num(s, "inits") == 0);
     rmq__pool_attach(p);
     test_batch1_t t[5];
-    for (int i = 0; i < 5; i++) {
-        char body[8];
-        snprintf(body, sizeof(body), "b%d", i);
-        test_batch1(&t[i], body);
-        rmq__pool_submit(p, &t[i].b);
-    }
+    submit_numbered(p, t, 5, "b");
     CHECK(!run_until(1, 0.3)); /* nothing runs before the go */
     CHECK(ndone == 0 && num(s, "inits") == 0);
     rmq__pool_go(p);
@@ -134,22 +137,14 @@ static void test_deferred_init(const char *path)
 
 static void test_retire(const char *path)
 {
-    rmq_shdicts_t *s = rmq_shdicts_new();
-    ndone = 0;
-    closed = 0;
-    nrequeued = 0;
+    rmq_shdicts_t *s = fresh(1);
     rmq_pool_t *old = prepare(path, s, 1, 0);
     rmq__pool_attach(old);
     CHECK(num(s, "inits") == 1);
     test_batch1_t slow, q[4];
     test_batch1(&slow, "slow");
     rmq__pool_submit(old, &slow.b);
-    for (int i = 0; i < 4; i++) {
-        char body[8];
-        snprintf(body, sizeof(body), "q%d", i);
-        test_batch1(&q[i], body);
-        rmq__pool_submit(old, &q[i].b);
-    }
+    submit_numbered(old, q, 4, "q");
     usleep(50000); /* the one thread is inside the slow handler, the others wait for it */
     rmq_pool_t *next = prepare(path, s, 2, 1);
     rmq__pool_attach(next);
@@ -187,10 +182,7 @@ static void test_retire(const char *path)
  */
 static void test_retire_timeout(const char *path)
 {
-    rmq_shdicts_t *s = rmq_shdicts_new();
-    ndone = 0;
-    closed = 0;
-    nrequeued = 0;
+    rmq_shdicts_t *s = fresh(1);
     int64_t timeout = (int64_t)(600 * scale);
     rmq_pool_t *old = prepare_t(path, s, 1, 0, timeout);
     rmq__pool_attach(old);
@@ -256,15 +248,12 @@ static void requeue_or_done(void *ud, rmq_batch_t *b)
     if (requeue_to)
         rmq__pool_submit(requeue_to, b);
     else
-        on_done(ud, b);
+        pool_count_done(ud, b);
 }
 
 static void test_requeue_into_closed(const char *path)
 {
-    rmq_shdicts_t *s = rmq_shdicts_new();
-    ndone = 0;
-    closed = 0;
-    nrequeued = 0;
+    rmq_shdicts_t *s = fresh(1);
     next_closed = 0;
     rmq_pool_t *old = prepare(path, s, 1, 0);
     rmq__pool_attach(old);
@@ -312,17 +301,14 @@ static void test_discard(const char *path)
 
 int main(void)
 {
-    scale = test_scale();
-    uv_loop_init(&loop);
+    pool_loop_open();
     char *path = test_write_script("test_pool_reload", "s", script_text);
     test_deferred_init(path);
     test_retire(path);
     test_retire_timeout(path);
     test_requeue_into_closed(path);
     test_discard(path);
-    unlink(path);
-    free(path);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    uv_loop_close(&loop);
+    test_drop_script(path);
+    pool_loop_close();
     return test_report("test_pool_reload");
 }

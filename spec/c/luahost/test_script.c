@@ -98,8 +98,7 @@ static void test_conf_and_hooks(void)
     rmq__script_destroy(s);
     rmq__conf_destroy(conf);
     unlink(out);
-    unlink(path);
-    free(path);
+    test_drop_script(path);
 }
 
 static void test_errors(void)
@@ -134,8 +133,7 @@ static void test_errors(void)
             CHECK(conf->allocate_message_queue_strategy != RMQ_ALLOC_LUA);
         }
         rmq__conf_destroy(conf);
-        unlink(path);
-        free(path);
+        test_drop_script(path);
     }
 }
 

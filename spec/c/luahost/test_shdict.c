@@ -12,9 +12,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "test_shdict.h"
 #include "test_util.h"
-
-enum { T_NIL = 0, T_BOOLEAN = 1, T_NUMBER = 3, T_STRING = 4 };
 
 static void msleep(int ms)
 {
@@ -37,19 +36,17 @@ static int set_str(rmq_shdict_t *d, int op, const char *k, const char *v, size_t
     return rmq_shdict_store(d, op, k, strlen(k), T_STRING, v, n, 0, 0, 0, err, forcible);
 }
 
+/* The dictionary name of size bytes declared in s (or NULL; the error is not kept). */
+static rmq_shdict_t *declare(rmq_shdicts_t *s, const char *name, double size)
+{
+    char err[256];
+    return rmq_shdicts_declare(s, name, size, err, sizeof(err));
+}
+
 /* Type of key; a number into *num. */
 static int get(rmq_shdict_t *d, const char *k, double *num)
 {
-    char buf[64];
-    char *p = buf;
-    size_t len = sizeof(buf);
-    uint32_t flags;
-    int stale;
-    double n = 0;
-    int t = rmq_shdict_get(d, k, strlen(k), 0, &n, &p, &len, &flags, &stale);
-    if (p != buf) rmq_shdict_free_buf(p);
-    if (num) *num = n;
-    return t;
+    return test_shdict_get(d, k, num);
 }
 
 static void test_declare(void)
@@ -80,8 +77,7 @@ static void test_declare(void)
 static void test_semantics(void)
 {
     rmq_shdicts_t *s = rmq_shdicts_new();
-    char errbuf[256];
-    rmq_shdict_t *d = rmq_shdicts_declare(s, "d", 1 << 20, errbuf, sizeof(errbuf));
+    rmq_shdict_t *d = declare(s, "d", 1 << 20);
     const char *err;
     int forcible;
     double v;
@@ -186,10 +182,7 @@ static void test_semantics(void)
 static void test_ttl(void)
 {
     rmq_shdicts_t *s = rmq_shdicts_new();
-    char errbuf[256];
-    rmq_shdict_t *d = rmq_shdicts_declare(s, "t", 1 << 16, errbuf, sizeof(errbuf));
-    const char *err;
-    int forcible;
+    rmq_shdict_t *d = declare(s, "t", 1 << 16);
     double ttl = -1, v;
     int sc = (int)test_scale();
 
@@ -221,6 +214,8 @@ static void test_ttl(void)
     CHECK(rmq_shdict_ttl(d, "forever", 7, &ttl) == 0 && ttl == 0);
     CHECK(rmq_shdict_expire(d, "none", 4, 10) == -1);
     /* incr with init_ttl: the created entry expires; incr of a live one keeps its TTL */
+    const char *err;
+    int forcible;
     v = 1;
     CHECK(rmq_shdict_incr(d, "ctr", 3, &v, 1, 0, 40 * sc, &err, &forcible) == 0 && v == 1);
     v = 1;
@@ -236,8 +231,7 @@ static void test_ttl(void)
 static void test_lru(void)
 {
     rmq_shdicts_t *s = rmq_shdicts_new();
-    char errbuf[256];
-    rmq_shdict_t *d = rmq_shdicts_declare(s, "lru", 8192, errbuf, sizeof(errbuf));
+    rmq_shdict_t *d = declare(s, "lru", 8192);
     const char *err;
     int forcible = 0;
     char val[200];
@@ -284,12 +278,12 @@ static void test_lru(void)
     /* a smaller limit evicts down to it */
 
     s = rmq_shdicts_new();
-    d = rmq_shdicts_declare(s, "lru", 16384, errbuf, sizeof(errbuf));
+    d = declare(s, "lru", 16384);
     for (int i = 0; i < 100; i++) {
         snprintf(k, sizeof(k), "k%03d", i);
         set_str(d, RMQ_SHDICT_SET, k, val, sizeof(val), &err, &forcible);
     }
-    CHECK(rmq_shdicts_declare(s, "lru", 8192, errbuf, sizeof(errbuf)) == d);
+    CHECK(declare(s, "lru", 8192) == d);
     CHECK(rmq_shdict_free_space(d) >= 0);
     n = rmq_shdict_keys(d, 0, &keys);
     CHECK(n == fit);
@@ -326,8 +320,7 @@ static void *hammer(void *arg)
 static void test_threads(void)
 {
     rmq_shdicts_t *s = rmq_shdicts_new();
-    char errbuf[256];
-    g_dict = rmq_shdicts_declare(s, "shared", 1 << 20, errbuf, sizeof(errbuf));
+    g_dict = declare(s, "shared", 1 << 20);
     pthread_t th[NTHREADS];
     for (int i = 0; i < NTHREADS; i++)
         pthread_create(&th[i], NULL, hammer, (void *)(intptr_t)i);

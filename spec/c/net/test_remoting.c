@@ -155,14 +155,12 @@ static void server_start(server_t *s, const char *host, size_t max_frame)
 {
     char err[200];
     memset(s, 0, sizeof(*s));
-    rmq_remoting_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.loop = loop;
-    o.name = "test-server";
-    o.max_frame = max_frame;
-    o.on_open = srv_open;
-    o.on_close = srv_close;
-    o.ud = s;
+    rmq_remoting_opts_t o = {.loop = loop,
+                             .name = "test-server",
+                             .max_frame = max_frame,
+                             .on_open = srv_open,
+                             .on_close = srv_close,
+                             .ud = s};
     CHECK(rmq__remoting_new(&o, &s->t, err, sizeof err) == 0);
     rmq__remoting_set_handler(s->t, RMQ_REQ_HEART_BEAT, h_echo, s);
     rmq__remoting_set_handler(s->t, RMQ_REQ_SEND_MESSAGE, h_echo_lent, s);
@@ -519,6 +517,22 @@ static void addr_of(char *dst, size_t n, const char *host, int port)
         snprintf(dst, n, "%s:%d", host, port);
 }
 
+/* A server on 127.0.0.1, a client, and the server's address in addr. */
+static void server_and_client(server_t *s, client_t *cl, char *addr, size_t n)
+{
+    server_start(s, "127.0.0.1", 0);
+    client_start(cl);
+    addr_of(addr, n, "127.0.0.1", s->port);
+}
+
+/* A raw peer on 127.0.0.1 (answering or not), a client, and the peer's address in addr. */
+static void raw_and_client(raw_peer_t *p, int answer, client_t *cl, char *addr, size_t n)
+{
+    raw_start(p, answer);
+    client_start(cl);
+    addr_of(addr, n, "127.0.0.1", p->port);
+}
+
 static void test_addr_split(void)
 {
     char h[64];
@@ -642,13 +656,9 @@ static void test_timeout(void)
 {
     raw_peer_t p;
     client_t cl;
-    result_t r, r2;
+    result_t r = {0}, r2 = {0};
     char addr[64];
-    memset(&r, 0, sizeof r);
-    memset(&r2, 0, sizeof r2);
-    raw_start(&p, 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 0, &cl, addr, sizeof addr);
 
     /* An asynchronous request: timeout, connection stays. */
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 150, &r) == 0);
@@ -689,9 +699,7 @@ static void test_oneway(void)
     raw_peer_t p;
     client_t cl;
     char addr[64];
-    raw_start(&p, 1);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 1, &cl, addr, sizeof addr);
     rmq_cmd_t req;
     rmq__cmd_init(&req, RMQ_REQ_UPDATE_CONSUMER_OFFSET, RMQ_SERIALIZE_JSON);
     rmq__cmd_set_ext(&req, "consumerGroup", "G");
@@ -718,9 +726,7 @@ static void test_drop_reconnect(void)
     char addr[64];
     memset(r, 0, sizeof r);
     memset(&ok, 0, sizeof ok);
-    raw_start(&p, 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 0, &cl, addr, sizeof addr);
     for (int i = 0; i < 3; i++)
         CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, i, NULL, 0, 60000, &r[i]) == 0);
     WAIT_UNTIL(p.nframes == 3, 3000);
@@ -842,12 +848,9 @@ static void test_connect_timeout(void)
     }
     if (hanging) {
         client_t cl;
-        result_t r;
+        result_t r = {0};
         char addr[64];
-        rmq_remoting_opts_t o;
-        memset(&o, 0, sizeof o);
-        memset(&r, 0, sizeof r);
-        o.connect_timeout_ms = 200;
+        rmq_remoting_opts_t o = {.connect_timeout_ms = 200};
         client_start_opts(&cl, &o);
         addr_of(addr, sizeof addr, "127.0.0.1", port);
         CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 60000, &r) == 0);
@@ -880,9 +883,7 @@ static void test_expired_before_connect(void)
     raw_start(&p, 1);
     int port = p.port;
     raw_stop(&p);
-    rmq_remoting_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.reconnect_min_ms = 300;
+    rmq_remoting_opts_t o = {.reconnect_min_ms = 300};
     client_start_opts(&cl, &o);
     addr_of(addr, sizeof addr, "127.0.0.1", port);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 3000, &r1) == 0);
@@ -908,10 +909,8 @@ static void test_host_name(void)
 {
     server_t s;
     client_t cl;
-    result_t r, bad;
+    result_t r = {0}, bad = {0};
     char addr[64];
-    memset(&r, 0, sizeof r);
-    memset(&bad, 0, sizeof bad);
     server_start(&s, "127.0.0.1", 0);
     client_start(&cl);
     snprintf(addr, sizeof addr, "localhost:%d", s.port);
@@ -1043,9 +1042,7 @@ static void test_malformed_to_client(void)
     char addr[64];
     unsigned char b[16];
     memset(r, 0, sizeof r);
-    raw_start(&p, 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 0, &cl, addr, sizeof addr);
     for (int i = 0; i < 2; i++)
         CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, i, NULL, 0, 60000, &r[i]) == 0);
     WAIT_UNTIL(p.nframes == 2, 3000);
@@ -1084,9 +1081,7 @@ static void test_broker_initiated(void)
     result_t r, hb;
     char addr[64];
     memset(&hb, 0, sizeof hb);
-    server_start(&s, "127.0.0.1", 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", s.port);
+    server_and_client(&s, &cl, addr, sizeof addr);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 3000, &hb) == 0);
     WAIT_UNTIL(hb.done && s.last != NULL, 3000);
     rmq_conn_t *sc = s.last;
@@ -1174,9 +1169,7 @@ static void test_unknown_oneway_from_peer(void)
     result_t r;
     char addr[64];
     memset(&r, 0, sizeof r);
-    raw_start(&p, 1);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 1, &cl, addr, sizeof addr);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 3000, &r) == 0);
     WAIT_UNTIL(r.done, 3000);
     CHECK(r.err == 0);
@@ -1216,9 +1209,7 @@ static void test_big_body(void)
     for (size_t i = 0; i < n; i++)
         body[i] = (char)(i * 31 + (i >> 12));
     memset(&r, 0, sizeof r);
-    server_start(&s, "127.0.0.1", 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", s.port);
+    server_and_client(&s, &cl, addr, sizeof addr);
     rmq_cmd_t req;
     rmq__cmd_init(&req, RMQ_REQ_SEND_MESSAGE, RMQ_SERIALIZE_ROCKETMQ);
     req.body = body;
@@ -1252,9 +1243,7 @@ static void test_pipelined(void)
     char addr[64];
     const int N = 10000;
     pipe_done = pipe_bad = 0;
-    server_start(&s, "127.0.0.1", 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", s.port);
+    server_and_client(&s, &cl, addr, sizeof addr);
     for (intptr_t i = 0; i < N; i++) {
         rmq_cmd_t req;
         rmq__cmd_init(&req, RMQ_REQ_HEART_BEAT,
@@ -1288,9 +1277,7 @@ static void test_destroy_pending(void)
     raw_start(&dead, 0);
     addr_of(dead_addr, sizeof dead_addr, "127.0.0.1", dead.port);
     raw_stop(&dead);
-    raw_start(&p, 0);
-    client_start(&cl);
-    addr_of(addr, sizeof addr, "127.0.0.1", p.port);
+    raw_and_client(&p, 0, &cl, addr, sizeof addr);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 0, "abc", 3, 60000, &r[0]) == 0);
     CHECK(send_echo(cl.t, addr, RMQ_SERIALIZE_JSON, 1, NULL, 0, 60000, &r[1]) == 0);
     WAIT_UNTIL(p.nframes == 2, 3000);
@@ -1386,15 +1373,7 @@ static void test_reentrancy(void)
 
 int main(void)
 {
-    scale = test_scale();
-    rmq_log_set_level(RMQ_LOG_ERROR);
-    if (getenv("RMQ_TEST_DEBUG")) {
-        rmq_log_set_level(RMQ_LOG_DEBUG);
-        rmq_log_set_debug("remoting", NULL, 0);
-    }
-    loop = malloc(sizeof(*loop));
-    uv_loop_init(loop);
-    uv_timer_init(loop, &guard);
+    test_loop_open("remoting");
 
     test_addr_split();
     test_request_response("127.0.0.1");
@@ -1419,9 +1398,6 @@ int main(void)
     test_destroy_pending();
     test_reentrancy();
 
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_DEFAULT);
-    CHECK(uv_loop_close(loop) == 0);
-    free(loop);
+    CHECK(test_loop_close() == 0);
     return test_report("test_remoting");
 }

@@ -153,12 +153,8 @@ static void server_start_on(server_t *s, rmq_tls_ctx_t *tls, int enforcing, cons
 {
     char err[256];
     memset(s, 0, sizeof *s);
-    rmq_remoting_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.loop = loop;
-    o.name = "tls-server";
-    o.tls_server = tls;
-    o.tls_enforcing = enforcing;
+    rmq_remoting_opts_t o = {
+        .loop = loop, .name = "tls-server", .tls_server = tls, .tls_enforcing = enforcing};
     CHECK(rmq__remoting_new(&o, &s->t, err, sizeof err) == 0);
     rmq__remoting_set_handler(s->t, RMQ_REQ_HEART_BEAT, h_echo, s);
     CHECK(rmq__remoting_listen(s->t, ip, 0, err, sizeof err) == 0);
@@ -508,27 +504,20 @@ static void test_bad_files(void)
 
 int main(void)
 {
-    scale = test_scale();
-    rmq_log_set_level(getenv("RMQ_TEST_DEBUG") ? RMQ_LOG_DEBUG : RMQ_LOG_ERROR);
     for (size_t i = 0; i < sizeof expect_body; i++)
         expect_body[i] = (char)('a' + i % 23);
     if (make_certs() != 0) {
         fprintf(stderr, "test_tls: openssl could not make the certificates\n");
         return 1;
     }
-    loop = malloc(sizeof(*loop));
-    uv_loop_init(loop);
-    uv_timer_init(loop, &guard);
+    test_loop_open(NULL);
     test_tls_requests();
     test_permissive_and_enforcing();
     test_untrusted_server();
     test_server_identity();
     test_not_tls();
     test_bad_files();
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_DEFAULT);
-    uv_loop_close(loop);
-    free(loop);
+    test_loop_close();
     sh("rm -rf '%s'", dir);
     return test_report("test_tls");
 }

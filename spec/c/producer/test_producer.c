@@ -223,6 +223,20 @@ static const char *prop(const char *props, const char *key)
     return v;
 }
 
+/* Each key=value in want (separated by ';') is a property in props with that value. */
+static void check_props(const char *props, const char *want)
+{
+    char buf[512], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", want);
+    for (char *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(kv, '=');
+        *eq = '\0';
+        const char *got = prop(props, kv);
+        CHECKF(got && !strcmp(got, eq + 1), "property %s is '%s', not '%s'", kv,
+               got ? got : "(none)", eq + 1);
+    }
+}
+
 /* ---- the client side ---------------------------------------------------------------------- */
 
 typedef struct outcome {
@@ -282,12 +296,68 @@ static int send_simple(rmq_producer_t *p, const char *topic, const char *body, o
     return rmq__producer_send(p, &m, on_done, o, err, sizeof(err));
 }
 
+/* One message sent; returns when it is done, within ms (scaled). */
+static void send_wait(rmq_producer_t *p, const char *topic, const char *body, outcome_t *o,
+                      int ms)
+{
+    CHECK(send_simple(p, topic, body, o) == 0);
+    WAIT_UNTIL(o->done == 1, ms);
+}
+
+/* Each broker answers its next n sends (at most 8) with code. */
+static void fail_next(int code, int n)
+{
+    for (int b = 0; b < 2; b++) {
+        for (int i = 0; i < n; i++)
+            cl.faults[b][i] = code;
+        cl.n_faults[b] = n;
+    }
+}
+
+/* On the reset cluster whose brokers fail their next n sends with code, one send of body to
+ * KnownR (outcome in o): it fails with code after attempts sends. */
+static void send_failing(rmq_producer_t *p, int code, int n, const char *body, outcome_t *o,
+                         int attempts)
+{
+    cluster_reset();
+    fail_next(code, n);
+    memset(o, 0, sizeof(*o));
+    send_wait(p, "KnownR", body, o, 3000);
+    CHECK(o->err == code);
+    CHECK(cl.n_rec == attempts);
+}
+
+/* The cluster reset and a producer on it with the default options. */
+static rmq_producer_t *fresh_producer(void)
+{
+    cluster_reset();
+    return producer(cl.ns_addr, NULL);
+}
+
+/* The queue id the i-th recorded send went to; CHECKs that it is below nq. Returns -1 when it is
+ * not. */
+static int rec_queue(int i, int nq)
+{
+    int q = atoi(rec_ext(i, 'e'));
+    CHECK(q >= 0 && q < nq);
+    return q >= 0 && q < nq ? q : -1;
+}
+
+/* n messages with body "m" sent to topic, their outcomes o[0..n-1] (cleared first); returns when
+ * all are done. */
+static void send_all(rmq_producer_t *p, const char *topic, outcome_t *o, int n)
+{
+    memset(o, 0, sizeof(*o) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        CHECK(send_simple(p, topic, "m", &o[i]) == 0);
+    WAIT_UNTIL(count_done(o, n) == n, 3000);
+}
+
 /* ---- tests ---------------------------------------------------------------------------------- */
 
 static void test_send_header_and_props(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     rmq_prop_t props[] = {{"color", "red"}, {"n", "1"}, {"n", "2"}, {"gone", "x"}, {"gone", NULL}};
     rmq_send_msg_t m = {.topic = "KnownA",
                         .body = "hello",
@@ -321,12 +391,7 @@ static void test_send_header_and_props(void)
         CHECK(rec_ext(0, 'l') == NULL);
         CHECK(!strcmp(rec_ext(0, 'm'), "false"));
         const char *pr = rec_ext(0, 'i');
-        CHECK(!strcmp(prop(pr, "TAGS"), "TagA"));
-        CHECK(!strcmp(prop(pr, "KEYS"), "k1 k2"));
-        CHECK(!strcmp(prop(pr, "DELAY"), "3"));
-        CHECK(!strcmp(prop(pr, "WAIT"), "true"));
-        CHECK(!strcmp(prop(pr, "color"), "red"));
-        CHECK(!strcmp(prop(pr, "n"), "2"));
+        check_props(pr, "TAGS=TagA;KEYS=k1 k2;DELAY=3;WAIT=true;color=red;n=2");
         CHECK(prop(pr, "gone") == NULL);
         CHECK(strlen(prop(pr, "UNIQ_KEY")) == 32);
         CHECK(!strcmp(prop(pr, "UNIQ_KEY"), o.res.msg_id));
@@ -352,18 +417,13 @@ static void test_send_header_and_props(void)
 
 static void test_round_robin(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     outcome_t o[16];
-    memset(o, 0, sizeof(o));
-    for (int i = 0; i < 16; i++)
-        CHECK(send_simple(p, "KnownRR", "m", &o[i]) == 0);
-    WAIT_UNTIL(count_done(o, 16) == 16, 3000);
+    send_all(p, "KnownRR", o, 16);
     int per[2][4] = {{0}};
     for (int i = 0; i < cl.n_rec; i++) {
-        int q = atoi(rec_ext(i, 'e'));
-        CHECK(q >= 0 && q < 4);
-        if (q >= 0 && q < 4) per[cl.rec[i].broker][q]++;
+        int q = rec_queue(i, 4);
+        if (q >= 0) per[cl.rec[i].broker][q]++;
     }
     /* 8 writable master queues (broker-c has no master), 16 sends: each queue twice. */
     for (int b = 0; b < 2; b++)
@@ -376,20 +436,15 @@ static void test_round_robin(void)
  * left out with an error: the other entries are published to, nothing is allocated by it. */
 static void test_order_conf_huge_count(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     outcome_t o[4];
-    memset(o, 0, sizeof(o));
-    for (int i = 0; i < 4; i++)
-        CHECK(send_simple(p, "OrderHuge", "m", &o[i]) == 0);
-    WAIT_UNTIL(count_done(o, 4) == 4, 3000);
+    send_all(p, "OrderHuge", o, 4);
     int per[2] = {0};
     for (int i = 0; i < 4; i++) CHECKF(o[i].err == 0, "%s", o[i].errmsg);
     for (int i = 0; i < cl.n_rec; i++) {
         CHECK(cl.rec[i].broker == 1);
-        int q = atoi(rec_ext(i, 'e'));
-        CHECK(q >= 0 && q < 2);
-        if (q >= 0 && q < 2) per[q]++;
+        int q = rec_queue(i, 2);
+        if (q >= 0) per[q]++;
     }
     CHECK(cl.n_rec == 4 && per[0] == 2 && per[1] == 2);
     producer_done(p);
@@ -397,13 +452,9 @@ static void test_order_conf_huge_count(void)
 
 static void test_auto_create_fallback(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     outcome_t o[8];
-    memset(o, 0, sizeof(o));
-    for (int i = 0; i < 8; i++)
-        CHECK(send_simple(p, "NewTopic", "m", &o[i]) == 0);
-    WAIT_UNTIL(count_done(o, 8) == 8, 3000);
+    send_all(p, "NewTopic", o, 8);
     CHECK(cl.n_route == 2);
     CHECK(!strcmp(cl.route_topics[0], "NewTopic"));
     CHECK(!strcmp(cl.route_topics[1], "TBW102"));
@@ -412,9 +463,8 @@ static void test_auto_create_fallback(void)
         CHECK(o[i].err == 0);
         CHECK(cl.rec[i].broker == 0);
         CHECK(!strcmp(rec_ext(i, 'b'), "NewTopic"));
-        int q = atoi(rec_ext(i, 'e'));
-        CHECK(q >= 0 && q < 4); /* min(defaultTopicQueueNums 4, 8) */
-        if (q >= 0 && q < 8) per[q]++;
+        int q = rec_queue(i, 4); /* min(defaultTopicQueueNums 4, 8) */
+        if (q >= 0) per[q]++;
     }
     for (int q = 0; q < 4; q++)
         CHECK(per[q] == 2);
@@ -423,14 +473,11 @@ static void test_auto_create_fallback(void)
 
 static void test_retry(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     /* One SYSTEM_ERROR on each broker: X fails, Y (not X) fails, X again succeeds. */
-    cl.faults[0][0] = cl.faults[1][0] = RMQ_RESP_SYSTEM_ERROR;
-    cl.n_faults[0] = cl.n_faults[1] = 1;
+    fail_next(RMQ_RESP_SYSTEM_ERROR, 1);
     outcome_t o = {0};
-    CHECK(send_simple(p, "KnownR", "retry", &o) == 0);
-    WAIT_UNTIL(o.done == 1, 3000);
+    send_wait(p, "KnownR", "retry", &o, 3000);
     CHECK(o.err == 0);
     CHECK(o.res.attempts == 3);
     CHECK(cl.n_rec == 3);
@@ -440,26 +487,13 @@ static void test_retry(void)
         CHECK(!strcmp(rec_ext(0, 'i'), rec_ext(2, 'i'))); /* same UNIQ_KEY */
     }
     /* Three failures: gives up, names the topic, the broker and the code. */
-    cluster_reset();
-    cl.faults[0][0] = cl.faults[0][1] = RMQ_RESP_SERVICE_NOT_AVAILABLE;
-    cl.faults[1][0] = cl.faults[1][1] = RMQ_RESP_SERVICE_NOT_AVAILABLE;
-    cl.n_faults[0] = cl.n_faults[1] = 2;
-    outcome_t o2 = {0};
-    CHECK(send_simple(p, "KnownR", "fail", &o2) == 0);
-    WAIT_UNTIL(o2.done == 1, 3000);
-    CHECK(o2.err == RMQ_RESP_SERVICE_NOT_AVAILABLE);
-    CHECK(cl.n_rec == 3);
+    outcome_t o2;
+    send_failing(p, RMQ_RESP_SERVICE_NOT_AVAILABLE, 2, "fail", &o2, 3);
     CHECK(strstr(o2.errmsg, "send to topic KnownR failed after 3 attempts") != NULL);
     CHECK(strstr(o2.errmsg, "SERVICE_NOT_AVAILABLE") != NULL);
     /* Not retryable. */
-    cluster_reset();
-    cl.faults[0][0] = cl.faults[1][0] = RMQ_RESP_MESSAGE_ILLEGAL;
-    cl.n_faults[0] = cl.n_faults[1] = 1;
-    outcome_t o3 = {0};
-    CHECK(send_simple(p, "KnownR", "illegal", &o3) == 0);
-    WAIT_UNTIL(o3.done == 1, 3000);
-    CHECK(o3.err == RMQ_RESP_MESSAGE_ILLEGAL);
-    CHECK(cl.n_rec == 1);
+    outcome_t o3;
+    send_failing(p, RMQ_RESP_MESSAGE_ILLEGAL, 1, "illegal", &o3, 1);
     CHECK(strstr(o3.errmsg, "send to topic KnownR failed: broker broker-") != NULL);
     CHECK(strstr(o3.errmsg, "MESSAGE_ILLEGAL: scripted error") != NULL);
     cl.n_faults[0] = cl.n_faults[1] = 0;
@@ -506,10 +540,7 @@ static void test_compression(void)
     producer_done(p);
 
     cluster_reset();
-    rmq_producer_opts_t po;
-    memset(&po, 0, sizeof(po));
-    po.retry_times = -1;
-    po.compress_over = -1;
+    rmq_producer_opts_t po = {.retry_times = -1, .compress_over = -1};
     p = producer(cl.ns_addr, &po);
     outcome_t o3 = {0};
     m.body_len = 5000;
@@ -522,8 +553,7 @@ static void test_compression(void)
 
 static void test_send_retry(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     const char raw[] = "TAGS\001TagA\002UNIQ_KEY\001ABC123\002TRAN_MSG\001true\002KEYS\001k9";
     outcome_t o = {0};
     char err[128];
@@ -540,12 +570,8 @@ static void test_send_retry(void)
         CHECK(!strcmp(rec_ext(0, 'h'), "5"));
         CHECK(!strcmp(rec_ext(0, 'f'), "0")); /* TRAN_MSG removed: not a half message */
         const char *pr = rec_ext(0, 'i');
-        CHECK(!strcmp(prop(pr, "ORIGIN_MESSAGE_ID"), "MSGID1"));
-        CHECK(!strcmp(prop(pr, "RETRY_TOPIC"), "OrigTopic"));
-        CHECK(!strcmp(prop(pr, "DELAY"), "5"));
-        CHECK(!strcmp(prop(pr, "UNIQ_KEY"), "ABC123"));
-        CHECK(!strcmp(prop(pr, "TAGS"), "TagA"));
-        CHECK(!strcmp(prop(pr, "KEYS"), "k9"));
+        check_props(pr, "ORIGIN_MESSAGE_ID=MSGID1;RETRY_TOPIC=OrigTopic;DELAY=5;UNIQ_KEY=ABC123;"
+                        "TAGS=TagA;KEYS=k9");
         CHECK(prop(pr, "TRAN_MSG") == NULL);
         CHECK(prop(pr, "RECONSUME_TIME") == NULL);
         CHECK(prop(pr, "MAX_RECONSUME_TIMES") == NULL);
@@ -566,10 +592,7 @@ static void test_send_retry(void)
 static void test_window(void)
 {
     cluster_reset();
-    rmq_producer_opts_t po;
-    memset(&po, 0, sizeof(po));
-    po.retry_times = -1;
-    po.max_inflight = 4;
+    rmq_producer_opts_t po = {.retry_times = -1, .max_inflight = 4};
     rmq_producer_t *p = producer(cl.ns_addr, &po);
     outcome_t o[10];
     memset(o, 0, sizeof(o));
@@ -593,15 +616,11 @@ static void test_route_refresh(void)
 {
     cluster_reset();
     cl.route_mode = 0;
-    rmq_producer_opts_t po;
-    memset(&po, 0, sizeof(po));
-    po.retry_times = -1;
-    po.route_poll_ms = 50;
+    rmq_producer_opts_t po = {.retry_times = -1, .route_poll_ms = 50};
     rmq_producer_t *p = producer(cl.ns_addr, &po);
     outcome_t o[8];
     memset(o, 0, sizeof(o));
-    CHECK(send_simple(p, "KnownRefresh", "r", &o[0]) == 0);
-    WAIT_UNTIL(o[0].done == 1, 3000);
+    send_wait(p, "KnownRefresh", "r", &o[0], 3000);
     /* The route moves to broker-b only: picked up by the periodic refresh. */
     cl.route_mode = 1;
     int asked = cl.n_route;
@@ -620,8 +639,7 @@ static void test_route_refresh(void)
     asked = cl.n_route;
     WAIT_UNTIL(cl.n_route >= asked + 2, 3000);
     cluster_reset();
-    CHECK(send_simple(p, "KnownRefresh", "r", &o[5]) == 0);
-    WAIT_UNTIL(o[5].done == 1, 3000);
+    send_wait(p, "KnownRefresh", "r", &o[5], 3000);
     CHECK(o[5].err == 0 && cl.n_rec == 1 && cl.rec[0].broker == 1);
     cl.route_mode = 0;
     producer_done(p);
@@ -629,8 +647,7 @@ static void test_route_refresh(void)
 
 static void test_validation_and_destroy(void)
 {
-    cluster_reset();
-    rmq_producer_t *p = producer(cl.ns_addr, NULL);
+    rmq_producer_t *p = fresh_producer();
     outcome_t o = {0};
     char err[160];
     rmq_send_msg_t m = {.topic = "bad topic", .body = "x", .body_len = 1};
@@ -680,8 +697,7 @@ static void test_no_name_server(void)
 {
     rmq_producer_t *p = producer("127.0.0.1:1", NULL);
     outcome_t o = {0};
-    CHECK(send_simple(p, "Anything", "x", &o) == 0);
-    WAIT_UNTIL(o.done == 1, 5000);
+    send_wait(p, "Anything", "x", &o, 5000);
     CHECK(o.err != 0);
     CHECK(strstr(o.errmsg, "send to topic Anything failed: no route info for the topic") != NULL);
     CHECK(strstr(o.errmsg, "127.0.0.1:1") != NULL);
@@ -748,10 +764,7 @@ static void test_same_as_java(void)
         snprintf(kbuf, sizeof(kbuf), "%.*s", (int)kl, keys);
 
         cluster_reset();
-        rmq_producer_opts_t po;
-        memset(&po, 0, sizeof(po));
-        po.retry_times = -1;
-        po.group = rmq__cmd_ext(&java, "a");
+        rmq_producer_opts_t po = {.retry_times = -1, .group = rmq__cmd_ext(&java, "a")};
         rmq_producer_t *p = producer(cl.ns_addr, &po);
         /* The capture's compressed body is Java's deflate output: send the inflated original. */
         char *body = (char *)java.body;
@@ -811,8 +824,7 @@ static void test_name_server_failover(void)
         cluster_reset();
         rmq_producer_t *p = producer(list, NULL);
         outcome_t o = {0};
-        CHECK(send_simple(p, "KnownFailover", "x", &o) == 0);
-        WAIT_UNTIL(o.done == 1, 5000);
+        send_wait(p, "KnownFailover", "x", &o, 5000);
         CHECK(o.err == 0);
         CHECK(cl.n_rec == 1);
         producer_done(p);
@@ -821,15 +833,7 @@ static void test_name_server_failover(void)
 
 int main(void)
 {
-    scale = test_scale();
-    rmq_log_set_level(RMQ_LOG_ERROR);
-    if (getenv("RMQ_TEST_DEBUG")) {
-        rmq_log_set_level(RMQ_LOG_DEBUG);
-        rmq_log_set_debug("all", NULL, 0);
-    }
-    loop = malloc(sizeof(*loop));
-    uv_loop_init(loop);
-    uv_timer_init(loop, &guard);
+    test_loop_open("all");
     cluster_start();
 
     test_send_header_and_props();
@@ -847,9 +851,6 @@ int main(void)
     test_same_as_java();
 
     cluster_stop();
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_DEFAULT);
-    uv_loop_close(loop);
-    free(loop);
+    test_loop_close();
     return test_report("test_producer");
 }

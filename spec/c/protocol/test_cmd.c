@@ -195,7 +195,6 @@ static int total_frames, total_requests_same, total_responses_same, total_respon
 static void test_session(const char *dir)
 {
     char path[1024], err[256];
-    json_error_t jerr;
     json_t *idx, *frames, *fr;
     size_t i, nframes;
     char *stream = NULL;
@@ -203,8 +202,7 @@ static void test_session(const char *dir)
     int mode, handmade;
 
     snprintf(path, sizeof(path), "%s/index.json", dir);
-    idx = json_load_file(path, 0, &jerr);
-    CHECKF(idx != NULL, "%s: %s", path, jerr.text);
+    idx = test_load_json(path);
     if (!idx) return;
     frames = json_object_get(idx, "frames");
     nframes = json_array_size(frames);
@@ -445,11 +443,9 @@ out:
 
 static void test_vectors(void)
 {
-    json_error_t jerr;
-    json_t *root = json_load_file("spec/fixtures/vectors/remoting.json", 0, &jerr), *v;
+    json_t *root = test_load_json("spec/fixtures/vectors/remoting.json"), *v;
     size_t i;
     int n = 0;
-    CHECKF(root != NULL, "remoting.json: %s", jerr.text);
     if (!root) return;
     json_array_foreach(json_object_get(root, "frames"), i, v)
     {
@@ -956,11 +952,9 @@ static void test_fields(void)
  * (spec/fixtures/codec/hashmap_order.json: resizes, treeifyBin resizes and real tree bins). */
 static void test_hashmap_order(void)
 {
-    json_error_t jerr;
-    json_t *root = json_load_file("spec/fixtures/codec/hashmap_order.json", 0, &jerr), *cs;
+    json_t *root = test_load_json("spec/fixtures/codec/hashmap_order.json"), *cs;
     size_t i;
     int ncases = 0;
-    CHECKF(root != NULL, "hashmap_order.json: %s", jerr.text);
     if (!root) return;
     json_array_foreach(root, i, cs)
     {

@@ -15,6 +15,12 @@
 #include "test_util.h"
 
 /* Body of a captured frame ([4 L][4 type<<24|H][header][body]) as a fresh buffer. */
+/* A malformed input and the words its error must contain. */
+typedef struct bad_input {
+    const char *in;
+    const char *msg;
+} bad_input_t;
+
 static char *frame_body(const char *session, const char *file, size_t *len)
 {
     size_t n, off;
@@ -351,10 +357,7 @@ static void test_reader(void)
     CHECK(out.len == 16 && memcmp(out.data, "\"\\u0001\\t\\u001F\"", 16) == 0);
 
     /* Malformed input: the reason and the byte offset. */
-    static const struct {
-        const char *in;
-        const char *msg;
-    } bad[] = {
+    static const bad_input_t bad[] = {
         {"", "unexpected end of input at byte 0"},
         {"{", "unexpected end of input at byte 1"},
         {"{\"a\"}", "expected ':' at byte 4"},
@@ -501,10 +504,7 @@ static void test_routes(void)
     rmq__route_free(r);
 
     /* Bad routes name the field at fault. */
-    static const struct {
-        const char *in;
-        const char *msg;
-    } bad[] = {
+    static const bad_input_t bad[] = {
         {"[]", "not a JSON object"},
         {"{\"queueDatas\":{}}", "not an array"},
         {"{\"queueDatas\":[{\"perm\":6}]}", "queueDatas[0] has no brokerName"},
