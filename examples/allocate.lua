@@ -2,6 +2,7 @@
 --
 --   rmqlua run examples/allocate.lua --namesrv 127.0.0.1:9876
 --   rmqlua run examples/allocate.lua --embedded
+--   rmqlua test examples/allocate.lua examples/cases/allocate.lua   (offline test cases, no broker)
 --
 -- allocate(group, client_id, mq_all, cid_all) runs in the control state on the network thread
 -- at every rebalance. mq_all is the sorted list of the topic's queues
@@ -12,7 +13,6 @@
 -- AllocateMessageQueueAveragelyByCircle), so queue n always belongs to client n % #cid_all.
 --
 -- on_assign(mqs) / on_revoke(mqs) run after a rebalance changed what this client owns.
-local rmq = require "rmq"
 
 local function name(mq) return mq.topic .. "@" .. mq.broker_name .. "#" .. mq.queue_id end
 

@@ -2,6 +2,7 @@
 --
 --   rmqlua run examples/forward.lua --namesrv 127.0.0.1:9876
 --   rmqlua run examples/forward.lua --embedded   (the status line counts what was sent)
+--   rmqlua test examples/forward.lua examples/cases/forward.lua   (offline test cases, no broker)
 --
 -- Every message of InTopic is sent to OutTopic with its body upper-cased, its tags kept and a
 -- property naming where it came from. rmq.send(topic, body, opts) queues the message; the
@@ -22,11 +23,15 @@ return {
   consume = function(msgs)
     for i = 1, #msgs do
       local m = msgs[i]
-      rmq.send("OutTopic", m.body:upper(), {
+      local body = m.body:upper()
+      rmq.send("OutTopic", body, {
         tags = m.tags,
         keys = { "ORIGIN_" .. m.msg_id },
         properties = { forwarded_from = m.topic },
       })
+      -- One write per line: the consume threads share stdout.
+      io.write(string.format("forward %s %s#%d -> OutTopic (%d bytes, tags %s)\n", m.msg_id,
+        m.topic, m.queue_id, #body, tostring(m.tags)))
     end
   end,
 }

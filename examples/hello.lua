@@ -2,6 +2,7 @@
 --
 --   rmqlua run examples/hello.lua --namesrv 127.0.0.1:9876
 --   rmqlua run examples/hello.lua --embedded     (in-process development broker)
+--   rmqlua test examples/hello.lua examples/cases/hello.lua   (offline test cases, no broker)
 --
 -- A consumer is one Lua file returning a table: options (any DefaultMQPushConsumer option in
 -- snake_case, Java defaults otherwise), `subscribe` (topic -> tag expression) and hooks.

@@ -2,6 +2,7 @@
 --
 --   rmqlua run examples/json.lua --namesrv 127.0.0.1:9876
 --   rmqlua run examples/json.lua --embedded   (the sample producer's bodies are such orders)
+--   rmqlua test examples/json.lua examples/cases/json.lua   (offline test cases, no broker)
 --
 -- Orders arrive on OrderTopic as {"id": 1, "customer": "c1", "amount": 12.5}. Orders of at
 -- least min_amount are added to a per-customer total; the others are skipped. Every message

@@ -2,6 +2,8 @@
 --
 --   rmqlua run examples/reload.lua --namesrv 127.0.0.1:9876 --watch   # reloads on every save
 --   kill -HUP <pid of rmqlua>                                        # or when you say so
+--   rmqlua run examples/reload.lua --embedded --watch                # against the embedded broker
+--   rmqlua test examples/reload.lua examples/cases/reload.lua   (offline test cases, no broker)
 --
 -- Edit RULES below (or the subscription, consume_thread_min, consume_tps_limit, the allocate
 -- hook, ...) and save. The new version is checked first, as `rmqlua check` does: a syntax

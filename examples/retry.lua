@@ -4,6 +4,7 @@
 --   rmqlua run examples/retry.lua --embedded   (of the sample messages, every 10th says
 --                                               "fail once", every 50th "dlq", every 100th
 --                                               "poison": watch retried and dlq in the status)
+--   rmqlua test examples/retry.lua examples/cases/retry.lua   (offline test cases, no broker)
 --
 -- A body containing "fail" fails on its first delivery and succeeds on the second; "poison"
 -- always fails until max_reconsume_times is reached, then goes to %DLQ%retry_demo; "dlq"

@@ -5,6 +5,8 @@
 -- least recently used entries. The dictionaries survive a reload of the script.
 --
 --   rmqlua run examples/shared.lua --namesrv 127.0.0.1:9876
+--   rmqlua run examples/shared.lua --embedded   (prints the totals when stopped: Ctrl-C)
+--   rmqlua test examples/shared.lua examples/cases/shared.lua   (offline test cases, no broker)
 --
 -- Orders arrive as JSON ({"id": 1, "customer": "c1"}), keyed by order id. Each order is handled
 -- once, whichever thread gets it (a producer retry or a redelivery is skipped), and a customer

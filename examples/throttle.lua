@@ -1,6 +1,8 @@
 -- throttle.lua: keep a slow downstream healthy.
 --
 --   rmqlua run examples/throttle.lua --namesrv 127.0.0.1:9876
+--   rmqlua run examples/throttle.lua --embedded   (one line per message delivered)
+--   rmqlua test examples/throttle.lua examples/cases/throttle.lua   (offline test cases, no broker)
 --
 --  * consume_tps_limit = 200: this process consumes at most 200 messages a second. The pulls
 --    slow down (a token bucket paces them), so nothing piles up in memory. It is rmqlua's own
@@ -16,7 +18,9 @@ local rmq = require "rmq"
 -- Stand-in for the real downstream call: a body starting with "busy" plays an overloaded one.
 local function deliver(body)
   if body:sub(1, 4) == "busy" then return nil, "busy" end
-  print("delivered " .. body)
+  -- One write per line: print() writes the newline separately, and the consume threads share
+  -- stdout.
+  io.write("delivered " .. body .. "\n")
   return true
 end
 

@@ -153,7 +153,7 @@ M.shq = shq
 -- and checks is empty afterwards. os.tmpname() follows it too (LuaJIT's ignores TMPDIR).
 local tmp_base = os.getenv("TMPDIR") or "/tmp"
 local tmp_seq = 0
-function os.tmpname()
+function os.tmpname() -- luacheck: ignore 122 (replaced on purpose: see above)
   local p = io.popen("mktemp " .. shq(tmp_base .. "/lua_XXXXXX"))
   local path = p:read("*l")
   p:close()

@@ -194,7 +194,7 @@ function M.new(spec, info)
     if views[1] ~= nil then sweep() end
     if spec.shutdown then spec.shutdown(hook_ctx("shutdown")) end
     local sock = package.loaded["rmq.socket"]
-    if sock then sock.close_pools() end
+    if sock then sock._close_pools() end
   end
   return d
 end

@@ -103,7 +103,8 @@ local function request(op, seconds)
 end
 
 function rmq.pause(seconds)
-  if seconds ~= nil and (type(seconds) ~= "number" or not (seconds > 0)) then
+  -- not (x > 0) is also true of NaN, which x <= 0 is not.
+  if seconds ~= nil and (type(seconds) ~= "number" or not (seconds > 0)) then -- luacheck: ignore 581
     error("rmq.pause: seconds must be a number > 0 (or nothing: until rmq.resume()), got "
       .. tostring(seconds), 2)
   end

@@ -314,7 +314,7 @@ function tcp:close()
 end
 
 -- Close every pooled connection of this state (shutdown).
-function M.close_pools()
+function M._close_pools()
   for k, p in pairs(pools) do
     for i = 1, #p do release(p[i].s) end
     pools[k] = nil

@@ -52,7 +52,7 @@ local STATUS = { SUCCESS = rmq.SUCCESS, RECONSUME_LATER = rmq.RECONSUME_LATER, D
 local STATUS_NAME = {}
 for k, v in pairs(STATUS) do STATUS_NAME[v] = k end
 
-local function parse_host(s, out, v6flag)
+local function parse_host(s, out)
   local a, b, c, d, port = s:match("^(%d+)%.(%d+)%.(%d+)%.(%d+):(%d+)$")
   if not a then error("host '" .. s .. "' is not a.b.c.d:port", 0) end
   out[0], out[1], out[2], out[3] = tonumber(a), tonumber(b), tonumber(c), tonumber(d)

@@ -22,7 +22,7 @@ local core = require "rmq.core"
 
 local C = core.C
 local str = ffi.string
-local error, tostring, rawequal = error, tostring, rawequal
+local error, tostring = error, tostring
 
 local M = {}
 

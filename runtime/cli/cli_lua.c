@@ -106,6 +106,8 @@ static const char check_usage[] =
     "Load and validate a consumer script without a broker: its options (checkConfig rules),\n"
     "subscriptions and hooks in the control role, then in a consume state (top-level code and\n"
     "init run once, then shutdown), and with use_tls the certificate, key and CA files.\n"
+    "Warns about every global the script or a module from its folder assigns (file:line; an\n"
+    "error with strict_globals = true).\n"
     "exit codes: 0 valid, 2 invalid (the message names file:line)\n";
 
 static const char test_usage[] =
@@ -376,6 +378,48 @@ static void warn_tls(const char *path, const rmq_conf_t *conf)
                 path);
 }
 
+/*
+ * Every assignment to a global in the script and the modules it loads from its folder
+ * (rmq.lint.global_writes), one line each on stderr: a warning, or with strict_globals an error.
+ * Returns 0, or EXIT_USAGE when strict_globals found one or the scan itself failed.
+ */
+static int check_globals(const char *path, const rmq_conf_t *conf)
+{
+    char err[4096];
+    rmq_lua_host_t h = {.role = "check", .script_path = path,
+                        .consumer_group = conf->consumer_group, .thread_index = 0,
+                        .thread_count = 1};
+    lua_State *L = rmq__lua_new(&h, err, sizeof(err));
+    if (!L) {
+        fprintf(stderr, "rmqlua check: %s\n", err);
+        return EXIT_USAGE;
+    }
+    int rc = EXIT_USAGE;
+    if (rmq__lua_getfield_mod(L, "rmq.lint", "global_writes", err, sizeof(err))) goto fail;
+    lua_pushstring(L, path);
+    if (rmq__lua_pcall(L, 1, 1, err, sizeof(err))) goto fail;
+    int n = (int)lua_objlen(L, -1);
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, i);
+        lua_getfield(L, -1, "file");
+        lua_getfield(L, -2, "line");
+        lua_getfield(L, -3, "name");
+        fprintf(stderr,
+                "rmqlua check: %s:%d: %s: assigns the global '%s' (a forgotten `local`? it keeps "
+                "its value in the thread's Lua state from one batch to the next)\n",
+                lua_tostring(L, -3), (int)lua_tointeger(L, -2),
+                conf->strict_globals ? "error" : "warning", lua_tostring(L, -1));
+        lua_pop(L, 4);
+    }
+    rc = n > 0 && conf->strict_globals ? EXIT_USAGE : 0;
+    lua_close(L);
+    return rc;
+fail:
+    fprintf(stderr, "rmqlua check: %s\n", err);
+    lua_close(L);
+    return rc;
+}
+
 /* Scripts print() from consume threads: keep stdout line-buffered even into a pipe or file,
  * so lines are not held back until exit. */
 static void line_buffered_stdout(void)
@@ -424,7 +468,7 @@ int rmq__cli_check(int argc, char **argv)
     } else if (rmq__script_check_consume(o.script, conf->consumer_group, err, sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s\n", err);
         rc = EXIT_USAGE;
-    } else {
+    } else if ((rc = check_globals(o.script, conf)) == 0) {
         warn_ignored_sql92(o.script, conf);
         warn_tls(o.script, conf);
         printf("%s: ok (consumer_group %s, %d subscription(s), %s)\n", o.script,

@@ -297,6 +297,12 @@ static const rmq_conf_prop_t props[] = {
      "limit). While a handler runs, an allocation past it fails (\"not enough memory\"): that "
      "batch fails and comes back later, and the thread's state is made anew (init runs, then the "
      "old state's shutdown). The process is not stopped."},
+    {"strict_globals", NULL, RMQ_CONF_BOOL, OFF(strict_globals), "false", NOLIM, NULL, NULL, NULL,
+     0,
+     "rmqlua's own. `rmqlua check` reports every assignment to a global in the script and in the "
+     "modules it loads from its folder, naming file, line and global (a forgotten `local`: the "
+     "value lives on in the thread's Lua state into the next batch). false: a warning; true: an "
+     "error (exit 2)."},
     {"await_termination_millis_when_shutdown", "awaitTerminationMillisWhenShutdown", RMQ_CONF_INT64,
      OFF(await_termination_millis_when_shutdown), "0", 0, INT64_MAX, NULL, NULL, NULL, 0,
      "Shutdown: wait this long for running handlers, ms (0 = do not wait)."},

@@ -1,7 +1,7 @@
 /*
  * conf.h -- consumer configuration: one declarative option table (rmq__conf_props) drives
  * parsing (Lua option tables, `--set key=value`), defaults, checkConfig and the generated option
- * reference in the README.
+ * reference in docs/options.md.
  *
  * Every option is the snake_case name of a DefaultMQPushConsumer / ClientConfig field, with the
  * Java client's default (4.9.4). Setting an option only parses its type (an unknown option, a bad
@@ -121,6 +121,7 @@ typedef struct rmq_conf {
     int64_t consume_timeout;                        /* 15 minutes */
     int64_t consume_timeout_millis;                 /* 0 = consume_timeout (rmqlua's own) */
     int lua_memory_limit_mb;                        /* 0 = none (rmqlua's own) */
+    int strict_globals;                             /* false (rmqlua's own): check warns */
     int64_t await_termination_millis_when_shutdown; /* 0 */
     /* ClientConfig */
     char *namesrv_addr;                           /* default: env NAMESRV_ADDR, else NULL */

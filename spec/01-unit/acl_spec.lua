@@ -22,7 +22,7 @@ local function java_string(v)
 end
 
 local function sign(fields, body, ak, sk, token)
-  local keys, vals, keep = {}, {}, {}
+  local keys, vals = {}, {}
   for k, v in pairs(fields or {}) do
     if v ~= cjson.null then
       keys[#keys + 1] = k
@@ -31,7 +31,6 @@ local function sign(fields, body, ak, sk, token)
   end
   local ck, cv = ffi.new("const char *[?]", #keys + 1), ffi.new("const char *[?]", #keys + 1)
   for i = 1, #keys do
-    keep[#keep + 1], keep[#keep + 2] = keys[i], vals[i]
     ck[i - 1], cv[i - 1] = keys[i], vals[i]
   end
   local content, clen, sig = ffi.new("char[8192]"), ffi.new("size_t[1]"), ffi.new("char[64]")

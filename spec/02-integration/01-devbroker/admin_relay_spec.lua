@@ -11,7 +11,7 @@ local PULL, UPDATE_OFF, HEARTBEAT = 11, 15, 34
 local RESET_CLIENT, STATUS_CLIENT, INVOKE_RESET, INVOKE_STATUS = 220, 221, 222, 223
 
 describe("devbroker: admin relays", function()
-  local db, lib, baddr, bname
+  local db, _, lib, baddr, bname
 
   wire.describe_broker("--topic Trst:2 --topic Tsta:1 --topic Thold:1", function(t)
     db, lib = t.db, t.lib

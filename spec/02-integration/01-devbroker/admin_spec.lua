@@ -493,17 +493,17 @@ describe("devbroker admin: counters and state", function()
 end)
 
 describe("devbroker admin: documentation", function()
-  it("--help and the README list the mqadmin commands served", function()
+  it("--help and docs/commands.md list the mqadmin commands served", function()
     local rc, out = helpers.run(helpers.bin .. " broker --help")
     assert.equal(0, rc)
-    local readme = helpers.read_file(helpers.root .. "/README.md")
+    local readme = helpers.read_file(helpers.root .. "/docs/commands.md")
     for _, cmd in ipairs({"clusterList", "brokerStatus", "topicList", "topicStatus",
                           "getBrokerConfig", "updateSubGroup", "deleteSubGroup",
                           "consumerProgress", "producerConnection", "brokerConsumeStats",
                           "statsAll", "queryMsgByKey", "queryMsgByUniqueKey", "queryMsgById",
                           "deleteTopic"}) do
       assert.truthy(out:find(cmd, 1, true), cmd .. " in --help")
-      assert.truthy(readme:find("`" .. cmd .. "`", 1, true), cmd .. " in the README")
+      assert.truthy(readme:find("`" .. cmd .. "`", 1, true), cmd .. " in docs/commands.md")
     end
   end)
 end)

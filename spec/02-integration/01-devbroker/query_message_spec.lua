@@ -133,7 +133,7 @@ describe("devbroker message queries", function()
       for i = N - n, N - 1 do want[#want + 1] = t .. "/" .. i end
       return want
     end
-    local r, ms = query(c, "QB", "all", {max = 5})
+    local r, ms, _ = query(c, "QB", "all", {max = 5})
     assert.equal(0, r.code)
     assert.same(newest("QB", 5), bodies(ms))
     _, ms = query(c, "QB", "all", {max = 64})

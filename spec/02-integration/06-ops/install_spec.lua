@@ -61,6 +61,11 @@ describe("cmake --install", function()
       assert.truthy(exists(prefix .. "/share/doc/rmqlua/examples/cases/" .. e .. ".lua"), e)
     end
     assert.truthy(exists(prefix .. "/share/doc/rmqlua/README.md"))
+    for _, d in ipairs({ "getting-started", "writing-handlers", "lua-api", "commands", "options",
+      "operations", "security", "reliability", "performance", "architecture" }) do
+      assert.truthy(exists(prefix .. "/share/doc/rmqlua/docs/" .. d .. ".md"), d)
+    end
+    assert.truthy(exists(prefix .. "/share/doc/rmqlua/examples/monitoring/grafana/rmqlua-dashboard.json"))
     local unit = read(prefix .. "/lib/systemd/system/rmqlua@.service")
     assert.truthy(unit)
     assert.matches("\nExecStart=" .. prefix:gsub("%p", "%%%0") .. "/bin/rmqlua run %$RMQLUA_ARGS /etc/rmqlua/%%i%.lua\n", unit)
