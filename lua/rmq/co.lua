@@ -80,8 +80,8 @@ local function wrap(f)
 end
 
 M.resume, M.wrap = resume, wrap
-coroutine.resume = resume
-coroutine.wrap = wrap
+coroutine.resume = resume -- luacheck: ignore 122 (replaced in every state, as OpenResty does)
+coroutine.wrap = wrap -- luacheck: ignore 122
 
 -- ---- tasks ---------------------------------------------------------------------------------
 local function finish(t, ok, ...)

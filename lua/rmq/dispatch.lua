@@ -1,7 +1,8 @@
 -- rmq.dispatch: the consume thread's side of a batch. One C->Lua transition per batch: the
 -- consume thread stores the batch pointer in the slot and lua_pcalls dispatch() (with a
 -- traceback handler, as a second net); dispatch wraps the messages in views, calls the
--- script's handler under xpcall, invalidates the views, and writes the result into the batch.
+-- script's handler under rmq.co.run (an xpcall that can wait in place), invalidates the views,
+-- and writes the result into the batch.
 --
 -- The return contract (concurrent, consume(msgs, ctx)):
 --   nothing, true, rmq.SUCCESS   success; ctx.ack_index = n acknowledges only the first n
@@ -24,7 +25,7 @@ local view = require "rmq.view"
 local co_run = require("rmq.co").run
 
 local tnew = require "table.new"
-local xpcall, type, tostring, traceback = xpcall, type, tostring, debug.traceback
+local type, tostring, traceback = type, tostring, debug.traceback
 local floor = math.floor
 
 local SUCCESS, RECONSUME_LATER, DLQ, SUSPEND, COMMIT =

@@ -166,13 +166,13 @@ describe("rmq.co", function()
           coroutine.yield(s:receive())
         end
       end)
-      local other = rmq.thread.spawn(function() rmq.sleep(0.01); return "side" end)
+      local side2 = rmq.thread.spawn(function() rmq.sleep(0.01); return "side" end)
       local out = { gen(), gen(), gen() }
       local c2 = coroutine.create(function(a) local b = coroutine.yield(a + 1); rmq.sleep(0); return b * 2 end)
       local _, x = coroutine.resume(c2, 1)
       local _, y = coroutine.resume(c2, 10)
       out[4], out[5] = x, y
-      out[6] = select(2, rmq.thread.wait(other))
+      out[6] = select(2, rmq.thread.wait(side2))
       return out
     end, debug.traceback)
     assert.is_true(ok, r)
