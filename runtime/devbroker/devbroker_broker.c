@@ -370,15 +370,8 @@ static void h_send_back(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     rmq__props_append(&pb, "WAIT", "false");
 
     char dlq_topic[300];
-    db_msg_in_t in = {.flag = v.flag,
-                      .sys_flag = v.sys_flag,
-                      .reconsume = rmq__reconsume_plus(v.reconsume, 1),
-                      .born_ts = v.born_ts,
-                      .born_host = v.born_host,
-                      .born_ip_len = v.born_ip_len,
-                      .born_port = v.born_port,
-                      .body = v.body,
-                      .body_len = v.body_len};
+    db_msg_in_t in = rmq__db_stored_in(&v);
+    in.reconsume = rmq__reconsume_plus(v.reconsume, 1);
     if (dlq) {
         snprintf(dlq_topic, sizeof(dlq_topic), "%%DLQ%%%s", group);
         db_topic_t *t = sys_topic(b, dlq_topic);

@@ -423,6 +423,9 @@ typedef struct db_stored {
     int32_t born_port;
 } db_stored_t;
 int rmq__db_stored_parse(const db_msg_t *m, db_stored_t *v); /* 0 or -1 (malformed) */
+/* A message to store again from v: its flags, reconsumeTimes, born fields and body (borrowed);
+ * topic, queue and properties zero. */
+db_msg_in_t rmq__db_stored_in(const db_stored_t *v);
 
 /* devbroker_filter.c: SQL92 subscriptions (ConsumerFilterManager, checkClientConfig). */
 struct rmq_sub;

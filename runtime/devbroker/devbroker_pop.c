@@ -144,19 +144,12 @@ static void revive_one(db_broker_t *b, const pop_ck_t *ck)
         if (v.props_len && v.props[v.props_len - 1] != '\002') rmq__buf_append(&props, "\002", 1);
         rmq__buf_appendf(&props, "1ST_POP_TIME\001%lld\002", (long long)ck->pop_time);
     }
-    db_msg_in_t in = {.topic = rt,
-                      .queue_id = 0,
-                      .flag = v.flag,
-                      .sys_flag = v.sys_flag,
-                      .reconsume = v.reconsume + 1,
-                      .born_ts = v.born_ts,
-                      .born_host = v.born_host,
-                      .born_ip_len = v.born_ip_len,
-                      .born_port = v.born_port,
-                      .body = v.body,
-                      .body_len = v.body_len,
-                      .props = props.data,
-                      .props_len = props.len};
+    db_msg_in_t in = rmq__db_stored_in(&v);
+    in.topic = rt;
+    in.queue_id = 0;
+    in.reconsume = v.reconsume + 1;
+    in.props = props.data;
+    in.props_len = props.len;
     char err[256];
     if (!rmq__db_store(b, rtt, &in, err, sizeof(err)))
         rmq_log_warn(DB_LOG, "%s: revive of %s:%d:%lld for %s failed: %s", b->name, ck->topic,

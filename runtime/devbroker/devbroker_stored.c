@@ -1,9 +1,9 @@
 /*
  * devbroker_stored.c -- a stored message of the development broker read back: found by its
  * commit-log offset (VIEW_MESSAGE_BY_ID, QUERY_MESSAGE, CONSUMER_SEND_MSG_BACK, an offsetMsgId)
- * and its fields parsed from the stored form (PROTOCOL.md 4.1). It calls nothing else of the
- * development broker, so that the message index the store maintains can read messages without
- * calling the store back.
+ * and its fields parsed from the stored form (PROTOCOL.md 4.1), and those fields handed on to
+ * store the message again. It calls nothing else of the development broker, so that the message
+ * index the store maintains can read messages without calling the store back.
  *
  * Threads: the broker thread only.
  */
@@ -66,4 +66,21 @@ int rmq__db_stored_parse(const db_msg_t *m, db_stored_t *v)
     q += 2;
     v->props = (const char *)q;
     return (size_t)(end - q) < v->props_len ? -1 : 0;
+}
+
+/* The fields a message stored again keeps from v (flag, sysFlag, reconsumeTimes, born time and
+ * host, body); topic, queue and properties are zero for the caller to set. The result borrows v's
+ * pointers (v itself for born_host): valid while v and its message are. */
+db_msg_in_t rmq__db_stored_in(const db_stored_t *v)
+{
+    db_msg_in_t in = {.flag = v->flag,
+                      .sys_flag = v->sys_flag,
+                      .reconsume = v->reconsume,
+                      .born_ts = v->born_ts,
+                      .born_host = v->born_host,
+                      .born_ip_len = v->born_ip_len,
+                      .born_port = v->born_port,
+                      .body = v->body,
+                      .body_len = v->body_len};
+    return in;
 }
