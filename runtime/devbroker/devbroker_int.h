@@ -600,6 +600,12 @@ void rmq__db_reply_codef(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const
 /* A required header field; when absent, answers as Java's header decoding does
  * (SYSTEM_ERROR, "the custom field <key> is null") and returns NULL. */
 const char *rmq__db_need_ext(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key);
+/* The checks of a request reading queue qid of topic (t as found, or NULL), in the order of
+ * Java's PullMessageProcessor and PopMessageProcessor: the topic exists, is readable ("the
+ * topic[x] <verb> message is forbidden") and min_qid <= qid < readQueueNums. Answers the first
+ * that fails and returns -1; 0 when all pass. */
+int rmq__db_check_read(rmq_conn_t *conn, const rmq_cmd_t *req, const db_topic_t *t,
+                       const char *topic, int64_t qid, int64_t min_qid, const char *verb);
 /* Reply with a body the caller still owns (not sent for oneway requests). */
 void rmq__db_reply_body(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark,
                         const rmq_buf_t *body);

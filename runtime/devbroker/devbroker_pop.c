@@ -347,25 +347,7 @@ static void do_pop(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int64_t dea
         return;
     }
     db_topic_t *t = rmq__db_topic_get(b, topic);
-    if (!t) {
-        rmq__db_reply_codef(conn, req, RMQ_RESP_TOPIC_NOT_EXIST,
-                            "topic[%s] not exist, apply first please! \nSee "
-                            "http://rocketmq.apache.org/docs/faq/ for further details.",
-                            topic);
-        return;
-    }
-    if (!(t->perm & 4)) {
-        rmq__db_reply_codef(conn, req, RMQ_RESP_NO_PERMISSION,
-                            "the topic[%s] peeking message is forbidden", topic);
-        return;
-    }
-    if (qid >= t->read_q || qid < -1) {
-        rmq__db_reply_codef(
-            conn, req, RMQ_RESP_SYSTEM_ERROR,
-            "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d] consumer:[%s]",
-            (int)qid, topic, t->read_q, rmq__conn_peer(conn));
-        return;
-    }
+    if (rmq__db_check_read(conn, req, t, topic, qid, -1, "peeking")) return; /* -1: any queue */
     const db_subgroup_t *sg = rmq__db_subgroup_find(b, group);
     if (!sg->consume_enable) {
         rmq__db_reply_codef(conn, req, RMQ_RESP_NO_PERMISSION,

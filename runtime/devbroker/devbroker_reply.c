@@ -1,9 +1,9 @@
 /*
  * devbroker_reply.c -- what every part of the development broker answers and dispatches
  * through: the reply helpers, the handler table of a node (the request gate of devbroker.c
- * serves it), and the readers of request header fields and JSON bodies that answer a bad
- * request the way Java's header decoding does. It calls nothing else of the development
- * broker.
+ * serves it), the readers of request header fields and JSON bodies that answer a bad
+ * request the way Java's header decoding does, and the topic and queue checks of a read (PULL,
+ * POP). It calls nothing else of the development broker.
  *
  * Threads: the broker thread (rmq__db_set_handler also in rmq__devbroker_start before it runs).
  */
@@ -55,6 +55,31 @@ void rmq__db_reply_codef(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const
     vsnprintf(remark, sizeof(remark), fmt, ap);
     va_end(ap);
     rmq__db_reply_code(conn, req, code, remark);
+}
+
+int rmq__db_check_read(rmq_conn_t *conn, const rmq_cmd_t *req, const db_topic_t *t,
+                       const char *topic, int64_t qid, int64_t min_qid, const char *verb)
+{
+    if (!t) {
+        rmq__db_reply_codef(conn, req, RMQ_RESP_TOPIC_NOT_EXIST,
+                            "topic[%s] not exist, apply first please! \nSee "
+                            "http://rocketmq.apache.org/docs/faq/ for further details.",
+                            topic);
+        return -1;
+    }
+    if (!(t->perm & 4)) {
+        rmq__db_reply_codef(conn, req, RMQ_RESP_NO_PERMISSION,
+                            "the topic[%s] %s message is forbidden", topic, verb);
+        return -1;
+    }
+    if (qid < min_qid || qid >= t->read_q) {
+        rmq__db_reply_codef(
+            conn, req, RMQ_RESP_SYSTEM_ERROR,
+            "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d] consumer:[%s]",
+            (int)qid, topic, t->read_q, rmq__conn_peer(conn));
+        return -1;
+    }
+    return 0;
 }
 
 void rmq__db_reply_body(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *remark,
