@@ -510,6 +510,22 @@ static int extra_pop_time(const char *extra, int64_t *pop_time)
     return 0;
 }
 
+/* The header fields ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME share, read in Java's order
+ * through h (the first one missing answers the request and sets h->failed). */
+typedef struct ack_hdr {
+    const char *group, *topic, *extra;
+    int64_t qid, offset;
+} ack_hdr_t;
+
+static void read_ack_hdr(db_hdr_t *h, ack_hdr_t *a)
+{
+    a->group = rmq__db_hdr_str(h, "consumerGroup");
+    a->topic = rmq__db_hdr_str(h, "topic");
+    a->qid = rmq__db_hdr_i64(h, "queueId");
+    a->extra = rmq__db_hdr_str(h, "extraInfo");
+    a->offset = rmq__db_hdr_i64(h, "offset");
+}
+
 /* The checks ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME share: the topic, the queue, the
  * offset and the extraInfo. Returns 0 or -1 after answering. */
 static int check_ack(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, const char *topic,
@@ -548,14 +564,13 @@ static void h_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = rmq__db_broker_of(node);
     db_hdr_t h = {conn, req, 0};
-    const char *group = rmq__db_hdr_str(&h, "consumerGroup");
-    const char *topic = rmq__db_hdr_str(&h, "topic");
-    int64_t qid = rmq__db_hdr_i64(&h, "queueId");
-    const char *extra = rmq__db_hdr_str(&h, "extraInfo");
-    int64_t offset = rmq__db_hdr_i64(&h, "offset");
+    ack_hdr_t a;
+    read_ack_hdr(&h, &a);
     if (h.failed) return;
+    const char *group = a.group, *topic = a.topic;
+    int64_t qid = a.qid, offset = a.offset;
     int64_t pop_time;
-    if (check_ack(b, conn, req, topic, qid, offset, extra, &pop_time)) return;
+    if (check_ack(b, conn, req, topic, qid, offset, a.extra, &pop_time)) return;
     if (!ck_remove(b, group, topic, (int)qid, offset, pop_time))
         rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: ack of %s:%d:%lld by %s holds no checkpoint", b->name,
                 topic, (int)qid, (long long)offset, group);
@@ -566,15 +581,14 @@ static void h_change_invisible(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
 {
     db_broker_t *b = rmq__db_broker_of(node);
     db_hdr_t h = {conn, req, 0};
-    const char *group = rmq__db_hdr_str(&h, "consumerGroup");
-    const char *topic = rmq__db_hdr_str(&h, "topic");
-    int64_t qid = rmq__db_hdr_i64(&h, "queueId");
-    const char *extra = rmq__db_hdr_str(&h, "extraInfo");
-    int64_t offset = rmq__db_hdr_i64(&h, "offset");
+    ack_hdr_t a;
+    read_ack_hdr(&h, &a);
     int64_t invisible = rmq__db_hdr_i64(&h, "invisibleTime");
     if (h.failed) return;
+    const char *group = a.group, *topic = a.topic;
+    int64_t qid = a.qid, offset = a.offset;
     int64_t pop_time;
-    if (check_ack(b, conn, req, topic, qid, offset, extra, &pop_time)) return;
+    if (check_ack(b, conn, req, topic, qid, offset, a.extra, &pop_time)) return;
     /* The old checkpoint acked and a new one popped now (the Java processor writes the new one
      * first: the message comes back after the new invisible time even when the old checkpoint
      * was gone). Removed first, as both may carry the same popTime. */
