@@ -600,6 +600,12 @@ void rmq__db_reply_codef(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const
 /* A required header field; when absent, answers as Java's header decoding does
  * (SYSTEM_ERROR, "the custom field <key> is null") and returns NULL. */
 const char *rmq__db_need_ext(rmq_conn_t *conn, const rmq_cmd_t *req, const char *key);
+/* A read or ack of a topic the broker does not have: TOPIC_NOT_EXIST with Java's remark. */
+void rmq__db_reply_no_topic(rmq_conn_t *conn, const rmq_cmd_t *req, const char *topic);
+/* A queue id outside 0..read_q-1 (or the range of the request): code with Java's remark naming
+ * the topic, readQueueNums and the peer. */
+void rmq__db_reply_bad_qid(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *topic,
+                           int64_t qid, int read_q);
 /* The checks of a request reading queue qid of topic (t as found, or NULL), in the order of
  * Java's PullMessageProcessor and PopMessageProcessor: the topic exists, is readable ("the
  * topic[x] <verb> message is forbidden") and min_qid <= qid < readQueueNums. Answers the first

@@ -510,40 +510,36 @@ static int extra_pop_time(const char *extra, int64_t *pop_time)
     return 0;
 }
 
-/* The header fields ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME share, read in Java's order
- * through h (the first one missing answers the request and sets h->failed). */
-typedef struct ack_hdr {
+/* An ACK_MESSAGE or CHANGE_MESSAGE_INVISIBLETIME request: its header fields and the popTime of
+ * its extraInfo. */
+typedef struct ack_req {
     const char *group, *topic, *extra;
-    int64_t qid, offset;
-} ack_hdr_t;
+    int64_t qid, offset, invisible, pop_time;
+} ack_req_t;
 
-static void read_ack_hdr(db_hdr_t *h, ack_hdr_t *a)
+/* Read the header fields of an ACK_MESSAGE (with_invisible 0) or CHANGE_MESSAGE_INVISIBLETIME
+ * (1: invisibleTime too) in Java's order into a, then check the topic, the queue, the offset
+ * and the extraInfo. Returns 0, or -1 after answering. */
+static int read_ack(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int with_invisible,
+                    ack_req_t *a)
 {
-    a->group = rmq__db_hdr_str(h, "consumerGroup");
-    a->topic = rmq__db_hdr_str(h, "topic");
-    a->qid = rmq__db_hdr_i64(h, "queueId");
-    a->extra = rmq__db_hdr_str(h, "extraInfo");
-    a->offset = rmq__db_hdr_i64(h, "offset");
-}
-
-/* The checks ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME share: the topic, the queue, the
- * offset and the extraInfo. Returns 0 or -1 after answering. */
-static int check_ack(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, const char *topic,
-                     int64_t qid, int64_t offset, const char *extra, int64_t *pop_time)
-{
+    db_hdr_t h = {conn, req, 0};
+    a->group = rmq__db_hdr_str(&h, "consumerGroup");
+    a->topic = rmq__db_hdr_str(&h, "topic");
+    a->qid = rmq__db_hdr_i64(&h, "queueId");
+    a->extra = rmq__db_hdr_str(&h, "extraInfo");
+    a->offset = rmq__db_hdr_i64(&h, "offset");
+    a->invisible = with_invisible ? rmq__db_hdr_i64(&h, "invisibleTime") : 0;
+    if (h.failed) return -1;
+    const char *topic = a->topic;
+    int64_t qid = a->qid, offset = a->offset;
     db_topic_t *t = rmq__db_topic_get(b, topic);
     if (!t) {
-        rmq__db_reply_codef(conn, req, RMQ_RESP_TOPIC_NOT_EXIST,
-                            "topic[%s] not exist, apply first please! \nSee "
-                            "http://rocketmq.apache.org/docs/faq/ for further details.",
-                            topic);
+        rmq__db_reply_no_topic(conn, req, topic);
         return -1;
     }
     if (qid < 0 || qid >= t->read_q) {
-        rmq__db_reply_codef(
-            conn, req, RMQ_RESP_MESSAGE_ILLEGAL,
-            "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d] consumer:[%s]",
-            (int)qid, topic, t->read_q, rmq__conn_peer(conn));
+        rmq__db_reply_bad_qid(conn, req, RMQ_RESP_MESSAGE_ILLEGAL, topic, qid, t->read_q);
         return -1;
     }
     db_queue_t *q = rmq__db_queue(t, (int)qid);
@@ -553,8 +549,9 @@ static int check_ack(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, const cha
                             (int)qid, (long long)offset, (long long)rmq__db_qmax(q));
         return -1;
     }
-    if (extra_pop_time(extra, pop_time)) {
-        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "extraInfo is illegal: %s", extra);
+    if (extra_pop_time(a->extra, &a->pop_time)) {
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "extraInfo is illegal: %s",
+                            a->extra);
         return -1;
     }
     return 0;
@@ -563,15 +560,11 @@ static int check_ack(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, const cha
 static void h_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = rmq__db_broker_of(node);
-    db_hdr_t h = {conn, req, 0};
-    ack_hdr_t a;
-    read_ack_hdr(&h, &a);
-    if (h.failed) return;
+    ack_req_t a;
+    if (read_ack(b, conn, req, 0, &a)) return;
     const char *group = a.group, *topic = a.topic;
     int64_t qid = a.qid, offset = a.offset;
-    int64_t pop_time;
-    if (check_ack(b, conn, req, topic, qid, offset, a.extra, &pop_time)) return;
-    if (!ck_remove(b, group, topic, (int)qid, offset, pop_time))
+    if (!ck_remove(b, group, topic, (int)qid, offset, a.pop_time))
         rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: ack of %s:%d:%lld by %s holds no checkpoint", b->name,
                 topic, (int)qid, (long long)offset, group);
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
@@ -580,15 +573,10 @@ static void h_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 static void h_change_invisible(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = rmq__db_broker_of(node);
-    db_hdr_t h = {conn, req, 0};
-    ack_hdr_t a;
-    read_ack_hdr(&h, &a);
-    int64_t invisible = rmq__db_hdr_i64(&h, "invisibleTime");
-    if (h.failed) return;
+    ack_req_t a;
+    if (read_ack(b, conn, req, 1, &a)) return;
     const char *group = a.group, *topic = a.topic;
-    int64_t qid = a.qid, offset = a.offset;
-    int64_t pop_time;
-    if (check_ack(b, conn, req, topic, qid, offset, a.extra, &pop_time)) return;
+    int64_t qid = a.qid, offset = a.offset, invisible = a.invisible, pop_time = a.pop_time;
     /* The old checkpoint acked and a new one popped now (the Java processor writes the new one
      * first: the message comes back after the new invisible time even when the old checkpoint
      * was gone). Removed first, as both may carry the same popTime. */

@@ -57,14 +57,28 @@ void rmq__db_reply_codef(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const
     rmq__db_reply_code(conn, req, code, remark);
 }
 
+void rmq__db_reply_no_topic(rmq_conn_t *conn, const rmq_cmd_t *req, const char *topic)
+{
+    rmq__db_reply_codef(conn, req, RMQ_RESP_TOPIC_NOT_EXIST,
+                        "topic[%s] not exist, apply first please! \nSee "
+                        "http://rocketmq.apache.org/docs/faq/ for further details.",
+                        topic);
+}
+
+void rmq__db_reply_bad_qid(rmq_conn_t *conn, const rmq_cmd_t *req, int code, const char *topic,
+                           int64_t qid, int read_q)
+{
+    rmq__db_reply_codef(
+        conn, req, code,
+        "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d] consumer:[%s]",
+        (int)qid, topic, read_q, rmq__conn_peer(conn));
+}
+
 int rmq__db_check_read(rmq_conn_t *conn, const rmq_cmd_t *req, const db_topic_t *t,
                        const char *topic, int64_t qid, int64_t min_qid, const char *verb)
 {
     if (!t) {
-        rmq__db_reply_codef(conn, req, RMQ_RESP_TOPIC_NOT_EXIST,
-                            "topic[%s] not exist, apply first please! \nSee "
-                            "http://rocketmq.apache.org/docs/faq/ for further details.",
-                            topic);
+        rmq__db_reply_no_topic(conn, req, topic);
         return -1;
     }
     if (!(t->perm & 4)) {
@@ -73,10 +87,7 @@ int rmq__db_check_read(rmq_conn_t *conn, const rmq_cmd_t *req, const db_topic_t 
         return -1;
     }
     if (qid < min_qid || qid >= t->read_q) {
-        rmq__db_reply_codef(
-            conn, req, RMQ_RESP_SYSTEM_ERROR,
-            "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d] consumer:[%s]",
-            (int)qid, topic, t->read_q, rmq__conn_peer(conn));
+        rmq__db_reply_bad_qid(conn, req, RMQ_RESP_SYSTEM_ERROR, topic, qid, t->read_q);
         return -1;
     }
     return 0;
