@@ -550,8 +550,7 @@ static int read_ack(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int with_i
         return -1;
     }
     if (extra_pop_time(a->extra, &a->pop_time)) {
-        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "extraInfo is illegal: %s",
-                            a->extra);
+        rmq__db_reply_codef(conn, req, RMQ_RESP_SYSTEM_ERROR, "extraInfo is illegal: %s", a->extra);
         return -1;
     }
     return 0;

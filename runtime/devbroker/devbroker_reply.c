@@ -70,8 +70,8 @@ void rmq__db_reply_bad_qid(rmq_conn_t *conn, const rmq_cmd_t *req, int code, con
 {
     rmq__db_reply_codef(
         conn, req, code,
-        "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d] consumer:[%s]",
-        (int)qid, topic, read_q, rmq__conn_peer(conn));
+        "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d] consumer:[%s]", (int)qid,
+        topic, read_q, rmq__conn_peer(conn));
 }
 
 int rmq__db_check_read(rmq_conn_t *conn, const rmq_cmd_t *req, const db_topic_t *t,
