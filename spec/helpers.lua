@@ -74,6 +74,14 @@ function M.wait_until(fn, timeout, what)
   end
 end
 
+-- The keys of table t, sorted.
+function M.sorted_keys(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
 -- Hex string (lowercase) of a byte string, and back.
 function M.tohex(s)
   return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))

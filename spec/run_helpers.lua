@@ -13,6 +13,13 @@ local M = {}
 -- the name server.
 M.ALL, M.NAMESRV = -2, -1
 
+-- A folder for the scripts of a spec file (helpers.file_tmpdir(name)) and a function
+-- write(name, text) that writes a file in it and returns its path.
+function M.script_dir(name)
+  local dir = helpers.file_tmpdir(name)
+  return dir, function(file, text) return M.write(dir, file, text) end
+end
+
 -- Write text to dir/name; returns the path.
 function M.write(dir, name, text)
   local path = dir .. "/" .. name

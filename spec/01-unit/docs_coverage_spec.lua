@@ -7,12 +7,7 @@ local helpers = require "helpers"
 local root = helpers.root
 local function read(rel) return helpers.read_file(root .. "/" .. rel) end
 
-local function sorted_keys(t)
-  local out = {}
-  for k in pairs(t) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
+local sorted_keys = helpers.sorted_keys
 
 -- Both ways: what is in `code` and not in `docs`, and the other way round.
 local function same_sets(code, docs, what)

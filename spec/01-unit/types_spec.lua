@@ -17,12 +17,7 @@ local function class_fields(text, cls)
   return t
 end
 
-local function keys(t)
-  local l = {}
-  for k in pairs(t) do l[#l + 1] = k end
-  table.sort(l)
-  return l
-end
+local keys = helpers.sorted_keys
 
 describe("lua/types/rmq.lua", function()
   it("is what scripts/gen_types prints from the option table", function()

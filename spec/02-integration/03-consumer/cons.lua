@@ -34,6 +34,29 @@ function M.test_broker(args)
   return db, ns
 end
 
+-- A development broker for one test with o.topic on o.queues queues (retries delayed 1000 times
+-- less), holding o.n messages "<o.prefix><i>", stopped when the test ends, after o.close (rawmq's
+-- close_all, say) when given; and a temp folder of the test, helpers.tmpdir(o.tmpname). Returns
+-- db, the name server address, the folder, and the paths out.txt and run.log in it.
+function M.loaded_broker(o)
+  local db, ns = M.test_broker("--topic " .. o.topic .. ":" .. o.queues .. " --delay-scale 0.001")
+  if o.close then helpers.defer(o.close) end
+  M.produce(db, o.topic, o.n, o.prefix)
+  local dir = helpers.tmpdir(o.tmpname)
+  return db, ns, dir, dir .. "/out.txt", dir .. "/run.log"
+end
+
+-- The body of a handler (M.script's opts.body) that fails on a message's first delivery by its
+-- body's last digit: 3 raises, 7 asks for a retry, 9 goes to the DLQ.
+M.FAIL_BY_DIGIT = [[
+        local m = msgs[1]
+        if m.reconsume_times == 0 then
+          local last = m.body:sub(-1)
+          if last == "3" then error("boom " .. m.body) end
+          if last == "7" then return rmq.RECONSUME_LATER end
+          if last == "9" then return rmq.DLQ end
+        end]]
+
 -- A raw client joins group (on topic) with one heartbeat to broker 0: it sorts after every
 -- rmqlua client id, so the allocation gives it the last queues. Returns a function that makes it
 -- leave (UNREGISTER_CLIENT; the response, or nil once it left) and that runs anyway when the

@@ -6,7 +6,6 @@
 local helpers = require "helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
-local lib = cons.lib
 
 -- The ConsumeStatus object of topic in a running-info body, as numbers.
 local function status_of(body, topic)
@@ -30,11 +29,8 @@ describe("consumer: GET_CONSUMER_RUNNING_INFO statusTable", function()
   it("carries ConsumerStatsManager's per-topic figures", function()
     local TOPIC, GROUP, N = "CsTopic", "g_cstatus", 200
     local RETRY = "%RETRY%" .. GROUP
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":4 --delay-scale 0.001")
-    helpers.defer(function() raw.close_all(); lib.rmq_devbroker_stop(db) end)
-    cons.produce(db, TOPIC, N, "c")
-    local dir = helpers.tmpdir("cstatus")
-    local out, log = dir .. "/out.txt", dir .. "/run.log"
+    local db, ns, dir, out, log = cons.loaded_broker({ topic = TOPIC, queues = 4, n = N,
+      prefix = "c", tmpname = "cstatus", close = raw.close_all })
     -- Bodies ending in 3 fail on their first delivery and come back from the retry topic.
     local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
       body = [[

@@ -8,7 +8,6 @@ local helpers = require "helpers"
 local cjson = require "cjson"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
-local lib = cons.lib
 
 local DASHBOARD = helpers.root .. "/examples/monitoring/grafana/rmqlua-dashboard.json"
 local RULES = helpers.root .. "/examples/monitoring/prometheus/rmqlua-alerts.yml"
@@ -69,23 +68,13 @@ end
 describe("dashboard and alerting rules", function()
   it("use only metric names and labels of a real /metrics scrape", function()
     local TOPIC, GROUP, N = "DashTopic", "g_dashboard", 40
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":2 --delay-scale 0.001")
-    helpers.defer(function() raw.close_all(); lib.rmq_devbroker_stop(db) end)
-    cons.produce(db, TOPIC, N, "d")
-    local dir = helpers.tmpdir("dashboard")
-    local out, log = dir .. "/out.txt", dir .. "/run.log"
+    local db, ns, dir, out, log = cons.loaded_broker({ topic = TOPIC, queues = 2, n = N,
+      prefix = "d", tmpname = "dashboard", close = raw.close_all })
     -- First delivery: bodies ending in 3 raise, in 7 ask for a retry, in 9 go to the DLQ, so
     -- that every counter and histogram has samples.
     local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
       extra = "consume_thread_min = 2,",
-      body = [[
-        local m = msgs[1]
-        if m.reconsume_times == 0 then
-          local last = m.body:sub(-1)
-          if last == "3" then error("boom " .. m.body) end
-          if last == "7" then return rmq.RECONSUME_LATER end
-          if last == "9" then return rmq.DLQ end
-        end]] })
+      body = cons.FAIL_BY_DIGIT })
     helpers.spawn(helpers.bin .. " run " .. s .. " --metrics 127.0.0.1:0",
       { log = log, rc = log .. ".rc" })
     local url = cons.metrics_url(log) .. "/metrics"

@@ -55,22 +55,12 @@ describe("metrics endpoint", function()
   local RETRY = "%RETRY%" .. GROUP
 
   it("counts what the handlers saw, in a format a Prometheus parser reads", function()
-    local db, ns = cons.start_broker("--topic " .. TOPIC .. ":4 --delay-scale 0.001")
-    helpers.defer(function() raw.close_all(); lib.rmq_devbroker_stop(db) end)
-    cons.produce(db, TOPIC, N, "a")
-    local dir = helpers.tmpdir("metrics")
-    local out, log = dir .. "/out.txt", dir .. "/run.log"
+    local db, ns, dir, out, log = cons.loaded_broker({ topic = TOPIC, queues = 4, n = N,
+      prefix = "a", tmpname = "metrics", close = raw.close_all })
     -- First delivery: bodies ending in 3 raise, in 7 ask for a retry, in 9 go to the DLQ.
     local s = script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = out,
       extra = "persist_consumer_offset_interval = 200, consume_thread_min = 4,",
-      body = [[
-        local m = msgs[1]
-        if m.reconsume_times == 0 then
-          local last = m.body:sub(-1)
-          if last == "3" then error("boom " .. m.body) end
-          if last == "7" then return rmq.RECONSUME_LATER end
-          if last == "9" then return rmq.DLQ end
-        end]] })
+      body = cons.FAIL_BY_DIGIT })
     local pid = helpers.spawn(helpers.bin .. " run " .. s .. " --metrics 127.0.0.1:0",
       { log = log, rc = log .. ".rc" })
     local url = base_url(log)

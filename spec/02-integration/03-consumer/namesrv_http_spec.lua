@@ -6,17 +6,8 @@
 local helpers = require "helpers"
 local rh = require "run_helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
-local lib = cons.lib
 
 local TOPIC, GROUP = "NsHttp", "g_nshttp"
-
--- Store n messages with bodies "<prefix><i>" on broker db (queues round robin).
-local function put(db, prefix, n)
-  for i = 1, n do
-    local b = prefix .. i
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, -1, nil, nil, b, #b) >= 0)
-  end
-end
 
 local function consumed_all(out, prefix, n)
   return function()
@@ -50,7 +41,7 @@ describe("consumer: name server from an HTTP address service", function()
     local url = cons.metrics_url(log)
 
     -- The first answer: the first broker's name server.
-    put(db1, "a", 20)
+    rh.produce_n(db1, TOPIC, 20, "a")
     helpers.wait_until(consumed_all(out, "a", 20), 60, "the first broker's messages")
     -- The name server of the fetched list counts as the consumer's name server (health).
     helpers.wait_until(function()
@@ -75,7 +66,7 @@ describe("consumer: name server from an HTTP address service", function()
     helpers.wait_until(function()
       return cons.read(log):find("answered an empty body", 1, true)
     end, 30, "the empty answer logged")
-    put(db1, "c", 10)
+    rh.produce_n(db1, TOPIC, 10, "c")
     helpers.wait_until(consumed_all(out, "c", 10), 60, "the first broker's later messages")
 
     -- The answer changes: the consumer follows it to the second broker.
@@ -83,7 +74,7 @@ describe("consumer: name server from an HTTP address service", function()
     helpers.wait_until(function()
       return cons.read(log):find("/rocketmq/ns-spec: " .. ns2, 1, true)
     end, 30, "the second name server taken")
-    put(db2, "b", 20)
+    rh.produce_n(db2, TOPIC, 20, "b")
     helpers.wait_until(consumed_all(out, "b", 20), 60, "the second broker's messages")
 
     -- The service down: the list is kept, consumption goes on.
@@ -93,7 +84,7 @@ describe("consumer: name server from an HTTP address service", function()
       return l:find("name server address service http://127.0.0.1:" .. port
         .. "/rocketmq/ns-spec: cannot connect", 1, true)
     end, 30, "the failed fetch logged")
-    put(db2, "d", 10)
+    rh.produce_n(db2, TOPIC, 10, "d")
     helpers.wait_until(consumed_all(out, "d", 10), 60, "the second broker's later messages")
     assert.truthy(cons.alive(pid))
     cons.stop(pid)

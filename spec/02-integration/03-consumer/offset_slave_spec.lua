@@ -2,18 +2,12 @@
 -- QUERY_CONSUMER_OFFSET to MQClientInstance.findBrokerAddressInAdmin(brokerName), the master
 -- while the route lists it, else the slave. The development broker runs a slave (--slaves 1).
 local helpers = require "helpers"
+local rh = require "run_helpers"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local lib = cons.lib
 
 local TOPIC, GROUP, QUEUES = "SlaveOff", "g_slaveoff", 4
 local QUERY, UPDATE = 14, 15
-
-local function produce(db, n, prefix)
-  for i = 1, n do
-    local body = prefix .. i
-    assert(lib.rmq_devbroker_produce(db, 0, TOPIC, -1, nil, nil, body, #body) >= 0)
-  end
-end
 
 -- Every queue's committed offset on broker idx equals its max offset.
 local function committed_all(db, idx)
@@ -38,7 +32,7 @@ describe("consumer: offsets with the master down", function()
         { log = log, rc = log .. ".rc" }), log
     end
 
-    produce(db, 40, "a")
+    rh.produce_n(db, TOPIC, 40, "a")
     -- The slave holds the same queues and offsets.
     for q = 0, QUEUES - 1 do
       assert.equal(lib.rmq_devbroker_max_offset(db, 0, TOPIC, q),
@@ -52,7 +46,7 @@ describe("consumer: offsets with the master down", function()
 
     -- The master goes away: its queues are served by the slave (pulls and offsets).
     assert.equal(0, lib.rmq_devbroker_set_down(db, 0, 1))
-    produce(db, 12, "b") -- stored while down (kept) and replicated to the slave
+    rh.produce_n(db, TOPIC, 12, "b") -- stored while down (kept) and replicated to the slave
     helpers.wait_until(function() return cons.count_lines(out1) >= 52 end, 30,
       "the new messages pulled from the slave")
     helpers.wait_until(function() return committed_all(db, slave) end, 30,
@@ -63,7 +57,7 @@ describe("consumer: offsets with the master down", function()
 
     -- The next owner asks the slave (the master is still down) and goes on from there.
     local queries_before = lib.rmq_devbroker_count(db, slave, QUERY)
-    produce(db, 6, "c")
+    rh.produce_n(db, TOPIC, 6, "c")
     local out2 = dir .. "/out2.txt"
     local pid2, log2 = start("c2", out2)
     helpers.wait_until(function() return cons.count_lines(out2) >= 6 end, 30, "6 new consumed")
@@ -86,11 +80,11 @@ describe("consumer: offsets with the master down", function()
     local pid = helpers.spawn(helpers.shq(helpers.bin) .. " run " .. helpers.shq(s),
       { log = log, rc = log .. ".rc" })
     assert.equal(0, lib.rmq_devbroker_set_down(db, 0, 1))
-    produce(db, 20, "a")
+    rh.produce_n(db, TOPIC, 20, "a")
     helpers.wait_until(function() return committed_all(db, slave) end, 30, "offsets on the slave")
     assert.is_false(committed_all(db, 0))
     assert.equal(0, lib.rmq_devbroker_set_down(db, 0, 0))
-    produce(db, 8, "b")
+    rh.produce_n(db, TOPIC, 8, "b")
     helpers.wait_until(function() return committed_all(db, 0) end, 30, "offsets on the master")
     helpers.kill(pid, "TERM")
     assert.equal(0, cons.exit_code(log))

@@ -1,13 +1,17 @@
 -- rmqlua check and globals: every assignment to a global in the script or in a module it loads
 -- from its folder is reported with its file and line (a forgotten `local` keeps its value in the
 -- thread's Lua state from batch to batch); a warning, or with strict_globals = true an error.
-local helpers = require "helpers"
 local rh = require "run_helpers"
 
-local tmpdir = helpers.file_tmpdir("check-globals")
-
-local function write(name, text) return rh.write(tmpdir, name, text) end
+local tmpdir, write = rh.script_dir("check-globals")
 local rmqlua = rh.rmqlua
+
+-- `rmqlua check ARGS`: asserts its exit code is rc; returns its output.
+local function check(args, rc)
+  local got, out = rmqlua("check " .. args)
+  assert.are.equal(rc, got, out)
+  return out
+end
 
 local LEAKY = [[
 local util = require "leaky_util"
@@ -53,8 +57,7 @@ describe("rmqlua check: globals", function()
 
   it("warns about each global a handler or a module of its folder assigns, with file and line",
     function()
-    local rc, out = rmqlua("check " .. tmpdir .. "/leaky.lua")
-    assert.are.equal(0, rc, out)
+    local out = check(tmpdir .. "/leaky.lua", 0)
     local dir = tmpdir:gsub("%p", "%%%0")
     assert.matches(dir .. "/leaky.lua:8: warning: assigns the global 'count'", out)
     assert.matches(dir .. "/leaky_util.lua:3: warning: assigns the global 'last_n'", out)
@@ -63,24 +66,20 @@ describe("rmqlua check: globals", function()
   end)
 
   it("says nothing about a script that assigns no global", function()
-    local rc, out = rmqlua("check " .. tmpdir .. "/clean.lua")
-    assert.are.equal(0, rc, out)
+    local out = check(tmpdir .. "/clean.lua", 0)
     assert.is_nil(out:find("assigns the global", 1, true), out)
   end)
 
   it("fails (exit 2) with strict_globals = true in the script", function()
-    local rc, out = rmqlua("check " .. tmpdir .. "/strict.lua")
-    assert.are.equal(2, rc, out)
+    local out = check(tmpdir .. "/strict.lua", 2)
     assert.matches("strict.lua:9: error: assigns the global 'count'", out)
     assert.matches("leaky_util.lua:3: error: assigns the global 'last_n'", out)
     assert.is_nil(out:find(": ok (", 1, true), out)
   end)
 
   it("fails (exit 2) with --set strict_globals=true, and passes a clean script", function()
-    local rc, out = rmqlua("check --set strict_globals=true " .. tmpdir .. "/leaky.lua")
-    assert.are.equal(2, rc, out)
+    local out = check("--set strict_globals=true " .. tmpdir .. "/leaky.lua", 2)
     assert.matches("leaky.lua:8: error: assigns the global 'count'", out)
-    rc, out = rmqlua("check --set strict_globals=true " .. tmpdir .. "/clean.lua")
-    assert.are.equal(0, rc, out)
+    check("--set strict_globals=true " .. tmpdir .. "/clean.lua", 0)
   end)
 end)

@@ -3,9 +3,7 @@
 local helpers = require "helpers"
 local rh = require "run_helpers"
 
-local tmpdir = helpers.file_tmpdir("lua-cli")
-
-local function write(name, text) return rh.write(tmpdir, name, text) end
+local tmpdir, write = rh.script_dir("lua-cli")
 local rmqlua = rh.rmqlua
 
 local GOOD = [[

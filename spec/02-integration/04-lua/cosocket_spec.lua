@@ -211,12 +211,7 @@ describe("rmqlua run: handlers that wait", function()
 
   it("decides a batch's outcome when its coroutine ends", function()
     local port = peer(20)
-    R.create_topic("CoOutcome", 1)
-    local script = R.write("co_outcome.lua", string.format([[
-local rmq = require "rmq"
-return {
-  consumer_group = "co_outcome",
-  subscribe = { CoOutcome = "*" },
+    local script = R.consumer_script("co_outcome.lua", "co_outcome", "CoOutcome", 1, string.format([[
   consume_thread_min = 2, consume_thread_max = 2,
   consume = function(msgs, ctx)
     local m = msgs[1]
@@ -247,13 +242,8 @@ return {
   end)
 
   it("counts consume_timeout from the handler's start, time spent waiting included", function()
-    R.create_topic("CoTimeout", 1)
     local timeout = math.floor(800 * helpers.scale)
-    local script = R.write("co_timeout.lua", string.format([[
-local rmq = require "rmq"
-return {
-  consumer_group = "co_timeout",
-  subscribe = { CoTimeout = "*" },
+    local script = R.consumer_script("co_timeout.lua", "co_timeout", "CoTimeout", 1, string.format([[
   consume_thread_min = 1, consume_thread_max = 1,
   consume_timeout_millis = %d,
   consume = function(msgs)
@@ -273,12 +263,7 @@ return {
   end)
 
   it("keeps orderly order while handlers wait", function()
-    R.create_topic("CoOrder", 2)
-    local script = R.write("co_order.lua", [[
-local rmq = require "rmq"
-return {
-  consumer_group = "co_order",
-  subscribe = { CoOrder = "*" },
+    local script = R.consumer_script("co_order.lua", "co_order", "CoOrder", 2, [[
   consume_thread_min = 2, consume_thread_max = 2,
   consume_orderly = function(msgs)
     for i = 1, #msgs do
@@ -301,12 +286,7 @@ return {
   end)
 
   it("stop waits for a handler that is waiting", function()
-    R.create_topic("CoStop", 1)
-    local script = R.write("co_stop.lua", [[
-local rmq = require "rmq"
-return {
-  consumer_group = "co_stop",
-  subscribe = { CoStop = "*" },
+    local script = R.consumer_script("co_stop.lua", "co_stop", "CoStop", 1, [[
   consume = function(msgs)
     print("begin " .. msgs[1].body)
     io.stdout:flush()

@@ -146,12 +146,7 @@ describe("flow control from the script", function()
   end)
 
   it("a timed rmq.pause(seconds) ends by itself, and a control hook may pause", function()
-    R.create_topic("TimedTopic", 1)
-    local script = R.write("timed.lua", [[
-local rmq = require "rmq"
-return {
-  consumer_group = "timed_group",
-  subscribe = { TimedTopic = "*" },
+    local script = R.consumer_script("timed.lua", "timed_group", "TimedTopic", 1, [[
   consume_thread_min = 1, consume_thread_max = 1,
   on_assign = function(mqs) rmq.pause(0.2); print("on_assign paused") end,
   consume = function(msgs)

@@ -133,11 +133,7 @@ return {
 
   it("keeps the running version when the new one is broken, and says why with file:line", function()
     local function version(v, extra_init)
-      return string.format([[
-local rmq = require "rmq"
-return {
-  consumer_group = "reload_broken",
-  subscribe = { BrokenTopic = "*" },
+      return R.script_head("reload_broken", "BrokenTopic") .. string.format([[
   consume_thread_min = 2, consume_thread_max = 2,
   init = function(ctx)
     %s

@@ -24,6 +24,20 @@ function M.head(group, topic, threads)
     .. '  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",\n', group, topic, threads, threads)
 end
 
+-- The opening of a script that requires rmq and returns its table: "return {", the group and
+-- topic subscribed with "*", a field a line. The script goes on with its other fields.
+function M.script_head(group, topic)
+  return string.format('local rmq = require "rmq"\nreturn {\n  consumer_group = %q,\n'
+    .. '  subscribe = { %s = "*" },\n', group, topic)
+end
+
+-- Create topic (queues queues) and write the script file: M.script_head(group, topic), then
+-- rest (its other fields and the closing brace). Returns the script's path.
+function M.consumer_script(file, group, topic, queues, rest)
+  M.create_topic(topic, queues)
+  return M.write(file, M.script_head(group, topic) .. rest)
+end
+
 function M.start_broker(args)
   M.db, M.addr = rh.start_broker(args)
 end

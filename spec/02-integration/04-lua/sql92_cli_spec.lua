@@ -5,9 +5,7 @@
 local helpers = require "helpers"
 local rh = require "run_helpers"
 
-local tmpdir = helpers.file_tmpdir("sql92-cli")
-
-local function write(name, text) return rh.write(tmpdir, name, text) end
+local tmpdir, write = rh.script_dir("sql92-cli")
 local rmqlua = rh.rmqlua
 
 local function script(subscribe)
