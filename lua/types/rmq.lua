@@ -224,6 +224,32 @@ rmq.thread = {}
 ---@field tcp fun(): rmq.TcpSocket
 rmq.socket = {}
 
+---An HTTP request for rmq.http.request.
+---@class rmq.HttpRequest
+---@field url string http:// or https://
+---@field method? string default GET (POST when there is a body)
+---@field headers? table<string, string|number|string[]>
+---@field body? string
+---@field timeout? integer ms for the whole request (default 60000)
+---@field keepalive? boolean keep the connection in the thread's pool (default true)
+---@field keepalive_timeout? integer ms a pooled connection may stay idle (default 60000)
+---@field pool_size? integer connections kept per scheme, host and port (default 30)
+---@field max_body? integer bytes of response body accepted (default 64 MiB)
+---@field redirects? integer redirects followed (default 0)
+---@field ssl_verify? boolean https: verify the certificate (default true)
+
+---An HTTP response: header names in lower case, repeated headers joined with ", ".
+---@class rmq.HttpResponse
+---@field status integer
+---@field reason string
+---@field headers table<string, string>
+---@field body string
+
+---An HTTP/1.1 client on cosockets: the handler waits without holding its thread.
+---@class rmq.http
+---@field request fun(req: rmq.HttpRequest): rmq.HttpResponse|nil, string?
+rmq.http = {}
+
 ---JSON decoding straight from a message view:
 ---  local json = require "rmq.json" ---@type rmq.json
 ---@class rmq.json
