@@ -303,6 +303,30 @@ describe("rmqlua run: a handler that POSTs every message", function()
   end)
 end)
 
+describe("examples/webhook.lua against httpd_test", function()
+  R.broker_fixture("--delay-scale 0.001")
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "int setenv(const char *, const char *, int); int unsetenv(const char *);")
+
+  it("posts every message and retries the ones answered 503", function()
+    local base = server(2)
+    -- The consumer inherits WEBHOOK_URL from this process.
+    ffi.C.setenv("WEBHOOK_URL", base .. "/hook?fail=4", 1)
+    helpers.defer(function() ffi.C.unsetenv("WEBHOOK_URL") end)
+    R.create_topic("WebhookTopic", 4)
+    local N = 10
+    for i = 1, N do R.produce("WebhookTopic", "w" .. i) end
+    local h = R.start(rh.example("webhook"))
+    helpers.wait_until(function() return R.committed("webhook_demo", "WebhookTopic", 4) == N end,
+      60, "every message committed")
+    assert.equal(N, h.count("posted %x+ %-> 200\n"))
+    local s = stats(base)
+    assert.is_true(s.status_503 >= 2, "503s: " .. s.status_503)
+    assert.equal(s.status_503, h.count("retry %x+ %(503%)"))
+    assert.equal(0, h.stop())
+  end)
+end)
+
 describe("rmqlua test: handlers that wait, and stubbed rmq.http answers", function()
   local dir = helpers.file_tmpdir("http-test")
 
