@@ -111,6 +111,11 @@ describe("rmq.http against a real server", function()
     assert(get(base2 .. "/"))
     assert(get(base .. "/"))
     assert.equal(5, stats(base).connections)
+    -- A pooled connection idle past keepalive_timeout is not used again.
+    assert(get(base .. "/", { keepalive_timeout = 100 }))
+    helpers.sleep(0.3)
+    assert(get(base .. "/"))
+    assert.equal(6, stats(base).connections)
   end)
 
   it("sends an idempotent request again when the server closed the pooled connection", function()
