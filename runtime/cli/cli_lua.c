@@ -117,7 +117,10 @@ static const char test_usage[] =
     "returns a list of { name =, messages = { {topic =, tags =, keys =, body =, properties =,\n"
     "...}, ... }, expect = { delivered =, status =, ack_index =, delay_level =, error =,\n"
     "sent = {...} } }. A SQL92 subscription first filters the messages by their properties, as\n"
-    "the broker would (delivered: how many, or which, reach the handler).\n"
+    "the broker would (delivered: how many, or which, reach the handler). Handlers that wait\n"
+    "(rmq.sleep, cosockets, rmq.http) run as in a consume thread; a case's\n"
+    "http = { [\"POST http://host/path\"] = { status = 200, body = \"ok\" } } (or an error\n"
+    "string, or a function(req)) answers rmq.http without a network (expect.http: the requests).\n"
     "See lua/rmq/testrun.lua for every field; an unknown key is an error. The script is\n"
     "validated first exactly as `rmqlua check` does (options, checkConfig).\n"
     "exit codes: 0 every case passed, 1 a case failed, 2 bad script or cases file\n";
