@@ -235,7 +235,7 @@ local function read_chunked(st, max_body)
     if #line >= 1024 then return nil, "malformed response: chunk size line too long" end
     -- the iterator ends after each match: the next call returns nil once
     line_iter()
-    local hex = match(line, "^(%x+)[ \t]*;?.*$") or match(line, "^(%x+)$")
+    local hex = match(line, "^(%x+)[ \t]*$") or match(line, "^(%x+)[ \t]*;") -- ;extensions
     local size = hex and #hex <= 12 and tonumber(hex, 16)
     if not size then
       return nil, "malformed response: bad chunk size '" .. sub(line, 1, 32) .. "'"
@@ -298,8 +298,8 @@ local function exchange(st, req, method, max_body)
   until status >= 200 or status == 101 -- 1xx interim answers are skipped
   local res = { status = status, reason = reason, headers = h }
   local conn = h.connection and lower(h.connection) or ""
-  local reusable = minor == 1 and not find(conn, "close", 1, true)
-    or minor == 0 and find(conn, "keep-alive", 1, true) ~= nil
+  local reusable = status ~= 101 and (minor == 1 and not find(conn, "close", 1, true)
+    or minor == 0 and find(conn, "keep-alive", 1, true) ~= nil)
   local body, berr
   local te = h["transfer-encoding"]
   if method == "HEAD" or status == 204 or status == 304 or status < 200 then
