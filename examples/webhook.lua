@@ -13,20 +13,22 @@
 -- with the message id as its Idempotency-Key header (a message can be delivered more than once:
 -- the receiver drops what it has seen). WEBHOOK_TIMEOUT_MS (default 5000) bounds each request.
 --   2xx                        success
---   5xx, 408, 429, a timeout,  the message comes back later (rmq.RECONSUME_LATER), up to
---   a refused connection       max_reconsume_times, then it goes to %DLQ%webhook_demo
+--   5xx, 408, 429, a timeout,  the message comes back later (rmq.RECONSUME_LATER) on the
+--   a refused connection       broker's schedule (10 s, 30 s, 1 min, 2 min, ... 2 h), up to
+--                              max_reconsume_times (16: nearly 5 hours of a receiver down),
+--                              then it goes to %DLQ%webhook_demo
 --   any other 4xx              the receiver refuses this message: retrying will not change its
 --                              mind, so it goes to the dead-letter queue at once (rmq.DLQ);
 --                              `rmqlua redrive` sends it back once the receiver is fixed
 --   3xx                        as a 4xx (rmq.http follows no redirect unless asked: give the
 --                              final URL)
--- While the handler waits for the answer its consume thread is free to run other batches.
+-- The handler waits for the answer on its consume thread's event loop (rmq.http is a cosocket
+-- client), not in a blocking call.
 local rmq = require "rmq"
 local cjson = require "cjson"
 
 local URL = os.getenv("WEBHOOK_URL") or "http://127.0.0.1:8080/hook"
 local TIMEOUT = tonumber(os.getenv("WEBHOOK_TIMEOUT_MS") or "") or 5000
-local HEADERS = { ["Content-Type"] = "application/json" }
 
 local function payload(m)
   return cjson.encode({ topic = m.topic, tags = m.tags, keys = m.keys, msg_id = m.msg_id,
@@ -39,12 +41,12 @@ return {
   subscribe = { WebhookTopic = "*" },
   consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
   consume_message_batch_max_size = 1, -- one message, one request, one outcome
-  max_reconsume_times = 5,
 
-  consume = function(msgs, ctx)
+  consume = function(msgs)
     local m = msgs[1]
-    HEADERS["Idempotency-Key"] = m.msg_id
-    local res, err = rmq.http.request { method = "POST", url = URL, headers = HEADERS,
+    -- A table per request: other coroutines of this thread may run while this one waits.
+    local headers = { ["Content-Type"] = "application/json", ["Idempotency-Key"] = m.msg_id }
+    local res, err = rmq.http.request { method = "POST", url = URL, headers = headers,
       body = payload(m), timeout = TIMEOUT }
     local status = res and res.status
     -- One write per line: the consume threads share stdout.
@@ -55,7 +57,6 @@ return {
     if not status or status >= 500 or status == 408 or status == 429 then
       io.write(string.format("retry %s (%s), delivery %d\n", m.msg_id, status or err,
         m.reconsume_times + 1))
-      ctx.delay_level = 1 -- back in 1 s, then the broker's schedule would be 10 s, 30 s, ...
       return rmq.RECONSUME_LATER
     end
     io.write(string.format("refused %s (%d): to %%DLQ%%webhook_demo\n", m.msg_id, status))

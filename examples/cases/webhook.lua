@@ -21,7 +21,7 @@ return {
   { name = "a 5xx comes back later",
     messages = { { body = "b" } },
     http = { [HOOK] = { status = 503 } },
-    expect = { status = "RECONSUME_LATER", delay_level = 1 } },
+    expect = { status = "RECONSUME_LATER", delay_level = 0 } },
   { name = "a timeout comes back later",
     messages = { { body = "b" } },
     http = { [HOOK] = "timeout" },
