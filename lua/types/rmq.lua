@@ -291,6 +291,8 @@ function json.decode_safe(v, len) end
 ---@field unit_name? string default unset (). Appended to the clientId when set. (Java unitName)
 ---@field client_ip? string default unset (). IP in the clientId; unset = detected like RemotingUtil.getLocalAddress. (Java clientIP)
 ---@field namespace? string default unset (). Namespace that wraps the group and topics (ns%name). (Java namespace)
+---@field enable_msg_trace? boolean default false (true, false). Message trace (RIP-6, Java's DefaultMQPushConsumer(group, enableMsgTrace)): a SubBefore and a SubAfter record per consumed message (group, request id, message id, retry times, keys, cost, success, ConsumeReturnType), batched and sent asynchronously to customized_trace_topic, with the message ids and keys as the trace message's keys, so mqadmin QueryMsgTraceById and the dashboard show who consumed a message. Sending never slows or fails consumption: records that cannot be sent are dropped and counted. (Java enableMsgTrace)
+---@field customized_trace_topic? string default RMQ_SYS_TRACE_TOPIC (topic name). Topic the trace records go to when enable_msg_trace is on (Java's customizedTraceTopic). (Java customizedTraceTopic)
 ---@field poll_name_server_interval? integer default 30000 (>= 1). Route refresh period, ms. (Java pollNameServerInterval)
 ---@field heartbeat_broker_interval? integer default 30000 (>= 1). Heartbeat period, ms. (Java heartbeatBrokerInterval)
 ---@field persist_consumer_offset_interval? integer default 5000 (>= 1). Offset commit period, ms. (Java persistConsumerOffsetInterval)

@@ -332,6 +332,18 @@ static const rmq_conf_prop_t props[] = {
      "IP in the clientId; unset = detected like RemotingUtil.getLocalAddress."},
     {"namespace", "namespace", RMQ_CONF_STRING, OFF(namespace), NULL, NOLIM, NULL, NULL, NULL, 0,
      "Namespace that wraps the group and topics (ns%name)."},
+    {"enable_msg_trace", "enableMsgTrace", RMQ_CONF_BOOL, OFF(enable_msg_trace), "false", NOLIM,
+     NULL, NULL, NULL, 0,
+     "Message trace (RIP-6, Java's DefaultMQPushConsumer(group, enableMsgTrace)): a SubBefore "
+     "and a SubAfter record per consumed message (group, request id, message id, retry times, "
+     "keys, cost, success, ConsumeReturnType), batched and sent asynchronously to "
+     "customized_trace_topic, with the message ids and keys as the trace message's keys, so "
+     "`mqadmin QueryMsgTraceById` and the dashboard show who consumed a message. Sending never "
+     "slows or fails consumption: records that cannot be sent are dropped, with a warning in "
+     "the log at most once a minute."},
+    {"customized_trace_topic", "customizedTraceTopic", RMQ_CONF_STRING,
+     OFF(customized_trace_topic), "RMQ_SYS_TRACE_TOPIC", NOLIM, "topic name", NULL, NULL, 0,
+     "Topic the trace records go to when enable_msg_trace is on (Java's customizedTraceTopic)."},
     {"poll_name_server_interval", "pollNameServerInterval", RMQ_CONF_INT,
      OFF(poll_name_server_interval), "30000", 1, INT32_MAX, NULL, NULL, NULL, 0,
      "Route refresh period, ms."},
@@ -1117,6 +1129,13 @@ int rmq__conf_check_security(const rmq_conf_t *c, char *errstr, size_t n)
     if (!set_str(c->access_key) && (set_str(c->secret_key) || set_str(c->security_token))) {
         rmq__seterr(errstr, n, "option %s is set but access_key is not: nothing would be signed",
                     set_str(c->secret_key) ? "secret_key" : "security_token");
+        return RMQ_ERR_CONFIG;
+    }
+    /* The trace topic: Validators.checkTopic's rules, checked now rather than at every send. */
+    const char *tt = c->customized_trace_topic;
+    if (tt && *tt && !rmq__name_ok(tt, 127)) {
+        rmq__seterr(errstr, n, "option customized_trace_topic=%s is not a valid topic name "
+                    "(at most 127 characters of [%%|a-zA-Z0-9_-])", tt);
         return RMQ_ERR_CONFIG;
     }
     /* TLS settings that would have no effect. */

@@ -132,6 +132,8 @@ typedef struct rmq_conf {
     char *unit_name;                              /* NULL */
     char *client_ip;                              /* NULL = detect (RemotingUtil.getLocalAddress) */
     char *namespace;                              /* NULL */
+    int enable_msg_trace;                         /* false */
+    char *customized_trace_topic;                 /* "RMQ_SYS_TRACE_TOPIC" */
     int poll_name_server_interval;                /* 30000 ms */
     int heartbeat_broker_interval;                /* 30000 ms */
     int persist_consumer_offset_interval;         /* 5000 ms */
