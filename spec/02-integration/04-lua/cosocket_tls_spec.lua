@@ -6,6 +6,7 @@
 -- pool, session reuse, handshakes that fail or time out; and the per-thread socket limit.
 local helpers = require "helpers"
 local rh = require "run_helpers"
+local R = require "02-integration.04-lua.runner"
 local sec = require "02-integration.06-security.sec"
 local socket = require "rmq.socket"
 local C = require("rmq.core").C
@@ -20,6 +21,33 @@ local function tls_peer(cert, key, extra)
   return helpers.wait_until(function()
     return tonumber(rh.read(log):match("PORT (%d+)"))
   end, 10, "copeer's port in " .. log)
+end
+
+local function sh(cmd)
+  local rc, out = helpers.run(cmd)
+  assert(rc == 0, cmd .. "\n" .. out)
+end
+
+-- In certs.dir: a server certificate two intermediate CAs below ca (chain.pem: leaf, then both
+-- intermediates; chain.key), for the verify depth.
+local function make_chain(certs)
+  local d = shq(certs.dir)
+  local ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+  local f = assert(io.open(certs.dir .. "/ca.ext", "w"))
+  f:write("basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n")
+  f:close()
+  local function sign(name, cn, signer, ext)
+    sh(("cd %s && openssl req %s -keyout %s.key -out %s.csr -subj %s %s 2>&1 && "
+      .. "openssl x509 -req -in %s.csr -CA %s.pem -CAkey %s.key -CAcreateserial -out %s.pem "
+      .. "-days 2 %s 2>&1 && rm -f %s.csr"):format(d, ec, name, name, shq("/CN=" .. cn),
+      ext and "" or "-addext 'subjectAltName=IP:127.0.0.1,DNS:localhost'", name, signer, signer,
+      name, ext and "-extfile ca.ext" or "-copy_extensions copy", name))
+  end
+  sign("int1", "spec intermediate 1", "ca", true)
+  sign("int2", "spec intermediate 2", "int1", true)
+  sign("deep", "127.0.0.1", "int2", false)
+  sh(("cd %s && cat deep.pem int2.pem int1.pem > chain.pem"):format(d))
+  return certs.dir .. "/chain.pem", certs.dir .. "/deep.key"
 end
 
 -- This thread's cosocket settings for one test (back to the defaults when it ends).
@@ -100,6 +128,21 @@ describe("sock:sslhandshake against a real TLS peer", function()
     assert.is_true(s:sslhandshake(false, "localhost", false))
     s:send("plain trust\n")
     assert.equal("echo:plain trust", s:receive())
+    s:close()
+  end)
+
+  it("accepts a chain no longer than the verify depth", function()
+    local chain, key = make_chain(certs)
+    local port = tls_peer(chain, key)
+    configure(nil, certs.ca, 1)
+    local s = socket.tcp()
+    assert(s:connect("127.0.0.1", port))
+    local ok, err = s:sslhandshake(false, "localhost", true)
+    assert.is_nil(ok)
+    assert.matches("^%d+: ", err)
+    configure(nil, certs.ca, 2)
+    assert(s:connect("127.0.0.1", port))
+    assert.is_true(s:sslhandshake(false, "localhost", true))
     s:close()
   end)
 
@@ -200,5 +243,75 @@ describe("the per-thread socket limit", function()
     extra:close()
     socks[3]:close()
     socket._close_pools()
+  end)
+end)
+
+describe("rmqlua run: cosocket options", function()
+  local certs = sec.certs_fixture("cossl-run")
+  R.broker_fixture("--delay-scale 0.001")
+
+  it("verifies with lua_ssl_trusted_certificate and lua_ssl_verify_depth", function()
+    local chain, key = make_chain(certs)
+    local port = tls_peer(certs.server, certs.server_key)
+    local deep = tls_peer(chain, key)
+    local script = R.consumer_script("cossl_opts.lua", "cossl_opts", "CosslOpts", 1, string.format([[
+  consume_thread_min = 1, consume_thread_max = 1,
+  lua_ssl_trusted_certificate = %q, lua_ssl_verify_depth = 1,
+  consume = function(msgs)
+    local function try(port)
+      local s = rmq.socket.tcp()
+      assert(s:connect("127.0.0.1", port))
+      local ok, err = s:sslhandshake(false, "localhost", true)
+      if not ok then return "failed " .. err end
+      s:send(msgs[1].body .. "\n")
+      local answer = s:receive()
+      s:close()
+      return answer
+    end
+    print("near " .. try(%d))
+    print("deep " .. try(%d))
+  end,
+}
+]], certs.ca, port, deep))
+    local h = R.start(script)
+    R.produce("CosslOpts", "hello")
+    h.wait_for("deep [^\n]+\n", "both handshakes")
+    assert.equal(1, h.count("near echo:hello\n"))
+    assert.equal(1, h.count("deep failed %d+: [^\n]+\n"))
+    assert.equal(0, h.stop())
+  end)
+
+  it("fails a connect past lua_socket_max_per_thread; the batch comes back, nothing lost", function()
+    local log = helpers.tmpdir("copeer") .. "/peer.out"
+    helpers.spawn(COPEER, { log = log })
+    local port = helpers.wait_until(function()
+      return tonumber(rh.read(log):match("PORT (%d+)"))
+    end, 10, "copeer's port")
+    local script = R.consumer_script("cossl_max.lua", "cossl_max", "CosslMax", 1, string.format([[
+  consume_thread_min = 1, consume_thread_max = 1, lua_socket_max_per_thread = 2,
+  consume = function(msgs)
+    local m = msgs[1]
+    local n = m.reconsume_times == 0 and 3 or 2
+    for i = 1, n do
+      local s = rmq.socket.tcp()
+      local ok, err = s:connect("127.0.0.1", %d)
+      if not ok then
+        print("refused " .. m.body .. " " .. i .. " " .. err)
+        error(err)
+      end
+    end
+    print("done " .. m.body .. " " .. m.reconsume_times)
+  end,
+}
+]], port))
+    local h = R.start(script)
+    for i = 1, 3 do R.produce("CosslMax", "m" .. i) end
+    for i = 1, 3 do h.wait_for("done m" .. i .. " 1\n", "m" .. i .. " consumed again") end
+    helpers.wait_until(function() return R.committed("cossl_max", "CosslMax", 1) == 3 end, 30,
+      "the queue committed")
+    assert.equal(3, h.count("refused m%d 3 too many open sockets on this thread %(2 open; "
+      .. "lua_socket_max_per_thread = 2%)\n"))
+    assert.equal(0, h.count("done m%d 0"))
+    assert.equal(0, h.stop())
   end)
 end)
