@@ -281,6 +281,18 @@ describe("rmqlua run: cosocket options", function()
     assert.equal(0, h.stop())
   end)
 
+  it("does not start with a lua_ssl_trusted_certificate it cannot read, naming it", function()
+    local missing = helpers.tmpdir("cossl-missing") .. "/no-such-ca.pem"
+    local script = R.consumer_script("cossl_noca.lua", "cossl_noca", "CosslNoCa", 1, string.format([[
+  lua_ssl_trusted_certificate = %q,
+  consume = function() end,
+}
+]], missing))
+    local h = R.run(script)
+    assert.is_true(h.wait_exit() ~= 0)
+    assert.matches("lua_ssl_trusted_certificate: cannot read " .. missing, h.out(), 1, true)
+  end)
+
   it("fails a connect past lua_socket_max_per_thread; the batch comes back, nothing lost", function()
     local log = helpers.tmpdir("copeer") .. "/peer.out"
     helpers.spawn(COPEER, { log = log })
