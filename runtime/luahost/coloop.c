@@ -9,6 +9,12 @@
  * waiting on them. An id nobody waits for any more (its coroutine was abandoned) is ignored by
  * Lua. Nothing here calls into Lua, raises, or touches another thread's loop.
  *
+ * TLS (ABI 5, sslhandshake): a socket with a cossl.h session feeds it the ciphertext it reads
+ * and writes what it produces; the received bytes then hold plaintext, so receive and its
+ * patterns work unchanged. The handshake takes the connect's slot (its timer and error).
+ * A thread holds at most rmq_coloop_conf_t.max_sockets sockets (lua_socket_max_per_thread):
+ * counted from rmq_cosock_new to rmq_cosock_free, pooled ones included.
+ *
  * Sockets: a rmq_cosock_t is owned by Lua (ffi.gc calls rmq_cosock_free); the handles inside it
  * are closed there and the memory freed by the close callback. At most one connect or send and
  * one read are pending per socket (the Lua side keeps to that). Error strings are OpenResty's

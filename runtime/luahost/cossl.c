@@ -71,8 +71,8 @@ static SSL_CTX *thread_ctx(const rmq_coloop_conf_t *cf, char *errbuf, size_t n)
     SSL_CTX_set_verify_depth(ctx, cf->verify_depth);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     ERR_clear_error();
-    int ok = ca ? SSL_CTX_load_verify_locations(ctx, ca, NULL)
-                : SSL_CTX_set_default_verify_paths(ctx);
+    int ok =
+        ca ? SSL_CTX_load_verify_locations(ctx, ca, NULL) : SSL_CTX_set_default_verify_paths(ctx);
     if (ok != 1) {
         if (ca)
             snprintf(errbuf, n, "lua_ssl_trusted_certificate: cannot load %s (%s)", ca,
@@ -114,7 +114,7 @@ rmq_cossl_t *rmq__cossl_new(const rmq_coloop_conf_t *cf, const char *server_name
     t->ssl = ssl;
     t->in = BIO_new(BIO_s_mem());
     t->out = BIO_new(BIO_s_mem());
-    if (!t->in || !t->out) abort(); /* out of memory */
+    if (!t->in || !t->out) abort();    /* out of memory */
     BIO_set_mem_eof_return(t->in, -1); /* empty: "retry", not end of stream */
     SSL_set_bio(ssl, t->in, t->out);
     SSL_set_connect_state(ssl);
