@@ -46,6 +46,9 @@
 -- handler's sslhandshake), conn.server_name. A peer that raises fails the case. The handler's
 -- receive that waits for an answer the peer will not give returns nil, "timeout"; setkeepalive
 -- keeps the connection (with its peer) for the next connect to the same pool in the case.
+-- Instead of a function, a peer may be a script: a list of { sent, answer } steps, each the exact
+-- bytes the handler must send next and what the peer answers (a mismatch fails the case, naming
+-- the step, what was expected and what came); the peer closes after the last step.
 -- Any other key (in a case, a message, expect or a sent entry) is an error naming the cases
 -- file and line, as is a syntax error: run() returns nil and the message, before any case runs.
 -- Otherwise run() returns the number of failed cases and prints one line per case.
@@ -173,6 +176,31 @@ local function peer_link(stubs, host, port, fn)
   link.co = coroutine.create(function() fn(conn) end)
   peer_step(link)
   return link
+end
+
+-- s quoted, with its control characters escaped (\r, \n, \ddd).
+local function show(s)
+  return '"' .. s:gsub('[\\"]', "\\%0"):gsub("\r", "\\r"):gsub("\n", "\\n")
+    :gsub("%c", function(ch) return "\\" .. ch:byte() end) .. '"'
+end
+
+-- The peer function of a script of { sent, answer } steps (key: its host:port, for errors).
+local function peer_script(key, steps)
+  for i, st in ipairs(steps) do
+    if type(st) ~= "table" or type(st[1]) ~= "string" or type(st[2]) ~= "string" then
+      error("peers: " .. key .. " step " .. i .. " must be { sent, answer } (two strings)", 0)
+    end
+  end
+  return function(conn)
+    for i, st in ipairs(steps) do
+      local got, err, partial = conn:receive(#st[1])
+      if got ~= st[1] then
+        error(string.format("step %d: expected %s, got %s", i, show(st[1]),
+          got and show(got) or (show(partial or "") .. " (then " .. tostring(err) .. ")")), 0)
+      end
+      conn:send(st[2])
+    end
+  end
 end
 
 local stub = {}
@@ -303,14 +331,17 @@ end
 local function peers_begin(c)
   if c.peers == nil then return nil end
   if type(c.peers) ~= "table" then error("peers must be a table of \"host:port\" = function", 0) end
+  local peers = {}
   for k, v in pairs(c.peers) do
-    if type(k) ~= "string" or not k:match("^.+:%d+$") or type(v) ~= "function" then
-      error("peers: each entry is \"host:port\" = function(conn), got " .. tostring(k) .. " = "
-        .. type(v), 0)
+    if type(k) ~= "string" or not k:match("^.+:%d+$")
+      or (type(v) ~= "function" and type(v) ~= "table") then
+      error("peers: each entry is \"host:port\" = function(conn) or a list of { sent, answer }, "
+        .. "got " .. tostring(k) .. " = " .. type(v), 0)
     end
+    peers[k] = type(v) == "table" and peer_script(k, v) or v
   end
   local mt = getmetatable(require("rmq.socket").tcp())
-  local stubs = { peers = c.peers, pool = {}, errors = {}, saved = {}, mt = mt }
+  local stubs = { peers = peers, pool = {}, errors = {}, saved = {}, mt = mt }
   for k, f in pairs(stub) do
     if type(f) == "function" then
       stubs.saved[k] = rawget(mt, k)

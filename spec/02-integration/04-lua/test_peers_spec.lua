@@ -60,10 +60,15 @@ return {
     end },
     messages = { { keys = "t", tags = "tls" } },
     expect = { sent = { { topic = "Counted", body = "t=7 reused 0" } } } },
+  { name = "scripted", peers = { ["127.0.0.1:6379"] = {
+      { "INCR x\r\n", ":5\r\n" }, { "INCR y\r\n", ":9\r\n" } } },
+    messages = { { keys = "x" }, { keys = "y" } },
+    expect = { sent = { { topic = "Counted", body = "x=5 reused 0" },
+      { topic = "Counted", body = "y=9 reused 1" } } } },
 }
 ]])
     rh.expect_pattern(rmqlua, "test " .. tmpdir .. "/counter.lua " .. cases, 0,
-      "ok   counts", "ok   over TLS", "2 case%(s%), 0 failed")
+      "ok   counts", "ok   over TLS", "ok   scripted", "3 case%(s%), 0 failed")
   end)
 
   it("fails a connect nobody stubbed, a stub that raises, and a stub that does not answer", function()
@@ -83,13 +88,18 @@ return {
     end },
     messages = { { keys = "a" } }, expect = { error = "receive: timeout" } },
   { name = "bad peers", peers = { ["no port"] = 1 }, messages = { { keys = "a" } } },
+  { name = "off script", peers = { ["127.0.0.1:6379"] = { { "INCR b\r\n", ":1\r\n" } } },
+    messages = { { keys = "a" } }, expect = { status = "RECONSUME_LATER" } },
 }
 ]])
     rh.expect_pattern(rmqlua, "test " .. tmpdir .. "/counter.lua " .. cases, 1,
       "ok   elsewhere",
       "FAIL raises: .-peer 127%.0%.0%.1:6379 raised: .-the stub saw something it did not expect",
       "ok   silent",
-      "FAIL bad peers: [^\n]*peers: each entry is \"host:port\" = function%(conn%), got no port = number",
-      "4 case%(s%), 2 failed")
+      "FAIL bad peers: [^\n]*peers: each entry is \"host:port\" = function%(conn%) or a list of "
+        .. "{ sent, answer }, got no port = number",
+      "FAIL off script: .-peer 127%.0%.0%.1:6379 raised: step 1: expected \"INCR b\\r\\n\", "
+        .. "got \"INCR a\\r\\n\"",
+      "5 case%(s%), 3 failed")
   end)
 end)
