@@ -329,7 +329,8 @@ function tcp:sslhandshake(reused_session, server_name, verify)
   local id = C.rmq_cosock_sslhandshake(s, server_name, verify and 1 or 0, sess, self.ct, errp)
   if id < 0 then
     local err = str(errp[0])
-    self:close()
+    -- Another light thread's operation on it goes on; anything else leaves it unusable.
+    if err ~= "socket busy" and err ~= "unread data in buffer" then self:close() end
     return nil, err
   end
   if id > 0 then

@@ -9,6 +9,8 @@ local rh = require "run_helpers"
 local R = require "02-integration.04-lua.runner"
 local sec = require "02-integration.06-security.sec"
 local socket = require "rmq.socket"
+local co = require "rmq.co"
+local rmq = require "rmq"
 local C = require("rmq.core").C
 
 local COPEER = (helpers.bin:gsub("[^/]+$", "")) .. "copeer"
@@ -189,6 +191,22 @@ describe("sock:sslhandshake against a real TLS peer", function()
     assert(t:connect("127.0.0.1", port, { pool = "fresh" }))
     assert.same({ nil, "bad session: expects one sslhandshake returned" }, { t:sslhandshake("x") })
     t:close()
+  end)
+
+  it("answers a second handshake started meanwhile with \"socket busy\", the first one unharmed", function()
+    configure(nil, certs.ca)
+    local port = tls_peer(certs.server, certs.server_key)
+    local ok, r = co.run(function()
+      local s = socket.tcp()
+      assert(s:connect("127.0.0.1", port))
+      local first = rmq.thread.spawn(function() return s:sslhandshake(false, "localhost", true) end)
+      local second = { s:sslhandshake(false, "localhost", true) }
+      local _, done = rmq.thread.wait(first)
+      s:send("after\n")
+      return { second[1], second[2], done, s:receive() }
+    end, debug.traceback)
+    assert.is_true(ok, r)
+    assert.same({ nil, "socket busy", true, "echo:after" }, r)
   end)
 
   it("fails a handshake the peer closes, and times one out the peer never answers", function()
