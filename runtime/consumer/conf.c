@@ -297,6 +297,22 @@ static const rmq_conf_prop_t props[] = {
      "limit). While a handler runs, an allocation past it fails (\"not enough memory\"): that "
      "batch fails and comes back later, and the thread's state is made anew (init runs, then the "
      "old state's shutdown). The process is not stopped."},
+    {"lua_socket_max_per_thread", NULL, RMQ_CONF_INT, OFF(lua_socket_max_per_thread), "10000", 1,
+     1000000, NULL, NULL, NULL, 0,
+     "Cosockets (rmq.socket.tcp) one consume thread may hold open at once, idle ones in the "
+     "keep-alive pool included. A connect past it fails with nil and an error naming this "
+     "option (the handler decides; an error it raises fails the batch, which comes back later). "
+     "Java has no such limit; OpenResty's nearest is worker_connections."},
+    {"lua_ssl_trusted_certificate", NULL, RMQ_CONF_STRING, OFF(lua_ssl_trusted_certificate), NULL,
+     NOLIM, "PEM file", NULL, NULL, F_PATH,
+     "CA certificates (PEM) that sock:sslhandshake(..., true) verifies a server's certificate "
+     "against, as OpenResty's directive of that name; unset = the system's CA store. Checked "
+     "when the consume threads start."},
+    {"lua_ssl_verify_depth", NULL, RMQ_CONF_INT, OFF(lua_ssl_verify_depth), "5", 1, 100, NULL,
+     NULL, NULL, 0,
+     "The longest certificate chain sock:sslhandshake accepts (intermediate CAs below the "
+     "trusted one). OpenResty's default is 1; rmqlua's is 5, so that a public service's usual "
+     "chain (a leaf, one or two intermediates) verifies without setting it."},
     {"strict_globals", NULL, RMQ_CONF_BOOL, OFF(strict_globals), "false", NOLIM, NULL, NULL, NULL,
      0,
      "rmqlua's own. `rmqlua check` reports every assignment to a global in the script and in the "

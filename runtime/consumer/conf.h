@@ -121,6 +121,9 @@ typedef struct rmq_conf {
     int64_t consume_timeout;                        /* 15 minutes */
     int64_t consume_timeout_millis;                 /* 0 = consume_timeout (rmqlua's own) */
     int lua_memory_limit_mb;                        /* 0 = none (rmqlua's own) */
+    int lua_socket_max_per_thread;                  /* 10000 (rmqlua's own) */
+    char *lua_ssl_trusted_certificate;              /* NULL = the system's CA store */
+    int lua_ssl_verify_depth;                       /* 5 (rmqlua's own) */
     int strict_globals;                             /* false (rmqlua's own): check warns */
     int64_t await_termination_millis_when_shutdown; /* 0 */
     /* ClientConfig */
