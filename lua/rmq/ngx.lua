@@ -16,6 +16,7 @@
 --   ngx.null                  a NULL lightuserdata, equal to cjson.null and rmq.json.null
 --   ngx.worker.pid/id/count/exiting, ngx.config.debug/ngx_lua_version/subsystem/nginx_version
 --   ngx.crc32_short/crc32_long, ngx.encode_base64/decode_base64, ngx.escape_uri/unescape_uri
+--   ngx.sha1_bin, ngx.md5, ngx.md5_bin, ngx.hmac_sha1   OpenSSL's libcrypto through the FFI
 --   ngx.re.match/find         PCRE2 (libpcre2-8, through the FFI), OpenResty's options (a d i j
 --                             m o s u x D J); captures [0], [1].. (false when unmatched), names
 --   ngx.var, ngx.ctx          empty tables; ngx.shared: the script's rmq.shared dictionaries
@@ -267,6 +268,63 @@ function ngx.unescape_uri(s)
   if s == nil then return "" end
   s = tostring(s):gsub("+", " ")
   return (s:gsub("%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
+end
+
+-- ---- digests: OpenSSL's libcrypto (the runtime links it for TLS), through the FFI -------------
+-- dlopen()ed once more and never closed, as rmq.ngx_re does with PCRE2: a state's close must not
+-- unmap it under a finalizer.
+pcall(ffi.cdef, [[
+void *dlopen(const char *file, int mode);
+unsigned char *SHA1(const unsigned char *d, size_t n, unsigned char *md);
+unsigned char *MD5(const unsigned char *d, size_t n, unsigned char *md);
+const void *EVP_sha1(void);
+unsigned char *HMAC(const void *evp_md, const void *key, int key_len, const unsigned char *d,
+                    size_t n, unsigned char *md, unsigned int *md_len);
+]])
+local crypto
+local mdbuf = ffi.new("unsigned char[64]")
+local mdlen = ffi.new("unsigned int[1]")
+local function libcrypto()
+  if crypto == nil then
+    crypto = false
+    for _, name in ipairs { "libcrypto.so.3", "libcrypto.so" } do
+      if ffi.C.dlopen(name, 2) ~= nil then -- RTLD_NOW
+        crypto = ffi.load(name)
+        break
+      end
+    end
+    if not crypto then error("ngx: OpenSSL's libcrypto cannot be loaded (Debian's libssl3)", 3) end
+  end
+  return crypto
+end
+
+local function digest_arg(s, what)
+  if type(s) == "number" then return tostring(s) end
+  if type(s) ~= "string" then error(what .. ": string expected, got " .. type(s), 3) end
+  return s
+end
+
+function ngx.sha1_bin(s)
+  s = digest_arg(s, "ngx.sha1_bin")
+  libcrypto().SHA1(s, #s, mdbuf)
+  return ffi.string(mdbuf, 20)
+end
+
+function ngx.md5_bin(s)
+  s = digest_arg(s, "ngx.md5_bin")
+  libcrypto().MD5(s, #s, mdbuf)
+  return ffi.string(mdbuf, 16)
+end
+
+function ngx.md5(s)
+  return (ngx.md5_bin(digest_arg(s, "ngx.md5")):gsub(".", function(c) return ("%02x"):format(byte(c)) end))
+end
+
+function ngx.hmac_sha1(key, s)
+  key, s = digest_arg(key, "ngx.hmac_sha1"), digest_arg(s, "ngx.hmac_sha1")
+  local C = libcrypto()
+  C.HMAC(C.EVP_sha1(), key, #key, s, #s, mdbuf, mdlen)
+  return ffi.string(mdbuf, mdlen[0])
 end
 
 -- ---- ngx.re ------------------------------------------------------------------------------------

@@ -96,6 +96,19 @@ describe("the ngx shim's values", function()
     assert.is_nil(ngx.decode_base64("a"))
   end)
 
+  it("sha1_bin, md5, md5_bin, hmac_sha1 give the standard digests", function()
+    local hex = helpers.tohex
+    assert.equal("a9993e364706816aba3e25717850c26c9cd0d89d", hex(ngx.sha1_bin("abc")):lower())
+    assert.equal("900150983cd24fb0d6963f7d28e17f72", ngx.md5("abc"))
+    assert.equal("900150983cd24fb0d6963f7d28e17f72", hex(ngx.md5_bin("abc")):lower())
+    -- RFC 2202, test case 2
+    assert.equal("effcdf6ae5eb2fa2d27416d5f184df9c259a7c79",
+      hex(ngx.hmac_sha1("Jefe", "what do ya want for nothing?")):lower())
+    -- The WebSocket accept hash of RFC 6455's example key.
+    assert.equal("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=",
+      ngx.encode_base64(ngx.sha1_bin("dGhlIHNhbXBsZSBub25jZQ==258EAFA5-E914-47DA-95CA-C5AB0DC85B11")))
+  end)
+
   it("ngx.null is the NULL lightuserdata of cjson.null", function()
     assert.equal("userdata", type(ngx.null))
     assert.equal(require("cjson").null, ngx.null)
