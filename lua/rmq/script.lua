@@ -133,7 +133,9 @@ local function run_script(path)
   end
   local ok, src, t = pcall(M.run_file, path)
   if not ok then
-    if want == false and tostring(src):find("global 'ngx'", 1, true) then src = tostring(src) .. NGX_HINT end
+    if want == false and tostring(src):find("global 'ngx'", 1, true) then
+      src = tostring(src):gsub("^[^\n]*", "%0" .. NGX_HINT:gsub("%%", "%%%%"), 1)
+    end
     error(src, 0)
   end
   if provisional then
