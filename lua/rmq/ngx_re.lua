@@ -4,7 +4,7 @@
 -- too) or nil when nothing matched, or nil and an error for a bad regex or option; find -> from,
 -- to (1-based, inclusive) of the match or of capture nth. Options: a (anchored), d (accepted, the
 -- normal matcher is used), D (duplicate names), i, j (JIT), J (JavaScript-compatible escapes),
--- m, o (compile once: every regex is cached anyway), s, u (UTF-8), x. ctx.pos: where to start
+-- m, o (compile once: the first 1,024 regexes are cached whatever the flags), s, u (UTF-8), x. ctx.pos: where to start
 -- (1-based), set past the match afterwards.
 -- Threads: a cache per Lua state; compiled regexes are not shared between states.
 local ffi = require "ffi"
@@ -61,7 +61,9 @@ local function pcre()
   return lib or nil
 end
 
-local cache = {} -- options .. "/" .. regex -> compiled
+-- options .. "/" .. regex -> compiled: at most CACHE_MAX (OpenResty's
+-- lua_regex_cache_max_entries default); past it a regex is compiled for its call alone.
+local cache, ncached, CACHE_MAX = {}, 0, 1024
 local errcode, erroff = ffi.new("int[1]"), ffi.new("size_t[1]")
 local u32 = ffi.new("uint32_t[1]")
 local ptrp = ffi.new("const unsigned char *[1]")
@@ -112,7 +114,10 @@ local function compile(regex, opts)
   end
   local md = ffi.gc(P.pcre2_match_data_create_from_pattern_8(code, nil), P.pcre2_match_data_free_8)
   c = { code = code, md = md, ncap = ncap, names = names }
-  cache[key] = c
+  if ncached < CACHE_MAX then
+    cache[key] = c
+    ncached = ncached + 1
+  end
   return c
 end
 

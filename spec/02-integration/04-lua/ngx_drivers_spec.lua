@@ -135,6 +135,9 @@ describe("the ngx shim's values", function()
     ok, err = ngx.re.match("x", "x", "Q")
     assert.is_nil(ok)
     assert.matches('unknown flag "Q"', err, 1, true)
+    for i = 1, 1100 do -- past the cache's 1,024 regexes: compiled for the call alone
+      assert.equal(tostring(i), ngx.re.match("n" .. i .. "n", "(" .. i .. ")")[1])
+    end
     assert.has_error(function() ngx.re.gsub("a", "a", "b") end,
       "ngx.re.gsub is not part of rmqlua's ngx shim (ngx.re.match and ngx.re.find are)")
   end)
