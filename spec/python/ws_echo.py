@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # A WebSocket echo server for the ngx driver specs (spec/02-integration/04-lua/ngx_drivers_spec.lua):
 # listens on 127.0.0.1, on the port given as its argument (0 or none: a free one; printed as
-# "PORT n" once listening), checks the client's handshake (RFC 6455:
+# "PORT n" once listening), over TLS with --tls CERT KEY (wss://), checks the client's handshake (RFC 6455:
 # GET, Upgrade: websocket, Sec-WebSocket-Version: 13, a key), answers it with the accept hash,
 # then echoes every text and binary frame (unmasked from the client's mask), answers a ping with a
 # pong carrying its payload and a close with a close. A request that is not a WebSocket handshake
@@ -9,6 +9,7 @@
 import base64
 import hashlib
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -92,15 +93,34 @@ def serve(conn):
         conn.close()
 
 
+def tls_serve(tls, conn):
+    try:
+        conn = tls.wrap_socket(conn, server_side=True)
+    except (ssl.SSLError, OSError):
+        conn.close()
+        return
+    serve(conn)
+
+
 def main():
+    args = sys.argv[1:]
+    tls = None
+    if "--tls" in args:
+        i = args.index("--tls")
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(args[i + 1], args[i + 2])
+        del args[i:i + 3]
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", int(sys.argv[1]) if len(sys.argv) > 1 else 0))
+    srv.bind(("127.0.0.1", int(args[0]) if args else 0))
     srv.listen(64)
     print("PORT %d" % srv.getsockname()[1], flush=True)
     while True:
         conn, _ = srv.accept()
-        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+        if tls:
+            threading.Thread(target=tls_serve, args=(tls, conn), daemon=True).start()
+        else:
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@
 -- and stopped here: redis-server (nginx.redis: INCR per message key under `rmqlua run` over the
 -- development broker, pooled with set_keepalive, the counts read back with redis-cli),
 -- memcached (nginx.memcached), a WebSocket echo server (spec/python/ws_echo.py, the
--- nginx.websocket client), and the kafka producer (what loads, and its failure against a port
+-- nginx.websocket client, over ws:// and wss://), and the kafka producer (what loads, and its failure against a port
 -- nobody listens on). Also the shim's own values: crc32, base64, ngx.null, ngx.re, ngx.log's
 -- levels in the runtime's log, ngx.timer.at (on time, and premature at stop).
 local helpers = require "helpers"
 local rh = require "run_helpers"
 local R = require "02-integration.04-lua.runner"
+local sec = require "02-integration.06-security.sec"
+local C = require("rmq.core").C
 local ngx = require "rmq.ngx"
 
 local NGX_LUA = os.getenv("RMQ_NGX_LUA") or "/usr/local/share/rmqlua-test/ngx-lua/usr/share/lua/5.1"
@@ -224,6 +226,28 @@ describe("OpenResty's drivers over the shim", function()
     wb:close()
     local _, err = client:new():connect("ws://127.0.0.1:" .. free_port() .. "/")
     assert.equal("failed to connect: connection refused", err)
+  end)
+
+  it("nginx.websocket.client over wss://: sslhandshake verified against the spec's CA", function()
+    local certs = sec.make_certs(helpers.tmpdir("ws_certs"))
+    local port = serve("wss_echo", "python3 " .. WS_ECHO .. " %d --tls " .. helpers.shq(certs.server)
+      .. " " .. helpers.shq(certs.server_key), function(_, log)
+        return rh.read(log):find("PORT %d+")
+      end)
+    local client = require "nginx.websocket.client"
+    -- This thread's CA file, as a consume thread gets lua_ssl_trusted_certificate.
+    C.rmq_co_configure(0, certs.ca, -1)
+    helpers.defer(function() C.rmq_co_configure(0, nil, -1) end)
+    local wb = assert(client:new({ timeout = 5000 }))
+    assert(wb:connect("wss://127.0.0.1:" .. port .. "/", { ssl_verify = true }))
+    assert(wb:send_text("over tls"))
+    assert.same({ "over tls", "text" }, { wb:recv_frame() })
+    wb:close()
+    -- Not trusted: the system's CA store does not know the spec's CA.
+    C.rmq_co_configure(0, nil, -1)
+    local _, err = client:new({ timeout = 5000 }):connect("wss://127.0.0.1:" .. port .. "/",
+      { ssl_verify = true })
+    assert.matches("^ssl handshake failed: ", err)
   end)
 
   it("nginx.kafka: every module loads; a producer fails cleanly when no broker answers", function()
