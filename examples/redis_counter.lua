@@ -42,7 +42,7 @@ local function count(msgs)
   red:init_pipeline(#msgs)
   for i = 1, #msgs do
     local m = msgs[i]
-    local key = m.keys:match("^%S+") or (m.tags ~= "" and m.tags) or "none"
+    local key = (m.keys and m.keys:match("^%S+")) or (m.tags and m.tags ~= "" and m.tags) or "none"
     red:incr("count:" .. key)
   end
   local res, perr = red:commit_pipeline()

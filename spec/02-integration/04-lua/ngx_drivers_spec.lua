@@ -283,6 +283,45 @@ describe("examples/redis_counter.lua on --embedded", function()
     assert.equal("1", redis_cli(port, "GET count:sample-7"):match("%S+"))
   end)
 
+  it("passes its offline cases with the driver on the path too, and counts against a stubbed Redis", function()
+    local cases = rh.write(helpers.tmpdir("redis_cases"), "counts.lua", [[
+-- A Redis that answers each INCR of a pipeline with a count per key.
+local function redis(conn)
+  local n = {}
+  while true do
+    local line = conn:receive("*l")
+    if not line then return end
+    if line == "*2" then
+      conn:receive("*l"); conn:receive("*l") -- $4, incr
+      conn:receive("*l")
+      local key = conn:receive("*l")
+      n[key] = (n[key] or 0) + 1
+      conn:send(":" .. n[key] .. "\r\n")
+    end
+  end
+end
+return {
+  { name = "counts per key", peers = { ["127.0.0.1:6379"] = redis },
+    messages = { { keys = "a" }, { keys = "a b" }, { tags = "T" }, {} },
+    expect = { status = "SUCCESS", error = false } },
+}
+]])
+    local lp = "LUA_PATH=" .. helpers.shq(NGX_LUA .. "/?.lua;;") .. " "
+    local ex = rh.example("redis_counter")
+    local rc, out = helpers.run(lp .. helpers.bin .. " test " .. ex .. " " .. helpers.root
+      .. "/examples/cases/redis_counter.lua")
+    assert.equal(0, rc, out)
+    assert.matches("redis: closed", out, 1, true)
+    assert.matches("redis INCR: ERR stub refuses", out, 1, true)
+    rc, out = helpers.run(lp .. helpers.bin .. " test " .. ex .. " " .. cases)
+    assert.equal(0, rc, out)
+    assert.matches("1 case(s), 0 failed", out, 1, true)
+    -- Without the driver the same case fails: it is the driver that spoke to the stub.
+    rc, out = helpers.run(helpers.bin .. " test " .. ex .. " " .. cases)
+    assert.equal(1, rc, out)
+    assert.matches("the Redis driver is not installed", out, 1, true)
+  end)
+
   it("fails its batches cleanly when Redis does not answer, and stops cleanly", function()
     local d = helpers.tmpdir("redis_counter")
     local log, rcf = d .. "/out", d .. "/rc"
