@@ -3,8 +3,9 @@
 --   rmqlua run examples/redis_counter.lua --namesrv 127.0.0.1:9876
 --   rmqlua run examples/redis_counter.lua --embedded   (one INCR per sample message, on the
 --                                                       Redis at $REDIS_ADDR)
---   rmqlua test examples/redis_counter.lua examples/cases/redis_counter.lua   (offline: no
---                                                       Redis answers, every batch comes back)
+--   rmqlua test examples/redis_counter.lua examples/cases/redis_counter.lua   (offline: a
+--                                                       stubbed Redis that fails; every batch
+--                                                       comes back)
 --
 -- The driver is Debian's lua-nginx-redis (`require "nginx.redis"`, lua-resty-redis under
 -- another name): lua_ngx_shim = true gives it the global `ngx` it looks for (ngx.socket.tcp,
