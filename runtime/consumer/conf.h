@@ -125,6 +125,7 @@ typedef struct rmq_conf {
     char *lua_ssl_trusted_certificate;              /* NULL = the system's CA store */
     int lua_ssl_verify_depth;                       /* 5 (rmqlua's own) */
     int strict_globals;                             /* false (rmqlua's own): check warns */
+    int lua_ngx_shim;                               /* false (rmqlua's own): no global ngx */
     int64_t await_termination_millis_when_shutdown; /* 0 */
     /* ClientConfig */
     char *namesrv_addr;                           /* default: env NAMESRV_ADDR, else NULL */

@@ -54,6 +54,7 @@ typedef struct rmq_pool_opts {
     int socket_max;
     const char *ssl_ca_file;
     int ssl_verify_depth;
+    int ngx_shim; /* RMQ_NGX_* (lua_state.h): lua_ngx_shim; 0 = the script's table decides */
     rmq_pool_begin_cb begin; /* optional; its ud is ud */
     rmq_shdicts_t *shdicts; /* the consumer's shared dictionaries (rmq.shared); may be NULL */
     rmq_flow_t *flow;       /* where rmq.pause/resume/stop go; may be NULL */
