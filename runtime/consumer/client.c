@@ -548,6 +548,7 @@ int rmq__consumer_new(rmq_conf_t *conf, const rmq_handler_t *handler, rmq_consum
     /* What the lower parts ask of the rebalance (consumer_int.h, "hooks"). */
     c->hook_rb_wakeup = rmq__rb_wakeup;
     c->hook_drop_queue = rmq__rb_drop_queue;
+    c->hook_pop_result = rmq__pop_result;
     if (uv_loop_init(&c->loop)) {
         rmq__seterr(errstr, errstr_size, "cannot create the event loop");
         rmq__consumer_destroy(c);
