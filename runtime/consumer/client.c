@@ -68,6 +68,9 @@ static void stats_build(rmq_consumer_t *c)
     s.inflight_batches = c->inflight_batches;
     s.started_ms = c->start_ms;
     s.msgs_sent = c->n_sent;
+    s.msgs_popped = c->n_popped;
+    s.pop_acks = c->n_pop_acked;
+    s.pop_changes = c->n_pop_changed;
     c->last_consumed = c->n_consumed;
     c->last_pulled = c->n_pulled;
     c->last_stats_ms = now;

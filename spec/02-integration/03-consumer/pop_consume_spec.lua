@@ -203,7 +203,9 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     local out = dir .. "/out.txt"
     cons.produce(db, "T5later", 3, "l")
     local pid = cons.spawn(script(dir, "c", "g5later", ns, "T5later", out, nil,
-      "if msgs[1].reconsume_times == 0 then return rmq.RECONSUME_LATER end"), dir .. "/run.log")
+      "if msgs[1].reconsume_times == 0 then return rmq.RECONSUME_LATER end"), dir .. "/run.log",
+      "--metrics 127.0.0.1:0")
+    local url = cons.metrics_url(dir .. "/run.log")
     helpers.wait_until(function() return #cons.records(out) >= 3 end, 30, "first deliveries")
     helpers.wait_until(function()
       return lib.rmq_devbroker_count(db, cons.ALL, CHANGE_INVISIBLE) >= 3 end, 30,
@@ -225,6 +227,23 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
       end
       return again >= 3
     end, 60, "consumed again with the reconsume count raised")
+    -- the status line's figures in /stats and /metrics: 6 deliveries, 3 changes, 3 acks
+    local st
+    helpers.wait_until(function()
+      st = cjson.decode(assert(cons.scrape(url .. "/stats")).body).totals
+      return st.pop_acks == 3
+    end, 30, "the acks counted")
+    assert.equal(6, st.popped)
+    assert.equal(3, st.pop_invisible_time_changes)
+    assert.equal(3, st.consumed)
+    assert.equal(3, st.failed)
+    local fam = {}
+    for _, f in pairs(assert(cons.scrape(url .. "/metrics")).families) do
+      for _, smp in ipairs(f.samples) do fam[smp.name] = (fam[smp.name] or 0) + smp.value end
+    end
+    assert.equal(6, fam.rmqlua_popped_messages_total)
+    assert.equal(3, fam.rmqlua_pop_acks_total)
+    assert.equal(3, fam.rmqlua_pop_invisible_time_changes_total)
     cons.stop(pid)
   end)
 
