@@ -77,6 +77,8 @@ typedef struct rmq_csub {
     int have_route;
     int route_inflight;
     int check_state; /* RMQ_CHECK_*: CHECK_CLIENT_CONFIG of a non-TAG subscription */
+    int pop_retry;   /* the POP retry topic %RETRY%<group>_<topic> of a subscribed topic
+                      * (client_rebalance false): pulled only while the topic is not popped */
     rmq_topic_stats_t st;  /* statistics of this topic's queues (stats.h) */
 } rmq_csub_t;
 

@@ -453,6 +453,18 @@ static int apply_assignment(rmq_consumer_t *c, rmq_csub_t *s, const rmq_assignme
     return changed;
 }
 
+/* 1 when s is the POP retry topic of a topic this client pops now (RebalanceImpl: "push
+ * switch to pop: unsubscribe pop retry topic"). */
+static int pop_retry_idle(rmq_consumer_t *c, const rmq_csub_t *s)
+{
+    size_t pre = 7 + strlen(c->group) + 1; /* "%RETRY%<group>_" */
+    if (strlen(s->sd->topic) <= pre) return 1;
+    const char *parent = s->sd->topic + pre;
+    for (rmq_qent_t *q = c->queues; q; q = q->next)
+        if (q->pop && !strcmp(q->mq.topic, parent)) return 1;
+    return 0;
+}
+
 static void on_assignment(void *ud, int rc, const rmq_assignment_t *a, int n, const char *why)
 {
     rb_topic_t *t = ud;
@@ -536,6 +548,11 @@ static void rb_round(uv_timer_t *t)
         const char *addr = rmq__c_topic_addr(c, s->sd->topic);
         if (!addr) {
             need_route = 1;
+            continue;
+        }
+        if (s->pop_retry && (!rmq__assign_by_broker(c) || pop_retry_idle(c, s))) {
+            /* Its topic is popped now (or the client allocates): not consumed. */
+            if (apply_allocation(c, s, NULL, 0)) c->rb_changed = 1;
             continue;
         }
         if (rmq__assign_by_broker(c)) {

@@ -247,6 +247,38 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     cons.stop(pid)
   end)
 
+  it("consumes in PULL mode what POP left in the POP retry topic after a switch back", function()
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5back:1")
+    set_mode(db, "T5back", "g5back", "POP")
+    local dir = cons.tmpdir("pop-back")
+    local out = dir .. "/out.txt"
+    cons.produce(db, "T5back", 2, "b")
+    -- each message is consumed again 30 s later (delay level 1); meanwhile the group goes back
+    -- to PULL (the next rebalance, within 20 s)
+    local pid = cons.spawn(script(dir, "c", "g5back", ns, "T5back", out, nil,
+      "if msgs[1].reconsume_times == 0 then ctx.delay_level = 1; return rmq.RECONSUME_LATER end"),
+      dir .. "/run.log")
+    helpers.wait_until(function()
+      return lib.rmq_devbroker_count(db, cons.ALL, CHANGE_INVISIBLE) >= 2 end, 30,
+      "CHANGE_MESSAGE_INVISIBLETIME sent")
+    assert.equal("30000", ext(db, CHANGE_INVISIBLE, 0, "invisibleTime"))
+    set_mode(db, "T5back", "g5back", "PULL")
+    -- revived into %RETRY%g5back_T5back, pulled from there with the count raised
+    helpers.wait_until(function()
+      local again = {}
+      for _, r in ipairs(cons.records(out)) do
+        if r.rt >= 1 then again[r.body] = r end
+      end
+      return again.b1 and again.b2 and true
+    end, 90, "consumed again in PULL mode")
+    local pulled_retry = false
+    for i = 0, lib.rmq_devbroker_count(db, cons.ALL, 11) - 1 do
+      if ext(db, 11, i, "topic") == "%RETRY%g5back_T5back" then pulled_retry = true end
+    end
+    assert.is_true(pulled_retry, "PULL_MESSAGE of the POP retry topic")
+    cons.stop(pid)
+  end)
+
   it("falls back to the client-side allocation against a 4.x broker with one log line",
     function()
       local db, ns = cons.test_broker("--topic T4fb:2")
