@@ -1,7 +1,8 @@
 /*
  * consumer_int.h -- private state of the push consumer engine, shared by its files: client.c
  * (start, broker requests, shutdown), instance.c (the state the parts share), queue.c, routes.c
- * (routes, heartbeats), check_client.c, direct.c, rebalance.c, pull.c, flow.c, undecodable.c,
+ * (routes, heartbeats), check_client.c, direct.c, assignment.c (RocketMQ 5 QUERY_ASSIGNMENT),
+ * pop.c (RocketMQ 5 POP), rebalance.c, pull.c, flow.c, undecodable.c,
  * consume.c, consume_orderly.c, offset_store.c, offset_local.c and stats.c. Which file declares
  * what, and the order they call each other in, is at the end ("the files of the engine").
  *
@@ -264,9 +265,10 @@ struct rmq_consumer {
 /* ---- the files of the engine and what each declares ------------------------------------------
  *
  * Lowest first: a file calls functions of the files listed before it only, except in three
- * circles of two (stats.c and metrics_http.c, consume.c and consume_orderly.c, pull.c and
- * flow.c). A part that must make a higher one act calls a hook of the consumer instead:
- * c->hook_rb_wakeup and c->hook_drop_queue, set by rmq__consumer_new (client.c, the top). The
+ * circles (stats.c and metrics_http.c, consume.c and consume_orderly.c, and pull.c, flow.c and
+ * pop.c: a parked queue is resumed through rmq__pull_now, which hands a POP one to pop.c). A
+ * part that must make a higher one act calls a hook of the consumer instead: c->hook_rb_wakeup,
+ * c->hook_drop_queue and c->hook_pop_result, set by rmq__consumer_new (client.c, the top). The
  * files with a header of their own (conf, allocate, process_queue, flow, stats, metrics_http,
  * offset_file) declare it there. */
 

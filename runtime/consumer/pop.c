@@ -86,6 +86,7 @@ void rmq__pop_now(rmq_qent_t *q)
         pop_later(q, RMQ_POP_SUSPEND_DELAY_MS);
         return;
     }
+    if (rmq__flow_gate(q)) return; /* rmq.pause(): parked until the pause ends */
     if (q->pop_waiting > cf->pop_threshold_for_queue) {
         rmq_dbg(RMQ_DBG_PULL, "pop", "%s: flow control, %d waiting for their ack > %d", q->name,
                 q->pop_waiting, cf->pop_threshold_for_queue);
@@ -104,6 +105,8 @@ void rmq__pop_now(rmq_qent_t *q)
         exception_later(q);
         return;
     }
+    int max_msgs = rmq__flow_take(q, cf->pop_batch_nums); /* consume_tps_limit */
+    if (max_msgs == 0) return; /* parked until the bucket holds enough */
     /* RebalancePushImpl.getConsumeInitMode: MIN for CONSUME_FROM_FIRST_OFFSET, else MAX. */
     int init_mode = rmq__conf_cfw_effective(cf->consume_from_where) == RMQ_CFW_FIRST_OFFSET ? 0 : 1;
     rmq_cmd_t cmd;
@@ -111,7 +114,7 @@ void rmq__pop_now(rmq_qent_t *q)
     rmq__cmd_set_ext(&cmd, "consumerGroup", c->group);
     rmq__cmd_set_ext(&cmd, "topic", q->mq.topic);
     rmq__cmd_set_ext_i64(&cmd, "queueId", q->mq.queue_id);
-    rmq__cmd_set_ext_i64(&cmd, "maxMsgNums", cf->pop_batch_nums);
+    rmq__cmd_set_ext_i64(&cmd, "maxMsgNums", max_msgs);
     rmq__cmd_set_ext_i64(&cmd, "invisibleTime", cf->pop_invisible_time);
     rmq__cmd_set_ext_i64(&cmd, "pollTime", RMQ_POP_SUSPEND_MS);
     rmq__cmd_set_ext_i64(&cmd, "bornTime", rmq__now_ms());
@@ -130,6 +133,7 @@ void rmq__pop_now(rmq_qent_t *q)
             q->name, cf->pop_batch_nums, cf->pop_invisible_time, addr);
     if (rc) {
         q->pull_inflight = 0;
+        rmq__flow_refund(q);
         rmq_log_warn("pop", "%s: cannot send POP_MESSAGE to %s: %s", q->name, addr,
                      rmq_err_str(rc));
         exception_later(q);
@@ -279,6 +283,7 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
     }
     c->n_popped += nk;
     q->pop_waiting += nk;
+    rmq__flow_charge(q, nk);
     rmq_dbg(RMQ_DBG_PULL, "pop", "%s: %d message(s) popped, popTime=%" PRId64, q->name, nk,
             pop_time);
     if (nk > 0) {
@@ -309,6 +314,7 @@ static void on_pop_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     rmq_qent_t *q = ud;
     rmq_consumer_t *c = q->c;
     q->pull_inflight = 0;
+    rmq__flow_refund(q); /* handle_found charges what it keeps */
     if (q->pq.state != RMQ_PQ_ACTIVE || c->state != RMQ_CLIENT_RUNNING) {
         /* Anything popped now comes back after its invisible time. */
         rmq__qent_release(q);

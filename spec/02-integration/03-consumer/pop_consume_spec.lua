@@ -168,6 +168,24 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     end
   end)
 
+  it("holds POP_MESSAGE to consume_tps_limit as it holds pulls", function()
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5tps:2")
+    set_mode(db, "T5tps", "g5tps", "POP")
+    local dir = cons.tmpdir("pop-tps")
+    local out = dir .. "/out.txt"
+    cons.produce(db, "T5tps", 30, "t")
+    local pid = cons.spawn(script(dir, "c", "g5tps", ns, "T5tps", out, "consume_tps_limit = 10,"),
+      dir .. "/run.log")
+    helpers.wait_until(function() return select(2, consumed({out})) == 30 end, 60,
+      "every message consumed")
+    local n = lib.rmq_devbroker_count(db, cons.ALL, POP)
+    assert.is_true(n >= 3)
+    for i = 0, n - 1 do
+      assert.is_true(tonumber(ext(db, POP, i, "maxMsgNums")) <= 10, "POP " .. i)
+    end
+    cons.stop(pid)
+  end)
+
   it("delivers a killed POP consumer's un-acked messages to another after the invisible time",
     function()
       local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5kill:2")
