@@ -168,6 +168,32 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     end
   end)
 
+  it("stops popping while pop_threshold_for_queue messages wait for their ack", function()
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5thr:1")
+    set_mode(db, "T5thr", "g5thr", "POP")
+    local dir = cons.tmpdir("pop-thr")
+    local out, marks = dir .. "/out.txt", dir .. "/marks.txt"
+    cons.produce(db, "T5thr", 24, "h")
+    -- eight threads, one message per POP: without the threshold eight handlers would run at once
+    local pid = cons.spawn(script(dir, "c", "g5thr", ns, "T5thr", out,
+      "consume_thread_min = 8, consume_thread_max = 8, pop_batch_nums = 1, " ..
+      "pop_threshold_for_queue = 2,",
+      string.format([[local f = io.open(%q, "a"); f:write("+\n"); f:close()
+        rmq.sleep(0.2)
+        f = io.open(%q, "a"); f:write("-\n"); f:close()]], marks, marks)), dir .. "/run.log")
+    helpers.wait_until(function() return select(2, consumed({out})) == 24 end, 60,
+      "every message consumed")
+    -- Java pops while the waiting count is not above the threshold: at most threshold + 1
+    local cur, max = 0, 0
+    for _, l in ipairs(cons.lines(marks)) do
+      cur = cur + (l == "+" and 1 or -1)
+      if cur > max then max = cur end
+    end
+    assert.is_true(max >= 2, "handlers ran side by side: " .. max)
+    assert.is_true(max <= 3, "at most pop_threshold_for_queue + 1 waiting: " .. max)
+    cons.stop(pid)
+  end)
+
   it("holds POP_MESSAGE to consume_tps_limit as it holds pulls", function()
     local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5tps:2")
     set_mode(db, "T5tps", "g5tps", "POP")
