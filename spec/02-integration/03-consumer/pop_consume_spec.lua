@@ -194,6 +194,51 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     cons.stop(pid)
   end)
 
+  it("pops with the subscription's SQL92 expression and tags", function()
+    local rh = require "run_helpers"
+    local db, ns = cons.test_broker("--rocketmq-version 5 --enable-property-filter " ..
+      "--topic T5sql:1 --topic T5tag:1")
+    set_mode(db, "T5sql", "g5sql", "POP")
+    set_mode(db, "T5tag", "g5sql", "POP")
+    for i = 1, 10 do
+      rh.produce_props(db, "T5sql", 0, "s" .. i, { n = tostring(i) })
+      rh.produce_props(db, "T5tag", 0, "t" .. i, {}, i % 2 == 0 and "TagA" or "TagB")
+    end
+    local dir = cons.tmpdir("pop-sql")
+    local out = dir .. "/out.txt"
+    local src = string.format([[
+local rmq = require "rmq"
+local out = assert(io.open(%q, "a"))
+out:setvbuf("no")
+return {
+  consumer_group = "g5sql", namesrv_addr = %q, client_rebalance = false,
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  subscribe = { T5sql = rmq.sql92("n > 5"), T5tag = "TagA" },
+  consume = function(msgs)
+    for i = 1, #msgs do out:write(msgs[i].body, " ", msgs[i].topic, "\n") end
+  end,
+}
+]], out, ns)
+    local pid = cons.spawn(rh.write(dir, "c.lua", src), dir .. "/run.log")
+    local want = { "s10", "s6", "s7", "s8", "s9", "t10", "t2", "t4", "t6", "t8" }
+    local got
+    helpers.wait_until(function()
+      got = {}
+      for _, l in ipairs(cons.lines(out)) do got[#got + 1] = l:match("^(%S+)") end
+      table.sort(got)
+      return #got >= #want
+    end, 60, "the matching messages consumed")
+    assert.same(want, got)
+    local seen = {}
+    for i = 0, lib.rmq_devbroker_count(db, cons.ALL, POP) - 1 do
+      local t = ext(db, POP, i, "topic")
+      seen[t] = { ext(db, POP, i, "expType"), ext(db, POP, i, "exp"), ext(db, POP, i, "bname") }
+    end
+    assert.same({ "SQL92", "n > 5", "broker-a" }, seen.T5sql)
+    assert.same({ "TAG", "TagA", "broker-a" }, seen.T5tag)
+    cons.stop(pid)
+  end)
+
   it("holds POP_MESSAGE to consume_tps_limit as it holds pulls", function()
     local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5tps:2")
     set_mode(db, "T5tps", "g5tps", "POP")
