@@ -11,8 +11,8 @@
  * handler acknowledged, CHANGE_MESSAGE_INVISIBLETIME with the delay-level back-off for the rest.
  *
  * Unlike Java, a batch whose assignment was revoked (a mode switch, a rebalance) still runs
- * and is acked: its messages were popped for this client and would otherwise wait out their
- * invisible time. A batch a stop never ran is not acked: the broker delivers it again after
+ * and is acked, and so are the messages of the long poll that was in flight: they were popped
+ * for this client and would otherwise wait out their invisible time. A batch a stop never ran is not acked: the broker delivers it again after
  * the invisible time.
  *
  * Ownership: a pop in flight and an armed timer each hold one reference on the entry; a POP
@@ -315,11 +315,14 @@ static void on_pop_resp(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
     rmq_consumer_t *c = q->c;
     q->pull_inflight = 0;
     rmq__flow_refund(q); /* handle_found charges what it keeps */
-    if (q->pq.state != RMQ_PQ_ACTIVE || c->state != RMQ_CLIENT_RUNNING) {
-        /* Anything popped now comes back after its invisible time. */
+    if (c->state != RMQ_CLIENT_RUNNING ||
+        (q->pq.state != RMQ_PQ_ACTIVE && (err || resp->code != RMQ_RESP_SUCCESS))) {
+        /* Stopping: anything popped now comes back after its invisible time. */
         rmq__qent_release(q);
         return;
     }
+    /* A revoked assignment (a switch to PULL) still consumes what its last long poll brought,
+     * rather than leave it to the invisible time; it pops no more (rmq__pop_now). */
     if (err) {
         rmq_log_warn("pop", "%s: pop failed: %s", q->name, errmsg);
         exception_later(q);
