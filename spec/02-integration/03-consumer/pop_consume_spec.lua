@@ -86,6 +86,7 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     assert.equal(0, lib.rmq_devbroker_count(db, cons.ALL, POP))
     assert.is_true(lib.rmq_devbroker_count(db, cons.ALL, 11 --[[PULL_MESSAGE]]) >= 1)
     cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
   it("switches a group from PULL to POP and back while consuming, nothing lost", function()
@@ -143,6 +144,7 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     helpers.wait_until(function() return select(2, consumed({out})) == 400 end, 60,
       "PULL mode again, nothing lost")
     cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
   it("gives more consumers than queues all messages in POP mode", function()
@@ -192,6 +194,7 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     assert.is_true(max >= 2, "handlers ran side by side: " .. max)
     assert.is_true(max <= 3, "at most pop_threshold_for_queue + 1 waiting: " .. max)
     cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
   it("pops with the subscription's SQL92 expression and tags", function()
@@ -237,6 +240,7 @@ return {
     assert.same({ "SQL92", "n > 5", "broker-a" }, seen.T5sql)
     assert.same({ "TAG", "TagA", "broker-a" }, seen.T5tag)
     cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
   it("holds POP_MESSAGE to consume_tps_limit as it holds pulls", function()
@@ -255,6 +259,7 @@ return {
       assert.is_true(tonumber(ext(db, POP, i, "maxMsgNums")) <= 10, "POP " .. i)
     end
     cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
   it("delivers a killed POP consumer's un-acked messages to another after the invisible time",
@@ -283,6 +288,7 @@ return {
         end
       end
       cons.stop(pid2)
+      assert.equal(0, cons.exit_code(dir .. "/run2.log"), "a clean stop")
     end)
 
   it("changes the invisible time for RECONSUME_LATER: consumed again, count raised", function()
@@ -334,6 +340,7 @@ return {
     assert.equal(3, fam.rmqlua_pop_acks_total)
     assert.equal(3, fam.rmqlua_pop_invisible_time_changes_total)
     cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
   it("consumes in PULL mode what POP left in the POP retry topic after a switch back", function()
@@ -366,6 +373,7 @@ return {
     end
     assert.is_true(pulled_retry, "PULL_MESSAGE of the POP retry topic")
     cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
   it("falls back to the client-side allocation against a 4.x broker with one log line",
@@ -379,6 +387,7 @@ return {
         "every message consumed")
       assert.is_true(lib.rmq_devbroker_count(db, cons.ALL, QUERY_ASSIGNMENT) >= 1)
       cons.stop(pid)
+      assert.equal(0, cons.exit_code(log), "a clean stop")
       local n = 0
       for _, l in ipairs(cons.lines(log)) do
         if l:find("does not know QUERY_ASSIGNMENT", 1, true) then n = n + 1 end
