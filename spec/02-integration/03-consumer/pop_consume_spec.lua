@@ -262,6 +262,34 @@ return {
     assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
+  it("pops the queues of its share with popShareQueueNum", function()
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5share:4")
+    set_mode(db, "T5share", "g5share", "POP", 1)
+    local dir = cons.tmpdir("pop-share")
+    local outs = { dir .. "/out1.txt", dir .. "/out2.txt" }
+    for i = 1, 2 do
+      cons.spawn(script(dir, "c" .. i, "g5share", ns, "T5share", outs[i]),
+        dir .. "/run" .. i .. ".log")
+    end
+    helpers.wait_until(function() return lib.rmq_devbroker_group_size(db, 0, "g5share") == 2 end,
+      30, "two consumers registered")
+    cons.produce(db, "T5share", 100, "x")
+    helpers.wait_until(function() return select(2, consumed(outs)) == 100 end, 60,
+      "every message consumed")
+    -- each POP names one queue of the client's share (and its neighbour's), never -1
+    local n = lib.rmq_devbroker_count(db, cons.ALL, POP)
+    local qids = {}
+    for i = 0, n - 1 do qids[ext(db, POP, i, "queueId")] = true end
+    assert.is_nil(qids["-1"])
+    assert.same({ ["0"] = true, ["1"] = true, ["2"] = true, ["3"] = true }, qids)
+    -- the acks name the queue the message came from
+    for i = 0, lib.rmq_devbroker_count(db, cons.ALL, ACK) - 1 do
+      local f = {}
+      for w in assert(ext(db, ACK, i, "extraInfo")):gmatch("%S+") do f[#f + 1] = w end
+      assert.equal(f[7], ext(db, ACK, i, "queueId"))
+    end
+  end)
+
   it("delivers a killed POP consumer's un-acked messages to another after the invisible time",
     function()
       local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5kill:2")
