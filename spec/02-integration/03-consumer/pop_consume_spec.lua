@@ -404,6 +404,30 @@ return {
     assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
+  it("refuses a reload that changes client_rebalance", function()
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5rl:1")
+    local dir = cons.tmpdir("pop-reload")
+    local out, log = dir .. "/out.txt", dir .. "/run.log"
+    local s = script(dir, "c", "g5rl", ns, "T5rl", out)
+    local pid = cons.spawn(s, log)
+    cons.produce(db, "T5rl", 1, "r")
+    helpers.wait_until(function() return #cons.records(out) == 1 end, 30, "consumed")
+    local src = cons.read(s):gsub("client_rebalance = false", "client_rebalance = true")
+    local f = assert(io.open(s, "w"))
+    f:write(src)
+    f:close()
+    os.execute("kill -HUP " .. pid)
+    helpers.wait_until(function()
+      return cons.read(log):find("client_rebalance cannot change while the consumer runs", 1, true)
+    end, 30, "the reload refused")
+    cons.produce(db, "T5rl", 1, "s")
+    helpers.wait_until(function() return #cons.records(out) == 2 end, 30,
+      "the previous version consuming")
+    assert.equal(0, lib.rmq_devbroker_count(db, cons.ALL, POP))
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log), "a clean stop")
+  end)
+
   it("falls back to the client-side allocation against a 4.x broker with one log line",
     function()
       local db, ns = cons.test_broker("--topic T4fb:2")
