@@ -285,6 +285,10 @@ int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms)
     if (cb->q && !cb->pop_ck &&
         __atomic_load_n(&cb->q->pq.state, __ATOMIC_ACQUIRE) == RMQ_PQ_DROPPED)
         return 1; /* (a POP batch runs: pop.c) */
+    /* ConsumeMessagePopConcurrentlyService.ConsumeRequest.run: a POP batch whose invisible time
+     * passed while it waited for a thread is not consumed (isPopTimeout): the broker hands its
+     * messages out again. */
+    if (cb->pop_ck && cb->pop_deadline_ms > 0 && rmq__now_ms() >= cb->pop_deadline_ms) return 1;
     /* ConsumeMessageOrderlyService.ConsumeRequest.run: an orderly batch runs only while its
      * queue is locked and the lock has not expired; it may have waited for a thread long after
      * its dispatch checked that (behind long handlers, or a reload's previous version). */
@@ -608,6 +612,7 @@ rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b)
     nb->need_lock = cb->need_lock;
     nb->pop_ck = cb->pop_ck; /* the extraInfo strings move too */
     nb->pop_n = cb->pop_n;
+    nb->pop_deadline_ms = cb->pop_deadline_ms;
     cb->pop_ck = NULL;
     cb->pop_n = 0;
     nb->iprev = cb->iprev;

@@ -160,6 +160,8 @@ typedef struct rmq_cbatch {
     char **pop_ck;          /* a POP batch (pop.c): each message's extraInfo (POP_CK), owned;
                              * NULL for pulled messages */
     int pop_n;              /* entries of pop_ck */
+    int64_t pop_deadline_ms;/* a POP batch: popTime + invisibleTime (wall clock), after which
+                             * its handler does not run (rmq__consume_begin) */
     rmq_msg_t *msgs[];      /* b.n views */
 } rmq_cbatch_t;
 

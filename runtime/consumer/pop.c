@@ -296,6 +296,7 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
             cb->pop_ck = rmq__xcalloc((size_t)cnt, sizeof(char *));
             memcpy(cb->pop_ck, cks + i, sizeof(char *) * (size_t)cnt);
             cb->pop_n = cnt;
+            cb->pop_deadline_ms = pop_time > 0 && invisible > 0 ? pop_time + invisible : 0;
             rmq__cbatch_submit(c, cb, -1);
         }
         c->hops->flush(c->pool);
@@ -516,6 +517,9 @@ void rmq__pop_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
                 consume_later(c, q, cb->msgs[i], cb->pop_ck[i], b->delay_level);
         }
     }
+    if (b->status == RMQ_CONSUME_SKIPPED)
+        rmq_log_info("pop", "%s: %d message(s) not consumed: their invisible time passed before "
+                     "a consume thread took them (the broker delivers them again)", q->name, n);
     q->pop_waiting -= n;
     if (q->pop_waiting < 0) q->pop_waiting = 0;
     for (int i = 0; i < n; i++) rmq__msg_release(cb->msgs[i]);

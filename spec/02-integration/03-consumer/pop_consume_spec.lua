@@ -319,6 +319,33 @@ return {
       assert.equal(0, cons.exit_code(dir .. "/run2.log"), "a clean stop")
     end)
 
+  it("does not run a popped batch whose invisible time passed while it waited", function()
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5late:1")
+    set_mode(db, "T5late", "g5late", "POP")
+    local dir = cons.tmpdir("pop-late")
+    local out = dir .. "/out.txt"
+    cons.produce(db, "T5late", 2, "w")
+    -- one thread, both messages in one POP: w1 holds the thread past the invisible time (a
+    -- blocking sleep), so w2 waits too long and is left to the broker (isPopTimeout)
+    local pid = cons.spawn(script(dir, "c", "g5late", ns, "T5late", out,
+      "consume_thread_min = 1, consume_thread_max = 1, pop_batch_nums = 2, " ..
+      "pop_invisible_time = 5000,",
+      'if msgs[1].body == "w1" and msgs[1].reconsume_times == 0 then os.execute("sleep 7") end'),
+      dir .. "/run.log")
+    helpers.wait_until(function()
+      for _, r in ipairs(cons.records(out)) do
+        if r.body == "w2" and r.rt >= 1 then return true end
+      end
+    end, 60, "w2 delivered again")
+    for _, r in ipairs(cons.records(out)) do
+      assert.is_false(r.body == "w2" and r.rt == 0, "w2 ran after its invisible time")
+    end
+    assert.matches("1 message(s) not consumed: their invisible time passed",
+      cons.read(dir .. "/run.log"), 1, true)
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
+  end)
+
   it("changes the invisible time for RECONSUME_LATER: consumed again, count raised", function()
     local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5later:1")
     set_mode(db, "T5later", "g5later", "POP")
