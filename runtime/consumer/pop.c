@@ -12,8 +12,9 @@
  *
  * Unlike Java, a batch whose assignment was revoked (a mode switch, a rebalance) still runs
  * and is acked, and so are the messages of the long poll that was in flight: they were popped
- * for this client and would otherwise wait out their invisible time. A batch a stop never ran is not acked: the broker delivers it again after
- * the invisible time.
+ * for this client and would otherwise wait out their invisible time. A batch a stop never ran,
+ * or one whose invisible time passed while it waited for a thread (rmq__consume_begin,
+ * isPopTimeout), is not acked: the broker delivers it again.
  *
  * Ownership: a pop in flight and an armed timer each hold one reference on the entry; a POP
  * batch owns its messages and their extraInfo strings (rmq_cbatch_t.pop_ck) until its result
