@@ -218,7 +218,8 @@ return {
   consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
   subscribe = { T5sql = rmq.sql92("n > 5"), T5tag = "TagA" },
   consume = function(msgs)
-    for i = 1, #msgs do out:write(msgs[i].body, " ", msgs[i].topic, "\n") end
+    -- one write per record: the consume threads append to the same file
+    for i = 1, #msgs do out:write(msgs[i].body .. " " .. msgs[i].topic .. "\n") end
   end,
 }
 ]], out, ns)
