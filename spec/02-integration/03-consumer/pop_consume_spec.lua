@@ -151,12 +151,12 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5many:1")
     set_mode(db, "T5many", "g5many", "POP")
     local dir = cons.tmpdir("pop-many")
-    local outs = {}
+    local outs, pids = {}, {}
     for i = 1, 3 do
       outs[i] = dir .. "/out" .. i .. ".txt"
       -- one message per POP, so that the three share the single queue's messages
-      cons.spawn(script(dir, "c" .. i, "g5many", ns, "T5many", outs[i], "pop_batch_nums = 1,",
-        "rmq.sleep(0.02)"), dir .. "/run" .. i .. ".log")
+      pids[i] = cons.spawn(script(dir, "c" .. i, "g5many", ns, "T5many", outs[i],
+        "pop_batch_nums = 1,", "rmq.sleep(0.02)"), dir .. "/run" .. i .. ".log")
     end
     helpers.wait_until(function() return lib.rmq_devbroker_group_size(db, 0, "g5many") == 3 end,
       30, "three consumers registered")
@@ -167,6 +167,10 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
       "every message consumed")
     for i = 1, 3 do
       assert.is_true(#cons.records(outs[i]) > 0, "consumer " .. i .. " got messages")
+    end
+    for i = 1, 3 do
+      cons.stop(pids[i])
+      assert.equal(0, cons.exit_code(dir .. "/run" .. i .. ".log"), "a clean stop")
     end
   end)
 
@@ -267,9 +271,9 @@ return {
     local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5share:4")
     set_mode(db, "T5share", "g5share", "POP", 1)
     local dir = cons.tmpdir("pop-share")
-    local outs = { dir .. "/out1.txt", dir .. "/out2.txt" }
+    local outs, pids = { dir .. "/out1.txt", dir .. "/out2.txt" }, {}
     for i = 1, 2 do
-      cons.spawn(script(dir, "c" .. i, "g5share", ns, "T5share", outs[i]),
+      pids[i] = cons.spawn(script(dir, "c" .. i, "g5share", ns, "T5share", outs[i]),
         dir .. "/run" .. i .. ".log")
     end
     helpers.wait_until(function() return lib.rmq_devbroker_group_size(db, 0, "g5share") == 2 end,
@@ -288,6 +292,10 @@ return {
       local f = {}
       for w in assert(ext(db, ACK, i, "extraInfo")):gmatch("%S+") do f[#f + 1] = w end
       assert.equal(f[7], ext(db, ACK, i, "queueId"))
+    end
+    for i = 1, 2 do
+      cons.stop(pids[i])
+      assert.equal(0, cons.exit_code(dir .. "/run" .. i .. ".log"), "a clean stop")
     end
   end)
 
