@@ -580,6 +580,9 @@ static int status_fields(const rmq_consumer_stats_t *st, rmq_log_field_t *f)
     f[n++] = (rmq_log_field_t){"retried", NULL, st->msgs_retried};
     f[n++] = (rmq_log_field_t){"dlq", NULL, st->msgs_dlq};
     f[n++] = (rmq_log_field_t){"sent", NULL, st->msgs_sent};
+    f[n++] = (rmq_log_field_t){"popped", NULL, st->msgs_popped};
+    f[n++] = (rmq_log_field_t){"pop_acks", NULL, st->pop_acks};
+    f[n++] = (rmq_log_field_t){"pop_changes", NULL, st->pop_changes};
     f[n++] = (rmq_log_field_t){"lag", NULL, st->lag};
     return n;
 }
@@ -597,18 +600,22 @@ static void status_main(void *arg)
         if (atomic_load(&s->stop)) break;
         rmq_consumer_stats_t st;
         rmq__consumer_stats(s->c, &st);
-        char line[320], sent[40] = "";
+        char line[400], sent[40] = "", pop[96] = "";
         if (st.msgs_sent > 0) snprintf(sent, sizeof(sent), " | sent %lld", (long long)st.msgs_sent);
+        if (st.msgs_popped > 0)
+            snprintf(pop, sizeof(pop), " | popped %lld acked %lld changed %lld",
+                     (long long)st.msgs_popped, (long long)st.pop_acks,
+                     (long long)st.pop_changes);
         snprintf(line, sizeof(line),
-                 "%.0f msg/s | consumed %lld | failed %lld | retried %lld | dlq %lld%s | lag %lld "
-                 "| cached %lld | queues %d",
+                 "%.0f msg/s | consumed %lld | failed %lld | retried %lld | dlq %lld%s%s | lag "
+                 "%lld | cached %lld | queues %d",
                  st.consume_rate, (long long)st.msgs_consumed, (long long)st.msgs_failed,
-                 (long long)st.msgs_retried, (long long)st.msgs_dlq, sent, (long long)st.lag,
+                 (long long)st.msgs_retried, (long long)st.msgs_dlq, sent, pop, (long long)st.lag,
                  (long long)st.cached_msgs, st.owned_queues);
         if (s->tty) {
             rmq__log_status(line);
         } else if (rmq__mono_ms() - last_log >= 10000) {
-            rmq_log_field_t f[10];
+            rmq_log_field_t f[16];
             int nf = status_fields(&st, f);
             f[nf++] = (rmq_log_field_t){"cached", NULL, st.cached_msgs};
             f[nf++] = (rmq_log_field_t){"queues", NULL, st.owned_queues};
@@ -639,7 +646,7 @@ static void final_status(const rmq_consumer_stats_t *st, int tty)
     if (tty) {
         rmq__log_status_end(line);
     } else {
-        rmq_log_field_t f[10];
+        rmq_log_field_t f[16];
         int nf = status_fields(st, f);
         f[nf++] = (rmq_log_field_t){"elapsed_ms", NULL, (int64_t)(secs * 1000)};
         rmq__logf(RMQ_LOG_INFO, "status", f, nf, "%s", line);

@@ -69,6 +69,9 @@ static void stats_build(rmq_consumer_t *c)
     s.inflight_batches = c->inflight_batches;
     s.started_ms = c->start_ms;
     s.msgs_sent = c->n_sent;
+    s.msgs_popped = c->n_popped;
+    s.pop_acks = c->n_pop_acked;
+    s.pop_changes = c->n_pop_changed;
     c->last_consumed = c->n_consumed;
     c->last_pulled = c->n_pulled;
     c->last_stats_ms = now;
@@ -549,6 +552,7 @@ int rmq__consumer_new(rmq_conf_t *conf, const rmq_handler_t *handler, rmq_consum
     /* What the lower parts ask of the rebalance (consumer_int.h, "hooks"). */
     c->hook_rb_wakeup = rmq__rb_wakeup;
     c->hook_drop_queue = rmq__rb_drop_queue;
+    c->hook_pop_result = rmq__pop_result;
     if (uv_loop_init(&c->loop)) {
         rmq__seterr(errstr, errstr_size, "cannot create the event loop");
         rmq__consumer_destroy(c);

@@ -271,6 +271,22 @@ static const rmq_conf_prop_t props[] = {
      "Messages per handler call."},
     {"pull_batch_size", "pullBatchSize", RMQ_CONF_INT, OFF(pull_batch_size), "32", 1, 1024, NULL,
      NULL, NULL, RMQ_CONF_F_JAVA_CHECK, "Messages per PULL_MESSAGE request."},
+    {"client_rebalance", "clientRebalance", RMQ_CONF_BOOL, OFF(client_rebalance), "true", NOLIM,
+     NULL, NULL, NULL, 0,
+     "RocketMQ 5: false asks the broker which queues this client gets and in which mode, PULL "
+     "or POP (QUERY_ASSIGNMENT, RebalanceImpl.getRebalanceResultFromBroker); a 4.x broker that "
+     "does not know the request falls back to the client-side allocation. Orderly and "
+     "BROADCASTING consumers always allocate on the client, as in Java."},
+    {"pop_threshold_for_queue", "popThresholdForQueue", RMQ_CONF_INT,
+     OFF(pop_threshold_for_queue), "96", 1, 65535, NULL, NULL, NULL, 0,
+     "POP flow control: popped messages of one assignment waiting for their ack before the "
+     "next POP_MESSAGE waits."},
+    {"pop_invisible_time", "popInvisibleTime", RMQ_CONF_INT64, OFF(pop_invisible_time), "60000",
+     5000, 300000, NULL, NULL, NULL, RMQ_CONF_F_JAVA_CHECK,
+     "POP: ms a popped message stays invisible to the group before the broker delivers it "
+     "again (unless acked)."},
+    {"pop_batch_nums", "popBatchNums", RMQ_CONF_INT, OFF(pop_batch_nums), "32", 1, 32, NULL,
+     NULL, NULL, RMQ_CONF_F_JAVA_CHECK, "POP: messages per POP_MESSAGE request (maxMsgNums)."},
     {"post_subscription_when_pull", "postSubscriptionWhenPull", RMQ_CONF_BOOL,
      OFF(post_subscription_when_pull), "false", NOLIM, NULL, NULL, NULL, 0,
      "Send the subscription expression with every pull."},
@@ -1101,6 +1117,11 @@ int rmq__conf_check(const rmq_conf_t *c, char *errstr, size_t n)
         check_range(c, "consume_message_batch_max_size", "consumeMessageBatchMaxSize",
                     c->consume_message_batch_max_size, 1, 1024, errstr, n) ||
         check_range(c, "pull_batch_size", "pullBatchSize", c->pull_batch_size, 1, 1024, errstr, n))
+        return RMQ_ERR_CONFIG;
+    /* DefaultMQPushConsumerImpl.checkConfig (5.x): popInvisibleTime, popBatchNums. */
+    if (check_range(c, "pop_invisible_time", "popInvisibleTime", c->pop_invisible_time, 5000,
+                    300000, errstr, n) ||
+        check_range(c, "pop_batch_nums", "popBatchNums", c->pop_batch_nums, 1, 32, errstr, n))
         return RMQ_ERR_CONFIG;
 
     /* Our limits for the options Java does not check. */

@@ -114,6 +114,10 @@ typedef struct rmq_conf {
     int64_t pull_interval;                          /* 0 ms */
     int consume_message_batch_max_size;             /* 1 */
     int pull_batch_size;                            /* 32 */
+    int client_rebalance;                           /* true (5.x: false asks the broker) */
+    int pop_threshold_for_queue;                    /* 96 messages waiting for their ack */
+    int64_t pop_invisible_time;                     /* 60000 ms */
+    int pop_batch_nums;                             /* 32 */
     int post_subscription_when_pull;                /* false */
     int unit_mode;                                  /* false */
     int max_reconsume_times;                        /* -1 (16 concurrently, INT_MAX orderly) */

@@ -282,7 +282,13 @@ int rmq__consume_begin(void *ud, rmq_batch_t *b, int64_t start_ms)
     /* ConsumeRequest.run: "if (this.processQueue.isDropped()) return" -- the batch of a queue
      * that was revoked (or dropped for OFFSET_ILLEGAL / pull expiry) while it waited for a
      * thread does not reach the handler; its new owner consumes those messages. */
-    if (cb->q && __atomic_load_n(&cb->q->pq.state, __ATOMIC_ACQUIRE) == RMQ_PQ_DROPPED) return 1;
+    if (cb->q && !cb->pop_ck &&
+        __atomic_load_n(&cb->q->pq.state, __ATOMIC_ACQUIRE) == RMQ_PQ_DROPPED)
+        return 1; /* (a POP batch runs: pop.c) */
+    /* ConsumeMessagePopConcurrentlyService.ConsumeRequest.run: a POP batch whose invisible time
+     * passed while it waited for a thread is not consumed (isPopTimeout): the broker hands its
+     * messages out again. */
+    if (cb->pop_ck && cb->pop_deadline_ms > 0 && rmq__now_ms() >= cb->pop_deadline_ms) return 1;
     /* ConsumeMessageOrderlyService.ConsumeRequest.run: an orderly batch runs only while its
      * queue is locked and the lock has not expired; it may have waited for a thread long after
      * its dispatch checked that (behind long handlers, or a reload's previous version). */
@@ -393,7 +399,8 @@ void rmq__consume_expire_timer(uv_timer_t *t)
     rmq_cbatch_t **list = NULL;
     for (rmq_cbatch_t *cb = c->inflight; cb; cb = cb->inext) {
         int64_t st = __atomic_load_n(&cb->start_ms, __ATOMIC_RELAXED);
-        if (cb->b.orderly || !st || now - st <= limit || cb->q->pq.state == RMQ_PQ_DROPPED)
+        if (cb->b.orderly || cb->pop_ck || !st || now - st <= limit ||
+            cb->q->pq.state == RMQ_PQ_DROPPED)
             continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 8;
@@ -441,6 +448,10 @@ static void apply_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
     c->hops->batch_release(b);
     if (b->orderly) {
         rmq__orderly_result(c, cb);
+        return;
+    }
+    if (cb->pop_ck) {
+        c->hook_pop_result(c, cb); /* rmq__pop_result: acks, invisible times */
         return;
     }
     if (q->pq.state == RMQ_PQ_DROPPED) {
@@ -599,6 +610,11 @@ rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b)
     nb->start_ms = __atomic_load_n(&cb->start_ms, __ATOMIC_RELAXED);
     nb->expired = cb->expired;
     nb->need_lock = cb->need_lock;
+    nb->pop_ck = cb->pop_ck; /* the extraInfo strings move too */
+    nb->pop_n = cb->pop_n;
+    nb->pop_deadline_ms = cb->pop_deadline_ms;
+    cb->pop_ck = NULL;
+    cb->pop_n = 0;
     nb->iprev = cb->iprev;
     nb->inext = cb->inext;
     if (cb->iprev) cb->iprev->inext = nb;
@@ -649,6 +665,8 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         c->hops->batch_release(b);
         if (b->orderly)
             rmq__orderly_result(c, cb); /* no commit; a dropped queue's deferred unlock */
+        else if (cb->pop_ck)
+            c->hook_pop_result(c, cb); /* not acked: the broker delivers them again */
         else
             rmq__cbatch_free(cb);
         return;
@@ -662,6 +680,8 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         c->hops->batch_release(b);
         if (b->orderly) {
             rmq__orderly_result(c, cb); /* a dropped queue: no commit, the deferred unlock */
+        } else if (cb->pop_ck) {
+            c->hook_pop_result(c, cb);
         } else {
             resolve(cb->q, cb->msgs, b->n);
             rmq__cbatch_free(cb);

@@ -85,6 +85,9 @@ typedef struct rmq_consumer_stats {
     int32_t inflight_batches; /* batches submitted to the consume threads, not yet done */
     int64_t started_ms;     /* wall clock when the consumer started, 0 before */
     int64_t msgs_sent;      /* messages the handlers sent with rmq.send() (send succeeded) */
+    int64_t msgs_popped;    /* RocketMQ 5 POP: messages received in POP_MESSAGE answers */
+    int64_t pop_acks;       /* ACK_MESSAGEs the broker accepted */
+    int64_t pop_changes;    /* CHANGE_MESSAGE_INVISIBLETIMEs the broker accepted */
 } rmq_consumer_stats_t;
 
 /* Copy the latest snapshot into *out. Any thread. */

@@ -1,7 +1,8 @@
 /*
  * consumer_int.h -- private state of the push consumer engine, shared by its files: client.c
  * (start, broker requests, shutdown), instance.c (the state the parts share), queue.c, routes.c
- * (routes, heartbeats), check_client.c, direct.c, rebalance.c, pull.c, flow.c, undecodable.c,
+ * (routes, heartbeats), check_client.c, direct.c, assignment.c (RocketMQ 5 QUERY_ASSIGNMENT),
+ * pop.c (RocketMQ 5 POP), rebalance.c, pull.c, flow.c, undecodable.c,
  * consume.c, consume_orderly.c, offset_store.c, offset_local.c and stats.c. Which file declares
  * what, and the order they call each other in, is at the end ("the files of the engine").
  *
@@ -77,6 +78,8 @@ typedef struct rmq_csub {
     int have_route;
     int route_inflight;
     int check_state; /* RMQ_CHECK_*: CHECK_CLIENT_CONFIG of a non-TAG subscription */
+    int pop_retry;   /* the POP retry topic %RETRY%<group>_<topic> of a subscribed topic
+                      * (client_rebalance false): pulled only while the topic is not popped */
     rmq_topic_stats_t st;  /* statistics of this topic's queues (stats.h) */
 } rmq_csub_t;
 
@@ -119,6 +122,11 @@ typedef struct rmq_qent {
     int flow_parked, flow_go, flow_reserved;
     struct rmq_qent *flow_next;
     int64_t pull_sent_ns;  /* uv_hrtime() when the pull in flight was sent (stats) */
+    /* pop.c: a POP assignment of the broker (RocketMQ 5; mq.queue_id -1 = every queue of the
+     * broker): POP_MESSAGE instead of pulls (pull_inflight and timer serve the pops), no
+     * process queue and no offset (the broker keeps the group's). */
+    int pop;
+    int pop_waiting;       /* popped, not yet acked or changed (PopProcessQueue waitAckCounter) */
 } rmq_qent_t;
 
 /* A queue's lag: the broker's max offset past the committed offset (the pull position before
@@ -149,6 +157,11 @@ typedef struct rmq_cbatch {
     int n_pending;          /* send-backs still in flight for this batch */
     int n_retry;            /* messages collected for the local retry */
     rmq_batch_run_t run;    /* handler timing, written by the consume thread (stats) */
+    char **pop_ck;          /* a POP batch (pop.c): each message's extraInfo (POP_CK), owned;
+                             * NULL for pulled messages */
+    int pop_n;              /* entries of pop_ck */
+    int64_t pop_deadline_ms;/* a POP batch: popTime + invisibleTime (wall clock), after which
+                             * its handler does not run (rmq__consume_begin) */
     rmq_msg_t *msgs[];      /* b.n views */
 } rmq_cbatch_t;
 
@@ -242,14 +255,23 @@ struct rmq_consumer {
                                                 * route change (routes.c) */
     void (*hook_drop_queue)(rmq_consumer_t *c, rmq_qent_t *q, int persist);
                                                /* rmq__rb_drop_queue: OFFSET_ILLEGAL (pull.c) */
+    void (*hook_pop_result)(rmq_consumer_t *c, rmq_cbatch_t *cb);
+                                               /* rmq__pop_result: a POP batch came back
+                                                * (consume.c) */
+    /* RocketMQ 5 (assignment.c, pop.c): a broker answered QUERY_ASSIGNMENT "request code not
+     * supported" (4.x): the client allocates from then on. */
+    int assign_unsupported;
+    int64_t n_popped, n_pop_acked, n_pop_changed; /* POP deliveries, ACK_MESSAGEs and
+                                                   * CHANGE_MESSAGE_INVISIBLETIMEs that succeeded */
 };
 
 /* ---- the files of the engine and what each declares ------------------------------------------
  *
  * Lowest first: a file calls functions of the files listed before it only, except in three
- * circles of two (stats.c and metrics_http.c, consume.c and consume_orderly.c, pull.c and
- * flow.c). A part that must make a higher one act calls a hook of the consumer instead:
- * c->hook_rb_wakeup and c->hook_drop_queue, set by rmq__consumer_new (client.c, the top). The
+ * circles (stats.c and metrics_http.c, consume.c and consume_orderly.c, and pull.c, flow.c and
+ * pop.c: a parked queue is resumed through rmq__pull_now, which hands a POP one to pop.c). A
+ * part that must make a higher one act calls a hook of the consumer instead: c->hook_rb_wakeup,
+ * c->hook_drop_queue and c->hook_pop_result, set by rmq__consumer_new (client.c, the top). The
  * files with a header of their own (conf, allocate, process_queue, flow, stats, metrics_http,
  * offset_file) declare it there. */
 
@@ -410,6 +432,35 @@ void rmq__undecodable_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m);
 void rmq__undecodable_timer(uv_timer_t *t);
 /* Shutdown: forget those waiting to be sent again (their messages stay held). */
 void rmq__undecodable_abandon(rmq_consumer_t *c);
+
+/* assignment.c: QUERY_ASSIGNMENT (RocketMQ 5 broker-side assignment, MQClientAPIImpl.
+ * queryAssignment) for topic to the broker at addr. cb(ud, rc, list, n, why) later: rc 0 with the
+ * assignments (borrowed for the call), RMQ_RESP_REQUEST_CODE_NOT_SUPPORTED from a 4.x broker, or
+ * another error with why. Returns 0 when sent (cb then runs once), else an error (cb never
+ * runs). */
+typedef struct rmq_assignment {
+    rmq_mq_t mq;
+    int pop; /* MessageRequestMode: 0 PULL, 1 POP */
+} rmq_assignment_t;
+typedef void (*rmq_assign_cb)(void *ud, int rc, const rmq_assignment_t *a, int n,
+                              const char *why);
+int rmq__assign_query(rmq_consumer_t *c, const char *addr, const char *topic, rmq_assign_cb cb,
+                      void *ud);
+/* 1 when the rebalance asks the broker (client_rebalance false, concurrent, CLUSTERING, and no
+ * broker said it does not know QUERY_ASSIGNMENT). */
+int rmq__assign_by_broker(const rmq_consumer_t *c);
+
+/* pop.c: POP consumption of a POP assignment (DefaultMQPushConsumerImpl.popMessage,
+ * ConsumeMessagePopConcurrentlyService): POP_MESSAGE with long polling, the batches to the
+ * runner, ACK_MESSAGE or CHANGE_MESSAGE_INVISIBLETIME for their results. */
+void rmq__pop_now(rmq_qent_t *q);
+/* A POP batch came back (any status): acks, invisible-time changes, release; frees cb. */
+void rmq__pop_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
+/* ExtraInfoUtil.buildExtraInfo with the message's offset: the POP_CK string into out (NUL
+ * terminated, truncated to out_size). */
+void rmq__pop_extra_info(char *out, size_t out_size, int64_t ck_offset, int64_t pop_time,
+                         int64_t invisible, int revive_qid, const char *topic,
+                         const char *broker, int qid, int64_t msg_offset);
 
 /* pull.c (and flow.c, flow.h: they call each other) */
 void rmq__pull_now(rmq_qent_t *q);

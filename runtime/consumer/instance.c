@@ -77,7 +77,7 @@ void rmq__c_send_back_cmd(rmq_consumer_t *c, const rmq_msg_t *m, int delay_level
 int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out, int *n_out,
                       char *errstr, size_t errstr_size)
 {
-    rmq_csub_t *subs = rmq__xcalloc((size_t)cf->n_subs + 1, sizeof(rmq_csub_t));
+    rmq_csub_t *subs = rmq__xcalloc((size_t)cf->n_subs * 2 + 1, sizeof(rmq_csub_t));
     int n = 0, retry = 0;
     for (int i = 0; i < cf->n_subs; i++) {
         char *t = rmq__ns_wrap(cf->namespace, cf->subs[i].topic);
@@ -91,6 +91,25 @@ int rmq__c_build_subs(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_csub_t **out,
         }
         if (!strcmp(subs[n].sd->topic, c->retry_topic)) retry = 1;
         n++;
+    }
+    if (cf->message_model == RMQ_MODEL_CLUSTERING && !cf->client_rebalance) {
+        /* RebalanceImpl.updateMessageQueueAssignment: the POP retry topic of each topic
+         * (KeyBuilder.buildPopRetryTopic, %RETRY%<group>_<topic>) is subscribed while the
+         * topic is consumed in PULL mode, so that what POP left there is consumed too
+         * (rebalance.c leaves it alone while the topic is popped). */
+        int users = n;
+        for (int i = 0; i < users; i++) {
+            const char *t = subs[i].sd->topic;
+            if (!strncmp(t, "%RETRY%", 7)) continue;
+            size_t len = strlen(c->group) + strlen(t) + 9;
+            char *pt = rmq__xmalloc(len);
+            snprintf(pt, len, "%%RETRY%%%s_%s", c->group, t);
+            if (rmq__sub_build(pt, "*", NULL, &subs[n].sd, errstr, errstr_size) == 0) {
+                subs[n].pop_retry = 1;
+                n++;
+            }
+            free(pt);
+        }
     }
     if (cf->message_model == RMQ_MODEL_CLUSTERING && !retry) {
         rmq__sub_build(c->retry_topic, "*", NULL, &subs[n].sd, errstr, errstr_size);

@@ -52,6 +52,10 @@ void rmq__pull_now(rmq_qent_t *q)
 {
     rmq_consumer_t *c = q->c;
     const rmq_conf_t *cf = c->conf;
+    if (q->pop) { /* a POP assignment (flow.c resumes a parked one here) */
+        rmq__pop_now(q);
+        return;
+    }
     if (q->pq.state != RMQ_PQ_ACTIVE || q->pull_inflight) return;
     q->last_pull_ms = rmq__mono_ms();
     q->pq.last_pull_ms = q->last_pull_ms;

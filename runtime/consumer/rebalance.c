@@ -253,7 +253,7 @@ static int apply_allocation(rmq_consumer_t *c, rmq_csub_t *s, const int *idx, in
     rmq_qent_t *q = c->queues;
     while (q) {
         rmq_qent_t *next = q->next;
-        if (!strcmp(q->mq.topic, topic)) {
+        if (!strcmp(q->mq.topic, topic) && !q->pop) { /* POP entries: apply_assignment */
             int keep = mq_set_has(&alloc, &q->mq);
             if (!keep) {
                 rmq_log_info("rebalance", "%s: revoked", q->name);
@@ -397,6 +397,112 @@ static void on_consumer_list(void *ud, int err, rmq_cmd_t *resp, const char *err
     rb_step_done(c);
 }
 
+/* ---- broker-side assignment (RocketMQ 5) ---------------------------------------------------- */
+
+/* RebalanceImpl.updateMessageQueueAssignment: the POP entries of the topic that are no longer
+ * assigned in POP mode leave; the PULL assignments (those of the route) go through the table
+ * update of the client-side path (a queue now popped leaves it with its offset persisted, so
+ * the broker's POP goes on from there); each new POP assignment gets an entry and its pop
+ * loop. Returns 1 when something changed. */
+static int apply_assignment(rmq_consumer_t *c, rmq_csub_t *s, const rmq_assignment_t *a, int n)
+{
+    const char *topic = s->sd->topic;
+    int changed = 0;
+    rmq_qent_t *q = c->queues;
+    while (q) {
+        rmq_qent_t *next = q->next;
+        if (q->pop && !strcmp(q->mq.topic, topic)) {
+            int keep = 0;
+            for (int i = 0; i < n && !keep; i++) keep = a[i].pop && mq_same(&a[i].mq, &q->mq);
+            if (!keep) {
+                rmq_log_info("rebalance", "%s: POP assignment revoked", q->name);
+                rmq__rb_drop_queue(c, q, 0);
+                changed = 1;
+            }
+        }
+        q = next;
+    }
+    int *idx = rmq__xcalloc((size_t)n + 1, sizeof(int));
+    int ni = 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i].pop || strcmp(a[i].mq.topic, topic)) continue;
+        int k = 0;
+        while (k < s->n_mqs && !mq_same(&s->mqs[k], &a[i].mq)) k++;
+        if (k < s->n_mqs)
+            idx[ni++] = k;
+        else
+            rmq_log_warn("rebalance", "%s: assigned %s#%d is not in its route yet", topic,
+                         a[i].mq.broker_name, a[i].mq.queue_id);
+    }
+    if (apply_allocation(c, s, idx, ni)) changed = 1;
+    free(idx);
+    for (int i = 0; i < n; i++) {
+        if (!a[i].pop || strcmp(a[i].mq.topic, topic)) continue;
+        int held = 0;
+        for (rmq_qent_t *o = c->queues; o && !held; o = o->next)
+            held = o->pop && mq_same(&o->mq, &a[i].mq);
+        if (held) continue;
+        rmq_qent_t *p = rmq__qent_new(c, &a[i].mq);
+        p->pop = 1;
+        rmq_log_info("rebalance", "%s: assigned in POP mode", p->name);
+        rmq__pq_set_state(&p->pq, RMQ_PQ_ACTIVE);
+        rmq__pop_now(p);
+        changed = 1;
+    }
+    if (changed) rmq__rb_flow_thresholds(c);
+    return changed;
+}
+
+/* 1 when s is the POP retry topic of a topic this client pops now (RebalanceImpl: "push
+ * switch to pop: unsubscribe pop retry topic"). */
+static int pop_retry_idle(rmq_consumer_t *c, const rmq_csub_t *s)
+{
+    size_t pre = 7 + strlen(c->group) + 1; /* "%RETRY%<group>_" */
+    if (strlen(s->sd->topic) <= pre) return 1;
+    const char *parent = s->sd->topic + pre;
+    for (rmq_qent_t *q = c->queues; q; q = q->next)
+        if (q->pop && !strcmp(q->mq.topic, parent)) return 1;
+    return 0;
+}
+
+static void on_assignment(void *ud, int rc, const rmq_assignment_t *a, int n, const char *why)
+{
+    rb_topic_t *t = ud;
+    rmq_consumer_t *c = t->c;
+    int i = t->idx;
+    uint32_t gen = t->gen;
+    free(t);
+    if (c->state != RMQ_CLIENT_RUNNING || c->paused || gen != c->subs_gen) {
+        rb_step_done(c);
+        return;
+    }
+    rmq_csub_t *s = &c->subs[i];
+    if (rc == RMQ_RESP_REQUEST_CODE_NOT_SUPPORTED) {
+        /* A 4.x broker: the client allocates from now on (one line, once). */
+        if (!c->assign_unsupported)
+            rmq_log_info("rebalance", "client_rebalance is false but the broker does not know "
+                         "QUERY_ASSIGNMENT (%s): allocating queues on the client", why);
+        c->assign_unsupported = 1;
+        c->rb_again = 1;
+        rb_step_done(c);
+        return;
+    }
+    if (rc) {
+        /* RebalanceImpl.doRebalance logs no failure of a retry topic. */
+        if (strncmp(s->sd->topic, "%RETRY%", 7))
+            rmq_log_warn("rebalance", "QUERY_ASSIGNMENT for %s: %s", s->sd->topic, why);
+        else
+            rmq_dbg(RMQ_DBG_REBALANCE, "rebalance", "QUERY_ASSIGNMENT for %s: %s",
+                    s->sd->topic, why);
+        rb_step_done(c);
+        return;
+    }
+    rmq_dbg(RMQ_DBG_REBALANCE, "rebalance", "%s: %d assignment(s) from the broker",
+            s->sd->topic, n);
+    if (apply_assignment(c, s, a, n)) c->rb_changed = 1;
+    rb_step_done(c);
+}
+
 /* ---- the round --------------------------------------------------------------------------------- */
 
 static void rb_round(uv_timer_t *t);
@@ -442,6 +548,22 @@ static void rb_round(uv_timer_t *t)
         const char *addr = rmq__c_topic_addr(c, s->sd->topic);
         if (!addr) {
             need_route = 1;
+            continue;
+        }
+        if (s->pop_retry && (!rmq__assign_by_broker(c) || pop_retry_idle(c, s))) {
+            /* Its topic is popped now (or the client allocates): not consumed. */
+            if (apply_allocation(c, s, NULL, 0)) c->rb_changed = 1;
+            continue;
+        }
+        if (rmq__assign_by_broker(c)) {
+            rb_topic_t *rt = rmq__xcalloc(1, sizeof(*rt));
+            rt->c = c;
+            rt->idx = i;
+            rt->gen = c->subs_gen;
+            if (rmq__assign_query(c, addr, s->sd->topic, on_assignment, rt) == 0)
+                c->rb_outstanding++;
+            else
+                free(rt);
             continue;
         }
         rmq_cmd_t cmd;

@@ -124,6 +124,7 @@ static const struct {
     {"tls_client_auth_server", "the TLS context was loaded at start"},
     {"tls_verify_server_name", "the TLS context was loaded at start"},
     {"local_offset_store_dir", "the offset file was opened at start"},
+    {"client_rebalance", "the POP retry topics were subscribed at start"},
     {"log_format", "the log writer was started with it"},
     {"log_file", "the log writer opened it at start (SIGUSR1 reopens it)"},
     {"metrics_listen", "the metrics endpoint was started on it"},

@@ -706,6 +706,17 @@ void rmq__stats_prometheus(const rmq_stats_snap_t *s, const rmq_proc_stats_t *pr
             lbl(out, "result", rmq__pull_result_names[r]);
             val_i64(out, s->topics[i].pulls[r]);
         }
+    family(out, "rmqlua_popped_messages_total", "counter",
+           "Messages received in POP_MESSAGE answers (RocketMQ 5 POP).");
+    sample(out, "rmqlua_popped_messages_total", "", s);
+    val_i64(out, s->totals.msgs_popped);
+    family(out, "rmqlua_pop_acks_total", "counter", "ACK_MESSAGEs the broker accepted (POP).");
+    sample(out, "rmqlua_pop_acks_total", "", s);
+    val_i64(out, s->totals.pop_acks);
+    family(out, "rmqlua_pop_invisible_time_changes_total", "counter",
+           "CHANGE_MESSAGE_INVISIBLETIMEs the broker accepted (POP: consumed again later).");
+    sample(out, "rmqlua_pop_invisible_time_changes_total", "", s);
+    val_i64(out, s->totals.pop_changes);
     family(out, "rmqlua_rebalances_total", "counter", "Rebalance rounds run.");
     sample(out, "rmqlua_rebalances_total", "", s);
     val_i64(out, s->rebalances);
@@ -860,6 +871,9 @@ json_t *rmq__stats_json(const rmq_stats_snap_t *s, const rmq_proc_stats_t *proc)
     SETI(tot, "sent_back", t->msgs_retried);
     SETI(tot, "dlq", t->msgs_dlq);
     SETI(tot, "sent", t->msgs_sent);
+    SETI(tot, "popped", t->msgs_popped);
+    SETI(tot, "pop_acks", t->pop_acks);
+    SETI(tot, "pop_invisible_time_changes", t->pop_changes);
     SETI(tot, "pulled", t->msgs_pulled);
     SETR(tot, "consume_rate", t->consume_rate);
     SETR(tot, "pull_rate", t->pull_rate);

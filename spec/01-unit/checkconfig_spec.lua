@@ -194,6 +194,35 @@ describe("conf set errors", function()
     assert.are.equal("32", get(conf, "pull_batch_size"))
   end)
 
+  it("check the RocketMQ 5 POP options with Java's defaults and bounds", function()
+    local conf = vectors_conf()
+    assert.are.equal("true", get(conf, "client_rebalance"))
+    assert.are.equal("96", get(conf, "pop_threshold_for_queue"))
+    assert.are.equal("60000", get(conf, "pop_invisible_time"))
+    assert.are.equal("32", get(conf, "pop_batch_nums"))
+    assert.are.equal(0, (check(conf)))
+    -- DefaultMQPushConsumerImpl.checkConfig: popInvisibleTime [5000, 300000], popBatchNums
+    -- [1, 32]; the error names the option
+    for _, bad in ipairs { { "pop_invisible_time", "4999", "popInvisibleTime" },
+                           { "pop_invisible_time", "300001", "popInvisibleTime" },
+                           { "pop_batch_nums", "0", "popBatchNums" },
+                           { "pop_batch_nums", "33", "popBatchNums" },
+                           { "pop_threshold_for_queue", "0", nil } } do
+      local c = vectors_conf()
+      local rc, err = set(c, bad[1], bad[2])
+      if rc == 0 then rc, err = check(c) end
+      assert.are_not.equal(0, rc, bad[1] .. "=" .. bad[2])
+      assert.matches(bad[1], err, 1, true)
+      if bad[3] then assert.matches(bad[3] .. " Out of range", err, 1, true) end
+    end
+    for _, good in ipairs { { "pop_invisible_time", "5000" }, { "pop_invisible_time", "300000" },
+                            { "pop_batch_nums", "1" }, { "client_rebalance", "false" } } do
+      local c = vectors_conf()
+      assert.are.equal(0, (set(c, good[1], good[2])))
+      assert.are.equal(0, (check(c)), good[1] .. "=" .. good[2])
+    end
+  end)
+
   it("name the option, value and the allowed values for a bad enum", function()
     local rc, err = set(new_conf(), "message_model", "CLUSTER")
     assert.are_not.equal(0, rc)
