@@ -61,6 +61,15 @@ cleanup() {
         kill -CONT "$pid" 2>/dev/null
         kill -KILL "$pid" 2>/dev/null
     done < "$work/pids"
+    # The network scenarios' namespaces and veth pairs (their nft tables and qdiscs go with them).
+    if [ -s "$work/netns" ]; then
+        while read -r kind name; do
+            case $kind in
+            ns) ip netns del "$name" 2>/dev/null ;;
+            link) ip link del "$name" 2>/dev/null ;;
+            esac
+        done < "$work/netns"
+    fi
     if [ -n "${RMQ_RELIABILITY_LOGS:-}" ]; then
         mkdir -p "$RMQ_RELIABILITY_LOGS" && cp -r "$work"/. "$RMQ_RELIABILITY_LOGS"/
     fi

@@ -9,6 +9,8 @@
 local L = require "lib"
 local Ctx = require "ctx"
 local S = require "scenarios"
+local NS = require "netns"
+for id, sc in pairs(require "netfault") do S[id] = sc end
 
 local opts = {minutes = 12, rate = 5000}
 local i = 1
@@ -43,8 +45,10 @@ if opts.only then
   for n in opts.only:gmatch("%d+") do selected[tonumber(n)] = true end
 end
 local ids = {}
-for id = 1, 13 do
-  if (not opts.only or selected[id]) and (not opts.long or id <= 5) then ids[#ids + 1] = id end
+for id = 1, table.maxn(S) do
+  if S[id] and (not opts.only or selected[id]) and (not opts.long or id <= 5 or S[id].netns) then
+    ids[#ids + 1] = id
+  end
 end
 
 local rows = {}
@@ -78,10 +82,19 @@ end)
 local function run_one(id)
   local sc = S[id]
   local ctx = Ctx.new(id, opts.long and sc.long_title or sc.title)
+  ctx.net = sc.netns
   rows[id] = ctx
   if L.namesrv and sc.dev then
     ctx.skip = "needs the development broker (not run with --namesrv)"
     return
+  end
+  if sc.netns then
+    local ok, why = NS.available()
+    if not ok then
+      ctx.skip = "network faults " .. why
+      ctx:log("skipped: network faults %s", why)
+      return
+    end
   end
   active[ctx] = true
   ctx:log("%s: start", ctx.title)
@@ -96,6 +109,7 @@ local function run_one(id)
   end
   local fok, ferr = xpcall(ctx.finish, debug.traceback, ctx)
   if not fok then ctx.error = (ctx.error or "") .. "\n" .. tostring(ferr) end
+  for _, link in ipairs(ctx.links or {}) do link:remove() end
   active[ctx] = nil
   ctx.duration = L.mono() - ctx.started
   ctx:log("%s: done in %.0f s", ctx.title, ctx.duration)
@@ -127,8 +141,9 @@ L.run_tasks()
 local failed = 0
 local lines = {}
 local function add(s) lines[#lines + 1] = s end
-add("| scenario | produced | consumed (distinct) | missing | duplicates | in DLQ | crashes | peak RSS | result |")
-add("|---|---|---|---|---|---|---|---|---|")
+add("| scenario | produced | consumed (distinct) | missing | duplicates | in DLQ | crashes | peak RSS | "
+  .. "notice | recover | CPU (fault) | result |")
+add("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for _, id in ipairs(ids) do
   local ctx = rows[id]
   local r = ctx.row
@@ -147,10 +162,17 @@ for _, id in ipairs(ids) do
     end
   end
   local function cell(v) return ctx.skip and "-" or L.num(v) end
-  add(string.format("| %d. %s | %s | %s | %s | %s | %s | %s | %s | %s |", id, ctx.title,
+  -- The network scenarios' columns: seconds (or "never" when it did not happen) and percent.
+  local function s_cell(k)
+    if ctx.skip or not ctx.net then return "-" end
+    return r[k] and string.format("%.1f s", r[k]) or "never"
+  end
+  add(string.format("| %d. %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", id, ctx.title,
     cell(r.produced), cell(r.consumed), cell(r.missing), cell(r.dups),
     ctx.skip and "-" or L.num(r.dlq), cell(r.crashes),
-    (ctx.skip or r.rss_kb == 0) and "-" or string.format("%.1f MB", r.rss_kb / 1024), result))
+    (ctx.skip or r.rss_kb == 0) and "-" or string.format("%.1f MB", r.rss_kb / 1024),
+    s_cell("notice_s"), s_cell("recover_s"),
+    (ctx.skip or not r.cpu_pct) and "-" or string.format("%.0f %%", r.cpu_pct), result))
 end
 local total = L.mono() - started
 local mode = opts.long and string.format("--long (%d min per scenario at %d msgs/s)", opts.minutes, opts.rate)
