@@ -86,6 +86,7 @@ local function secs(v) return v and string.format("%.1f s", v) or "never" end
 -- reaches it: the commits of the blackhole go out again on the next persist).
 
 local HB_MS, API_MS = 5000, 3000
+local PERSIST_S = 5 -- persist_consumer_offset_interval (default)
 
 S[14] = {title = "broker blackhole 30 s (short: 15 s)", long_title = "broker blackhole 30 s", netns = true,
          run = function(ctx, o)
@@ -124,6 +125,272 @@ S[14] = {title = "broker blackhole 30 s (short: 15 s)", long_title = "broker bla
   ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
   ctx:count()
   ctx:check(ctx.row.dups == 0, "no duplicates (nothing committed was lost): %d", ctx.row.dups)
+end}
+
+-- ---- 15. name server blackhole --------------------------------------------------------------
+-- Only the name server's port dropped (20 s; long: 60 s) while the broker stays reachable.
+-- Bounds: messages sent during the blackhole are consumed during it (the routes the consumer
+-- has serve on); the name server connection is closed within poll_name_server_interval +
+-- mq_client_api_timeout (+ slack): 2 s + 3 s here; route queries reach it again within
+-- poll_name_server_interval + slack after the link returns; 0 missing, 0 duplicates.
+
+local POLL_NS_MS = 2000
+
+S[15] = {title = "name server blackhole 20 s", long_title = "name server blackhole 60 s", netns = true,
+         run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 8)
+  ctx:produce({ns = b.ns, topic = topic, n = 2000, prefix = "n"})
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", bin = link.exec .. L.bin,
+                          set = {poll_name_server_interval = POLL_NS_MS, mq_client_api_timeout = API_MS}})
+  ctx:wait_consumed(60, "the messages sent before the blackhole")
+  local nsport = port(b.ns)
+  local old = link:conns(nsport)
+  ctx:check(next(old) ~= nil, "the consumer is connected to the name server before the blackhole")
+  local cpu = cpu_meter(c)
+  link:fault("blackhole", {b.ns})
+  local hole = o.long and 60 or 20
+  ctx:log("name server %s blackholed for %d s", b.ns, hole)
+  local t0 = L.mono()
+  local notice = wait_closed(link, nsport, old, hole / 2)
+  ctx.row.notice_s = notice
+  local bound = (POLL_NS_MS + API_MS) / 1000 + SLACK_S
+  ctx:check(notice and notice <= bound, "the silent name server's connection closed within %.0f s: %s",
+    bound, secs(notice))
+  -- Sent (from the root namespace) and consumed while the name server is unreachable.
+  ctx:produce({ns = b.ns, topic = topic, n = 2000, prefix = "d"})
+  local during = pcall(ctx.wait_consumed, ctx, math.max(1, hole - (L.mono() - t0) - 1),
+    "the messages sent during the blackhole")
+  ctx:check(during, "the messages sent during the blackhole consumed during it (%d of %d so far)",
+    ctx.tally:consumed_of(ctx.produced), ctx.nproduced)
+  L.sleep(math.max(0, hole - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  link:clear()
+  local t1 = L.mono()
+  local back = pcall(L.wait_for, function() return next(link:conns(nsport)) ~= nil end, 30,
+    "a name server connection again", 0.25)
+  local rec = back and (L.mono() - t1) or nil
+  ctx.row.recover_s = rec
+  local rbound = POLL_NS_MS / 1000 + SLACK_S
+  ctx:check(rec and rec <= rbound, "route queries reach the name server again within %.0f s: %s", rbound, secs(rec))
+  ctx:produce({ns = b.ns, topic = topic, n = 1000, prefix = "a"})
+  ctx:wait_consumed(60)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  c:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:count()
+  ctx:check(ctx.row.dups == 0, "no duplicates: %d", ctx.row.dups)
+end}
+
+-- ---- 16. one-way loss broker -> consumer -----------------------------------------------------
+-- Packets from the broker's port dropped (15 s; long: 30 s); the consumer's requests still
+-- arrive (pulls, commits, heartbeats), their answers never do. Bounds: the connection is closed
+-- within heartbeat_broker_interval + mq_client_api_timeout (+ slack); no committed offset goes
+-- back; consuming again within 20 s of the link's return; 0 missing, 0 duplicates.
+
+S[16] = {title = "one-way loss broker→consumer 15 s", long_title = "one-way loss broker→consumer 30 s",
+         netns = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 8)
+  ctx:produce({ns = b.ns, topic = topic, n = 20000, prefix = "n"})
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", sleep_ms = 10,
+                          bin = link.exec .. L.bin,
+                          set = {heartbeat_broker_interval = HB_MS, mq_client_api_timeout = API_MS}})
+  ctx:wait_records(4000, "consumption before the loss")
+  local baddr = b.addrs[b.names[1]]
+  local bport = port(baddr)
+  local old = link:conns(bport)
+  local before = assert(L.offsets(b.ns, topic, "committed", group))
+  local cpu = cpu_meter(c)
+  link:fault("in", {baddr})
+  local hole = o.long and 30 or 15
+  ctx:log("packets from %s dropped for %d s", baddr, hole)
+  local t0 = L.mono()
+  local notice = wait_closed(link, bport, old, hole)
+  ctx.row.notice_s = notice
+  L.sleep(math.max(0, hole - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  local mid = assert(L.offsets(b.ns, topic, "committed", group))
+  link:clear()
+  local bound = (HB_MS + API_MS) / 1000 + SLACK_S
+  ctx:check(notice and notice <= bound, "the connection without answers closed within %.0f s: %s",
+    bound, secs(notice))
+  local back = 0
+  for k, v in pairs(before) do if (mid[k] or -1) < v then back = back + 1 end end
+  ctx:check(back == 0, "offsets committed before the loss stay committed (%d queue(s) went back)", back)
+  local rec = wait_progress(ctx, 60)
+  ctx.row.recover_s = rec
+  ctx:check(rec and rec <= 20, "consuming again within 20 s of the link's return: %s", secs(rec))
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  c:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  local log = L.read(c.log)
+  ctx:note("consumer log: %d pull(s) timed out", select(2, log:gsub("PULL_MESSAGE%(11%)[^\n]*timed out", "")))
+  ctx:count()
+  ctx:check(ctx.row.dups == 0, "no duplicates: %d", ctx.row.dups)
+end}
+
+-- ---- 17. slow link ---------------------------------------------------------------------------
+-- 1 Mbit/s both ways (tc tbf on the veth pair) with 256 KiB messages: 20 (long: 120), about
+-- 2 a second over the link. Bounds: pulls answered slowly do not turn into a retry storm (at
+-- most one timed-out pull per queue); the consumer's peak RSS stays within what it had before
+-- the messages + its flow-control bound (pull_threshold_size_for_queue 1 MiB × 4 queues, one
+-- pull's answer each over it) + 24 MiB for the runtime's own buffers; 0 missing.
+
+S[17] = {title = "slow link 1 Mbit/s, 256 KiB messages", netns = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 4)
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", bin = link.exec .. L.bin,
+                          set = {pull_threshold_size_for_queue = 1}})
+  L.wait_for(function() return L.read(c.log):find("started as ", 1, true) end, 30, "the consumer's start")
+  L.sleep(2)
+  local _, rss0 = c:mem()
+  link:slow("1mbit")
+  local cpu = cpu_meter(c)
+  local n = o.long and 120 or 20
+  local t0 = L.mono()
+  ctx:produce({ns = b.ns, topic = topic, n = n, size = 256 * 1024, prefix = "s"})
+  ctx:wait_consumed(n * 2 + 60, "the big messages over the slow link")
+  ctx.row.cpu_pct = cpu()
+  ctx:note("%d messages of 256 KiB over 1 Mbit/s in %.1f s", n, L.mono() - t0)
+  link:slow(nil)
+  c:mem()
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  c:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  local log = L.read(c.log)
+  local timeouts = select(2, log:gsub("PULL_MESSAGE%(11%)[^\n]*timed out", ""))
+  ctx:check(timeouts <= 4, "no pull retry storm: %d pull(s) timed out (at most one per queue)", timeouts)
+  local bound_kb = rss0 + (4 * (1024 + 256)) + 24 * 1024
+  if not (L.asan or L.tsan) then
+    ctx:check(c.hwm_kb <= bound_kb, "peak RSS %.1f MB within %.1f MB (%.1f MB before + flow control + 24 MB)",
+      c.hwm_kb / 1024, bound_kb / 1024, rss0 / 1024)
+  end
+  ctx:count()
+end}
+
+-- ---- 18. reset storm -------------------------------------------------------------------------
+-- Every packet to the broker's and the name server's ports rejected with a TCP reset for 20 s:
+-- the open connections are reset on their next write, every new one is refused at once.
+-- Bounds: no busy loop: CPU during the storm at most 20 % of one core (ASan: 40 %) and at most
+-- 150 connection attempts (reconnect back-off 100 ms doubling to 5 s per address, requests
+-- queued meanwhile); consuming again within 10 s (5 s back-off + slack) of the storm's end;
+-- 0 missing; duplicates only of what was consumed in the persist window before the storm.
+
+S[18] = {title = "reset storm 20 s", netns = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 8)
+  ctx:produce({ns = b.ns, topic = topic, n = 20000, prefix = "n"})
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", sleep_ms = 10,
+                          bin = link.exec .. L.bin})
+  ctx:wait_records(4000, "consumption before the storm")
+  local baddr = b.addrs[b.names[1]]
+  local cpu = cpu_meter(c)
+  local started = L.now_ms()
+  link:fault("reset", {baddr, b.ns})
+  ctx:log("every packet to %s and %s answered with a reset for 20 s", baddr, b.ns)
+  local t0 = L.mono()
+  local notice = wait_closed(link, port(baddr), link:conns(port(baddr)), 20)
+  ctx.row.notice_s = notice
+  L.sleep(math.max(0, 20 - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  local syns = link:rejected()
+  link:clear()
+  local limit = (L.asan or L.tsan) and 40 or 20
+  ctx:check(ctx.row.cpu_pct <= limit, "no busy loop: CPU during the storm %.1f %% <= %d %%", ctx.row.cpu_pct, limit)
+  ctx:check(syns <= 150, "connection attempts during the storm: %d packets reset (<= 150)", syns)
+  local rec = wait_progress(ctx, 60)
+  ctx.row.recover_s = rec
+  ctx:check(rec and rec <= 10, "consuming again within 10 s of the storm's end: %s", secs(rec))
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  c:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:count()
+  local outside, ex = require("scenarios").checks.dup_check({c.rec},
+    {{started - 5000 - 2000, started + 22000}})
+  ctx:check(outside == 0, "duplicates only of what was consumed in the persist window before the storm: %d outside%s",
+    outside, ex and (", e.g. " .. ex) or "")
+end}
+
+-- ---- 19. partition of one of two consumers ----------------------------------------------------
+-- Two consumers, each in its own namespace; one is cut off from the broker and the name server
+-- (30 s; long: 60 s), the broker expiring its channel after 10 s without a heartbeat (short
+-- mode; long: the default 120 s... and the partition 60 s is then shorter than that, so long
+-- mode also uses 10 s). Bounds: its queues are consumed by the other member during the
+-- partition (all 8 queues); it rejoins and consumes again after the link returns; 0 missing;
+-- duplicates only of what was delivered within one hand-over window (the partition's length +
+-- the persist interval + slack) before the queue's new owner started on it.
+
+S[19] = {title = "partition of 1 of 2 consumers 30 s", long_title = "partition of 1 of 2 consumers 60 s",
+         netns = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local la, b = net_cluster(ctx, topic, 8, "--channel-expire-ms 10000")
+  local lb = second_link(ctx)
+  ctx:produce({ns = b.ns, topic = topic, n = 6000, prefix = "n"})
+  local set = {heartbeat_broker_interval = 2000}
+  local ca = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "a", sleep_ms = 20,
+                           bin = la.exec .. L.bin, set = set})
+  local cb = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "b", sleep_ms = 20,
+                           bin = lb.exec .. L.bin, set = set})
+  ctx:wait_records(2000, "consumption by both before the partition")
+  local baddr = b.addrs[b.names[1]]
+  local cpu = cpu_meter(ca)
+  local cut_ms = L.now_ms()
+  la:fault("blackhole", {baddr, b.ns})
+  local hole = o.long and 60 or 30
+  ctx:log("consumer a cut off for %d s", hole)
+  local t0 = L.mono()
+  -- Sent during the partition: the other member must get every queue's share.
+  ctx:produce({ns = b.ns, topic = topic, n = 4000, prefix = "d"})
+  local qs_b = {}
+  local function b_queues()
+    local n = 0
+    for _ in pairs(qs_b) do n = n + 1 end
+    return n
+  end
+  ctx.tally.hook = function(r)
+    if r.label == "b" and r.ms > cut_ms and not r.store:find("^%%RETRY%%") then qs_b[r.qid] = true end
+  end
+  local ok = pcall(L.wait_for, function()
+    ctx.tally:poll()
+    return b_queues() == 8
+  end, hole, "the other member consuming every queue", 0.5)
+  local handed = ok and (L.mono() - t0) or nil
+  ctx.row.notice_s = handed
+  ctx:check(ok, "the partitioned member's queues consumed by the other one during the partition (%d of 8 queues, after %s)",
+    b_queues(), secs(handed))
+  L.sleep(math.max(0, hole - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  la:clear()
+  local back_ms = L.now_ms()
+  ctx:log("consumer a's link back")
+  -- It rejoins: new messages reach it again.
+  local a_after = 0
+  ctx.tally.hook = function(r) if r.label == "a" and r.ms > back_ms then a_after = a_after + 1 end end
+  local t1 = L.mono()
+  ctx:produce({ns = b.ns, topic = topic, n = 4000, prefix = "r"})
+  local rejoined = pcall(L.wait_for, function()
+    ctx.tally:poll()
+    return a_after > 0
+  end, 90, "the partitioned member consuming again", 0.5)
+  ctx.row.recover_s = rejoined and (L.mono() - t1) or nil
+  ctx:check(rejoined, "the partitioned member rejoined and consumed again (%s after its link returned)",
+    secs(ctx.row.recover_s))
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  ca:stop()
+  cb:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:count()
+  local window = (hole + PERSIST_S + SLACK_S) * 1000
+  local outside, ex = require("scenarios").checks.dup_handover_check({ca.rec, cb.rec}, window)
+  ctx:check(outside == 0, "duplicates only within one hand-over window (%.0f s): %d outside%s",
+    window / 1000, outside, ex and (", e.g. " .. ex) or "")
 end}
 
 return S

@@ -146,11 +146,17 @@ function Link:fault(kind, addrs)
   elseif kind == "in" then
     self:run(string.format("nft add rule inet rmqnf in ip saddr %s tcp sport { %s } drop", h, ports))
   elseif kind == "reset" then
-    self:run(string.format("nft add rule inet rmqnf out ip daddr %s tcp dport { %s } reject with tcp reset", h, ports))
+    self:run(string.format("nft add rule inet rmqnf out ip daddr %s tcp dport { %s } counter reject with tcp reset", h, ports))
   else
     error("netns: unknown fault " .. tostring(kind))
   end
   self.faulted = kind
+end
+
+-- Packets the "reset" rule rejected so far (0 without it).
+function Link:rejected()
+  local s = out(self.exec .. "nft list chain inet rmqnf out")
+  return tonumber(s:match("counter packets (%d+)")) or 0
 end
 
 -- Remove the link's nft rules.
