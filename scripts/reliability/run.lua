@@ -164,7 +164,7 @@ for _, id in ipairs(ids) do
   local function cell(v) return ctx.skip and "-" or L.num(v) end
   -- The network scenarios' columns: seconds (or "never" when it did not happen) and percent.
   local function s_cell(k)
-    if ctx.skip or not ctx.net then return "-" end
+    if ctx.skip or not ctx.net or r[k] == false then return "-" end
     return r[k] and string.format("%.1f s", r[k]) or "never"
   end
   add(string.format("| %d. %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", id, ctx.title,
