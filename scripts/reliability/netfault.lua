@@ -398,4 +398,86 @@ S[19] = {title = "partition of 1 of 2 consumers 30 s", long_title = "partition o
     window / 1000, outside, ex and (", e.g. " .. ex) or "")
 end}
 
+-- ---- 20. downstream faults -------------------------------------------------------------------
+-- Handlers that call a service (build/copeer, an echo peer, on the link's root side) over
+-- rmq.socket.tcp cosockets, the service's port blackholed, then reset, then slowed to 2 kbit/s,
+-- 10 s each (long: 30 s), with consume_timeout_millis 3000. Bounds: every message consumed
+-- (answered by the service) in the end, 0 missing; each fault is noticed by the handlers (a
+-- failed call or a consume_timeout interruption) within consume_timeout + slack; consuming again
+-- within 10 s of each fault's end; no thread stuck: the consumer stops cleanly (exit 0) at the
+-- end; duplicates 0 (a batch counts once its answers came, and one interrupted never returns).
+
+local CT_MS = 3000
+
+S[20] = {title = "downstream blackhole/reset/slow 3×10 s", long_title = "downstream blackhole/reset/slow 3×30 s",
+         netns = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 8, "--delay-scale 0.01")
+  local copeer = L.root .. "/build/copeer"
+  if L.bin:find("/build-asan/", 1, true) and L.exists(L.root .. "/build-asan/copeer") then
+    copeer = L.root .. "/build-asan/copeer"
+  end
+  local peer = ctx:spawn(L.shq(copeer) .. " --host " .. link.host, {name = "copeer", kind = "tool"})
+  peer.stop_expect = {[143] = true} -- it runs until killed
+  local pport = L.wait_for(function() return tonumber(L.read(peer.log):match("PORT (%d+)")) end, 10,
+    "copeer's port")
+  local paddr = link.host .. ":" .. pport
+  ctx:produce({ns = b.ns, topic = topic, n = 12000, prefix = "n"})
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", mode = "downstream",
+                          sleep_ms = 20, bin = link.exec .. L.bin, env = {REL_DS_ADDR = paddr},
+                          set = {consume_timeout_millis = CT_MS, consume_thread_min = 4,
+                                 consume_thread_max = 4}})
+  ctx:wait_records(1000, "calls to the service before its faults")
+  local len = o.long and 30 or 10
+  local cpu = cpu_meter(c)
+  -- The current phase's start (unix ms): a failed call after it; its end: an answered one after.
+  local fault_ms, mend_ms, failed_after, ok_after = math.huge, math.huge, false, false
+  ctx.tally.hook = function(r)
+    if r.st == "f" and r.ms >= fault_ms then failed_after = true end
+    if r.st == "k" and r.ms >= mend_ms then ok_after = true end
+  end
+  local function interrupts() return select(2, L.read(c.log):gsub("interrupting it", "")) end
+  local worst_notice, worst_recover = 0, 0
+  for _, kind in ipairs({"blackhole", "reset", "slow"}) do
+    local i0 = interrupts()
+    local t0 = L.mono()
+    fault_ms, mend_ms, failed_after, ok_after = L.now_ms(), math.huge, false, false
+    if kind == "slow" then link:slow("2kbit") else link:fault(kind, {paddr}) end
+    ctx:log("service %s: %s for %d s", paddr, kind, len)
+    local noticed = pcall(L.wait_for, function()
+      ctx.tally:poll()
+      return failed_after or interrupts() > i0
+    end, len, "the handlers noticing", 0.25)
+    local notice = noticed and (L.mono() - t0) or nil
+    L.sleep(math.max(0, len - (L.mono() - t0)))
+    if kind == "slow" then link:slow(nil) else link:clear() end
+    mend_ms = L.now_ms()
+    local t1 = L.mono()
+    local rec_ok = pcall(L.wait_for, function()
+      ctx.tally:poll()
+      return ok_after or ctx.tally:consumed_of(ctx.produced) >= ctx.nproduced
+    end, 60, "calls answered again", 0.2)
+    local rec = rec_ok and (L.mono() - t1) or nil
+    local bound = CT_MS / 1000 + SLACK_S
+    ctx:check(notice and notice <= bound, "%s: the handlers noticed within %.0f s (%s; %d consume_timeout interruption(s))",
+      kind, bound, secs(notice), interrupts() - i0)
+    ctx:check(rec and rec <= 10, "%s: calls answered again within 10 s of its end: %s", kind, secs(rec))
+    worst_notice = notice and math.max(worst_notice, notice) or worst_notice
+    worst_recover = rec and math.max(worst_recover, rec) or worst_recover
+  end
+  ctx.row.cpu_pct = cpu()
+  ctx.row.notice_s, ctx.row.recover_s = worst_notice, worst_recover
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  local rc = c:stop(60)
+  ctx:check(rc == 0, "no thread stuck: the consumer stopped cleanly (exit %s)", tostring(rc))
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:note("%d consume_timeout interruption(s) in all; the table's notice and recover are the worst of the three faults",
+    interrupts())
+  ctx:count()
+  ctx:check(ctx.row.dups == 0, "no duplicates: %d", ctx.row.dups)
+  peer:stop(10)
+end}
+
 return S
