@@ -323,9 +323,8 @@ end}
 
 -- ---- 19. partition of one of two consumers ----------------------------------------------------
 -- Two consumers, each in its own namespace; one is cut off from the broker and the name server
--- (30 s; long: 60 s), the broker expiring its channel after 10 s without a heartbeat (short
--- mode; long: the default 120 s... and the partition 60 s is then shorter than that, so long
--- mode also uses 10 s). Bounds: its queues are consumed by the other member during the
+-- (30 s; long: 60 s), the broker expiring a channel after 10 s without a heartbeat (its default,
+-- 120 s, is longer than the partition), heartbeats every 2 s. Bounds: its queues are consumed by the other member during the
 -- partition (all 8 queues); it rejoins and consumes again after the link returns; 0 missing;
 -- duplicates only of what was delivered within one hand-over window (the partition's length +
 -- the persist interval + slack) before the queue's new owner started on it.
