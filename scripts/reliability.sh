@@ -4,6 +4,7 @@
 # Not part of ctest: it takes minutes, and CI runs it after the tests (scripts/test).
 #
 #   scripts/reliability.sh [--long [--minutes M] [--rate R]] [--namesrv ADDR] [--only 1,4,..]
+#   scripts/reliability.sh --soak [--minutes M] [--rate R]      (what scripts/soak runs)
 #
 #   (default)        short mode: the 20 scenarios in under 17 minutes on 2 cores
 #   --long           scenarios 1-5 for M minutes each (default 12: an hour) with a steady
@@ -14,6 +15,9 @@
 #                    existing RocketMQ cluster instead of the development broker (the topics
 #                    Rel<NN>_<id> are created on every master; the others are skipped)
 #   --only LIST      only these scenarios
+#   --soak           only the soak (scenario 21, never run otherwise): M minutes (default 30)
+#                    at R msgs/s with members joining and leaving, reloads, broker restarts and
+#                    blackholes (scripts/reliability/soak.lua)
 #
 # Environment: RMQLUA=path tests another build's rmqlua (default build/rmqlua, built if
 # missing); RMQLUA_ASAN=path is the ASan+UBSan rmqlua the hostile-broker scenario runs (default

@@ -88,7 +88,7 @@ local function secs(v) return v and string.format("%.1f s", v) or "never" end
 local HB_MS, API_MS = 5000, 3000
 local PERSIST_S = 5 -- persist_consumer_offset_interval (default)
 
-S[14] = {title = "broker blackhole 30 s (short: 15 s)", long_title = "broker blackhole 30 s", netns = true,
+S[14] = {title = "broker blackhole 30 s (short: 15 s)", long_title = "broker blackhole 30 s", netns = true, dev = true,
          run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local link, b = net_cluster(ctx, topic, 8)
@@ -136,7 +136,7 @@ end}
 
 local POLL_NS_MS = 2000
 
-S[15] = {title = "name server blackhole 20 s", long_title = "name server blackhole 60 s", netns = true,
+S[15] = {title = "name server blackhole 20 s", long_title = "name server blackhole 60 s", netns = true, dev = true,
          run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local link, b = net_cluster(ctx, topic, 8)
@@ -189,7 +189,7 @@ end}
 -- back; consuming again within 20 s of the link's return; 0 missing, 0 duplicates.
 
 S[16] = {title = "one-way loss broker→consumer 15 s", long_title = "one-way loss broker→consumer 30 s",
-         netns = true, run = function(ctx, o)
+         netns = true, dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local link, b = net_cluster(ctx, topic, 8)
   ctx:produce({ns = b.ns, topic = topic, n = 20000, prefix = "n"})
@@ -239,7 +239,7 @@ end}
 -- the messages + its flow-control bound (pull_threshold_size_for_queue 1 MiB × 4 queues, one
 -- pull's answer each over it) + 24 MiB for the runtime's own buffers; 0 missing.
 
-S[17] = {title = "slow link 1 Mbit/s, 256 KiB messages", netns = true, run = function(ctx, o)
+S[17] = {title = "slow link 1 Mbit/s, 256 KiB messages", netns = true, dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local link, b = net_cluster(ctx, topic, 4)
   -- One consume thread taking 1 s a message, half the link's pace: messages pile up to the
@@ -284,7 +284,7 @@ end}
 -- queued meanwhile); consuming again within 10 s (5 s back-off + slack) of the storm's end;
 -- 0 missing; duplicates only of what was consumed in the persist window before the storm.
 
-S[18] = {title = "reset storm 20 s", netns = true, run = function(ctx, o)
+S[18] = {title = "reset storm 20 s", netns = true, dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local link, b = net_cluster(ctx, topic, 8)
   ctx:produce({ns = b.ns, topic = topic, n = 20000, prefix = "n"})
@@ -330,7 +330,7 @@ end}
 -- the persist interval + slack) before the queue's new owner started on it.
 
 S[19] = {title = "partition of 1 of 2 consumers 30 s", long_title = "partition of 1 of 2 consumers 60 s",
-         netns = true, run = function(ctx, o)
+         netns = true, dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local la, b = net_cluster(ctx, topic, 8, "--channel-expire-ms 10000")
   local lb = second_link(ctx)
@@ -409,7 +409,7 @@ end}
 local CT_MS = 3000
 
 S[20] = {title = "downstream blackhole/reset/slow 3×10 s", long_title = "downstream blackhole/reset/slow 3×30 s",
-         netns = true, run = function(ctx, o)
+         netns = true, dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
   local link, b = net_cluster(ctx, topic, 8, "--delay-scale 0.01")
   local copeer = L.root .. "/build/copeer"

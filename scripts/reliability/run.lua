@@ -1,7 +1,7 @@
 -- run.lua: the reliability suite's driver, started by scripts/reliability.sh (which sets the
 -- module paths, makes the work folder and stops every process left over when the run ends).
 --
---   luajit run.lua --work DIR --root DIR --bin RMQLUA [--asan-bin RMQLUA] [--long]
+--   luajit run.lua --work DIR --root DIR --bin RMQLUA [--asan-bin RMQLUA] [--long | --soak]
 --                  [--minutes M] [--rate R] [--namesrv ADDR] [--only 1,2,..] [--quiet]
 --
 -- Runs the scenarios (scenarios.lua): background ones (long waits, little CPU) alongside the
@@ -11,8 +11,9 @@ local Ctx = require "ctx"
 local S = require "scenarios"
 local NS = require "netns"
 for id, sc in pairs(require "netfault") do S[id] = sc end
+for id, sc in pairs(require "soak") do S[id] = sc end
 
-local opts = {minutes = 12, rate = 5000}
+local opts = {rate = 5000}
 local i = 1
 while i <= #arg do
   local a, v = arg[i], arg[i + 1]
@@ -25,6 +26,7 @@ while i <= #arg do
   elseif a == "--minutes" then opts.minutes = tonumber(v); i = i + 1
   elseif a == "--rate" then opts.rate = tonumber(v); i = i + 1
   elseif a == "--long" then opts.long = true
+  elseif a == "--soak" then opts.soak = true
   elseif a == "--quiet" then opts.quiet = true
   else
     io.stderr:write("run.lua: unknown argument " .. a .. "\n")
@@ -33,6 +35,7 @@ while i <= #arg do
   i = i + 1
 end
 assert(opts.work and opts.root and opts.bin, "run.lua needs --work, --root and --bin")
+opts.minutes = opts.minutes or (opts.soak and 30 or 12)
 L.work, L.root, L.bin, L.asan_bin, L.namesrv, L.quiet = opts.work, opts.root, opts.bin,
   opts.asan_bin, opts.namesrv, opts.quiet
 -- Is the build under test itself an ASan or a TSan build? (Memory bounds are then not checked.)
@@ -46,7 +49,10 @@ if opts.only then
 end
 local ids = {}
 for id = 1, table.maxn(S) do
-  if S[id] and (not opts.only or selected[id]) and (not opts.long or id <= 5 or S[id].netns) then
+  if opts.soak then
+    if S[id] and S[id].soak then ids[#ids + 1] = id end
+  elseif S[id] and not S[id].soak and (not opts.only or selected[id])
+    and (not opts.long or id <= 5 or S[id].netns) then
     ids[#ids + 1] = id
   end
 end
@@ -98,7 +104,7 @@ local function run_one(id)
   end
   active[ctx] = true
   ctx:log("%s: start", ctx.title)
-  local ok, err = xpcall(sc.run, debug.traceback, ctx, {long = opts.long, secs = opts.minutes * 60,
+  local ok, err = xpcall(sc.run, debug.traceback, ctx, {long = opts.long or opts.soak, secs = opts.minutes * 60,
                                                         rate = opts.rate})
   if not ok then
     ctx.error = tostring(err)
@@ -176,6 +182,7 @@ for _, id in ipairs(ids) do
 end
 local total = L.mono() - started
 local mode = opts.long and string.format("--long (%d min per scenario at %d msgs/s)", opts.minutes, opts.rate)
+  or opts.soak and string.format("--soak (%d min at %d msgs/s)", opts.minutes, opts.rate)
   or "short"
 local target = opts.namesrv and ("cluster at " .. opts.namesrv) or "development broker"
 local header = string.format("rmqlua reliability, %s mode, %s, %s%s: %.0f s", mode, L.bin, target,
