@@ -97,8 +97,8 @@ local function run_one(id)
   if sc.netns then
     local ok, why = NS.available()
     if not ok then
-      ctx.skip = "network faults " .. why
-      ctx:log("skipped: network faults %s", why)
+      ctx.skip = "this network scenario " .. why
+      ctx:log("skipped: this network scenario %s", why)
       return
     end
   end
