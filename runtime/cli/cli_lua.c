@@ -388,7 +388,7 @@ static int check_globals(const char *path, const rmq_conf_t *conf)
     char err[4096];
     rmq_lua_host_t h = {.role = "check", .script_path = path,
                         .consumer_group = conf->consumer_group, .thread_index = 0,
-                        .thread_count = 1};
+                        .thread_count = 1, .ngx_shim = conf->lua_ngx_shim ? RMQ_NGX_ON : RMQ_NGX_OFF};
     lua_State *L = rmq__lua_new(&h, err, sizeof(err));
     if (!L) {
         fprintf(stderr, "rmqlua check: %s\n", err);
@@ -465,7 +465,8 @@ int rmq__cli_check(int argc, char **argv)
     if (rmq__tls_ctx_from_conf(conf, &tls, err, sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s: %s\n", o.script, err);
         rc = EXIT_USAGE;
-    } else if (rmq__script_check_consume(o.script, conf->consumer_group, err, sizeof(err))) {
+    } else if (rmq__script_check_consume(o.script, conf->consumer_group, conf->lua_ngx_shim, err,
+                                         sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s\n", err);
         rc = EXIT_USAGE;
     } else if ((rc = check_globals(o.script, conf)) == 0) {
@@ -502,10 +503,11 @@ int rmq__cli_test(int argc, char **argv)
     rc = load_checked("test", &o, &conf);
     free(o.sets);
     if (rc) return rc;
+    int ngx_shim = conf->lua_ngx_shim ? RMQ_NGX_ON : RMQ_NGX_OFF;
     rmq__conf_destroy(conf);
     char err[4096];
     rmq_lua_host_t h = {.role = "test", .script_path = o.script, .thread_index = 0,
-                        .thread_count = 1};
+                        .thread_count = 1, .ngx_shim = ngx_shim};
     lua_State *L = rmq__lua_new(&h, err, sizeof(err));
     if (!L) {
         fprintf(stderr, "rmqlua test: %s\n", err);

@@ -48,6 +48,13 @@ typedef struct rmq_pool_opts {
      * anew; a state over it once the script is loaded fails the start. lua_memlimit.h says
      * when the limit is checked. */
     int64_t lua_memory_limit_kb;
+    /* The threads' cosockets (coloop.h): lua_socket_max_per_thread (<= 0: the default),
+     * lua_ssl_trusted_certificate (NULL = the system's CA store; copied, and checked readable
+     * by the start), lua_ssl_verify_depth (<= 0: the default). */
+    int socket_max;
+    const char *ssl_ca_file;
+    int ssl_verify_depth;
+    int ngx_shim; /* RMQ_NGX_* (lua_state.h): lua_ngx_shim; 0 = the script's table decides */
     rmq_pool_begin_cb begin; /* optional; its ud is ud */
     rmq_shdicts_t *shdicts; /* the consumer's shared dictionaries (rmq.shared); may be NULL */
     rmq_flow_t *flow;       /* where rmq.pause/resume/stop go; may be NULL */

@@ -9,6 +9,7 @@
  */
 #include "lua_handler.h"
 
+#include "lua_state.h"
 #include "reload.h"
 #include "shdict.h"
 
@@ -64,6 +65,10 @@ void rmq__lua_handler_pool_opts(const rmq_lua_handler_t *lh, const rmq_runner_op
     pl->consumer_group = o->consumer_group;
     pl->consume_timeout_ms = o->consume_timeout_ms;
     pl->lua_memory_limit_kb = o->memory_limit_kb;
+    pl->socket_max = o->socket_max;
+    pl->ssl_ca_file = o->ssl_ca_file;
+    pl->ssl_verify_depth = o->ssl_verify_depth;
+    pl->ngx_shim = o->ngx_shim ? RMQ_NGX_ON : RMQ_NGX_OFF;
     pl->begin = o->begin;
     pl->shdicts = lh->shdicts;
     pl->flow = o->flow;
