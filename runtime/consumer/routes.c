@@ -102,8 +102,12 @@ static void heartbeat_round(rmq_consumer_t *c, int wake)
         cmd.language = c->conf->language;
         cmd.body = body.data;
         cmd.body_len = body.len;
-        int rc = rmq__remoting_request(c->rt, addrs[i], &cmd, c->conf->mq_client_api_timeout,
-                                       on_hb, r);
+        /* Sent as a synchronous call (MQClientAPIImpl.sendHearbeat is invokeSync): when it times
+         * out, the connection is closed (clientCloseSocketIfTimeout), so a broker gone silent
+         * (a partition, a half-open connection) is noticed within one heartbeat interval plus
+         * mq_client_api_timeout, and the next request dials again. */
+        int rc = rmq__remoting_request_ex(c->rt, addrs[i], &cmd, c->conf->mq_client_api_timeout,
+                                          RMQ_REQF_SYNC, on_hb, r);
         cmd.body = NULL;
         rmq__cmd_free(&cmd);
         if (rc == 0) r->pending++, r->sent++;
@@ -206,8 +210,10 @@ void rmq__c_refresh_routes(rmq_consumer_t *c)
         rq->c = c;
         rq->idx = i;
         rq->gen = c->subs_gen;
-        int rc = rmq__remoting_request(c->rt, NULL, &cmd, c->conf->mq_client_api_timeout,
-                                       on_route, rq);
+        /* Synchronous in the Java client too: a name server that stopped answering has its
+         * connection closed, and the next query moves on to the next name server. */
+        int rc = rmq__remoting_request_ex(c->rt, NULL, &cmd, c->conf->mq_client_api_timeout,
+                                          RMQ_REQF_SYNC, on_route, rq);
         rmq__cmd_free(&cmd);
         if (rc) {
             free(rq);

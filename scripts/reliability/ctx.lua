@@ -160,13 +160,14 @@ end
 
 -- `rmqlua send`: n messages of size bytes with keys "<prefix>-<n>" (n from 0). opts: ns, topic,
 -- prefix, size, tags, verbose (default true: the msgIds join the produced set), wait (default
--- true). Returns the number acknowledged (or the proc when wait is false).
+-- true), args (more `rmqlua send` options). Returns the number acknowledged (or the proc when
+-- wait is false).
 function Ctx:produce(opts)
   local verbose = opts.verbose ~= false
-  local cmd = string.format("%s send --namesrv %s --topic %s --count %d --size %d --keys %s %s %s",
+  local cmd = string.format("%s send --namesrv %s --topic %s --count %d --size %d --keys %s %s %s %s",
     L.bin, L.shq(opts.ns), L.shq(opts.topic), opts.n, opts.size or 100,
     L.shq((opts.prefix or "k") .. "-{n}"), opts.tags and ("--tags " .. L.shq(opts.tags)) or "",
-    verbose and "--verbose" or "")
+    verbose and "--verbose" or "", opts.args or "")
   local p = self:spawn(cmd, {name = "send", kind = "producer", expect = {[0] = true, [1] = true}})
   p.verbose = verbose
   if opts.wait == false then return p end

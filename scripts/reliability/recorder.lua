@@ -8,11 +8,13 @@
 --   REL_OUT      record file (appended; one line per delivery, written in one call per batch)
 --   REL_GROUP, REL_TOPIC, REL_TAGS (default "*"), REL_ORDERLY=1 (consume_orderly)
 --   REL_LABEL    a word written in every record (which run of a scenario delivered it)
---   REL_MODE     ok (default) | fail10 | stuck | error | loop | alloc (see below)
+--   REL_MODE     ok (default) | fail10 | stuck | error | loop | alloc | downstream (see below)
 --   REL_SLEEP_MS the handler sleeps this long per batch (in C, so it cannot be interrupted)...
 --   REL_FAST     ...unless this file exists (looked at no more than every 200 ms)
 --   REL_KEY      the key number the stuck/loop/alloc modes pick (first delivery only)
 --   REL_RELEASE  the stuck handler blocks until this file exists (at most 600 s)
+--   REL_DS_ADDR  (mode downstream) host:port of the service each message is sent to, one line
+--                per message over an rmq.socket.tcp cosocket (kept alive), its echo awaited
 --
 -- Record line: msg_id key broker queue_id queue_offset reconsume_times unix_ms status label
 -- store_topic, status one of: k consumed, f failed (RECONSUME_LATER), e raised an error,
@@ -114,6 +116,33 @@ elseif mode == "stuck" or mode == "loop" or mode == "alloc" then
         t[i] = string.rep("x", 65536) .. i
       end
     end
+  end
+elseif mode == "downstream" then
+  -- Each message goes to a service and counts as consumed once its answer came; a failed call
+  -- (refused, reset, closed: OpenResty's errors) is recorded "f" and the batch retried later. A
+  -- call that hangs is ended by consume_timeout (the batch is sent back, the coroutine ended).
+  local host, dport = assert(os.getenv("REL_DS_ADDR"), "REL_DS_ADDR not set"):match("^(.+):(%d+)$")
+  local function call(m)
+    local s = rmq.socket.tcp()
+    local done, err = s:connect(host, tonumber(dport))
+    if done then done, err = s:send(m.msg_id .. "\n") end
+    local answer
+    if done then answer, err = s:receive() end
+    if answer ~= "echo:" .. m.msg_id then
+      s:close()
+      return nil, err or ("unexpected answer " .. tostring(answer))
+    end
+    s:setkeepalive()
+    return true
+  end
+  handler = function(msgs)
+    pace()
+    local failed
+    for i = 1, #msgs do
+      if not call(msgs[i]) then failed = true break end
+    end
+    record(msgs, failed and function() return "f" end or ok)
+    if failed then return rmq.RECONSUME_LATER end
   end
 else
   error("REL_MODE: unknown mode " .. mode)

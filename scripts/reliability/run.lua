@@ -1,7 +1,7 @@
 -- run.lua: the reliability suite's driver, started by scripts/reliability.sh (which sets the
 -- module paths, makes the work folder and stops every process left over when the run ends).
 --
---   luajit run.lua --work DIR --root DIR --bin RMQLUA [--asan-bin RMQLUA] [--long]
+--   luajit run.lua --work DIR --root DIR --bin RMQLUA [--asan-bin RMQLUA] [--long | --soak]
 --                  [--minutes M] [--rate R] [--namesrv ADDR] [--only 1,2,..] [--quiet]
 --
 -- Runs the scenarios (scenarios.lua): background ones (long waits, little CPU) alongside the
@@ -9,8 +9,11 @@
 local L = require "lib"
 local Ctx = require "ctx"
 local S = require "scenarios"
+local NS = require "netns"
+for id, sc in pairs(require "netfault") do S[id] = sc end
+for id, sc in pairs(require "soak") do S[id] = sc end
 
-local opts = {minutes = 12, rate = 5000}
+local opts = {rate = 5000}
 local i = 1
 while i <= #arg do
   local a, v = arg[i], arg[i + 1]
@@ -23,6 +26,7 @@ while i <= #arg do
   elseif a == "--minutes" then opts.minutes = tonumber(v); i = i + 1
   elseif a == "--rate" then opts.rate = tonumber(v); i = i + 1
   elseif a == "--long" then opts.long = true
+  elseif a == "--soak" then opts.soak = true
   elseif a == "--quiet" then opts.quiet = true
   else
     io.stderr:write("run.lua: unknown argument " .. a .. "\n")
@@ -31,6 +35,7 @@ while i <= #arg do
   i = i + 1
 end
 assert(opts.work and opts.root and opts.bin, "run.lua needs --work, --root and --bin")
+opts.minutes = opts.minutes or (opts.soak and 30 or 12)
 L.work, L.root, L.bin, L.asan_bin, L.namesrv, L.quiet = opts.work, opts.root, opts.bin,
   opts.asan_bin, opts.namesrv, opts.quiet
 -- Is the build under test itself an ASan or a TSan build? (Memory bounds are then not checked.)
@@ -43,8 +48,13 @@ if opts.only then
   for n in opts.only:gmatch("%d+") do selected[tonumber(n)] = true end
 end
 local ids = {}
-for id = 1, 13 do
-  if (not opts.only or selected[id]) and (not opts.long or id <= 5) then ids[#ids + 1] = id end
+for id = 1, table.maxn(S) do
+  if opts.soak then
+    if S[id] and S[id].soak then ids[#ids + 1] = id end
+  elseif S[id] and not S[id].soak and (not opts.only or selected[id])
+    and (not opts.long or id <= 5 or S[id].netns) then
+    ids[#ids + 1] = id
+  end
 end
 
 local rows = {}
@@ -78,14 +88,23 @@ end)
 local function run_one(id)
   local sc = S[id]
   local ctx = Ctx.new(id, opts.long and sc.long_title or sc.title)
+  ctx.net = sc.netns
   rows[id] = ctx
   if L.namesrv and sc.dev then
     ctx.skip = "needs the development broker (not run with --namesrv)"
     return
   end
+  if sc.netns then
+    local ok, why = NS.available()
+    if not ok then
+      ctx.skip = "this network scenario " .. why
+      ctx:log("skipped: this network scenario %s", why)
+      return
+    end
+  end
   active[ctx] = true
   ctx:log("%s: start", ctx.title)
-  local ok, err = xpcall(sc.run, debug.traceback, ctx, {long = opts.long, secs = opts.minutes * 60,
+  local ok, err = xpcall(sc.run, debug.traceback, ctx, {long = opts.long or opts.soak, secs = opts.minutes * 60,
                                                         rate = opts.rate})
   if not ok then
     ctx.error = tostring(err)
@@ -96,6 +115,7 @@ local function run_one(id)
   end
   local fok, ferr = xpcall(ctx.finish, debug.traceback, ctx)
   if not fok then ctx.error = (ctx.error or "") .. "\n" .. tostring(ferr) end
+  for _, link in ipairs(ctx.links or {}) do link:remove() end
   active[ctx] = nil
   ctx.duration = L.mono() - ctx.started
   ctx:log("%s: done in %.0f s", ctx.title, ctx.duration)
@@ -127,8 +147,9 @@ L.run_tasks()
 local failed = 0
 local lines = {}
 local function add(s) lines[#lines + 1] = s end
-add("| scenario | produced | consumed (distinct) | missing | duplicates | in DLQ | crashes | peak RSS | result |")
-add("|---|---|---|---|---|---|---|---|---|")
+add("| scenario | produced | consumed (distinct) | missing | duplicates | in DLQ | crashes | peak RSS | "
+  .. "notice | recover | CPU (fault) | result |")
+add("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for _, id in ipairs(ids) do
   local ctx = rows[id]
   local r = ctx.row
@@ -147,13 +168,21 @@ for _, id in ipairs(ids) do
     end
   end
   local function cell(v) return ctx.skip and "-" or L.num(v) end
-  add(string.format("| %d. %s | %s | %s | %s | %s | %s | %s | %s | %s |", id, ctx.title,
+  -- The network scenarios' columns: seconds (or "never" when it did not happen) and percent.
+  local function s_cell(k)
+    if ctx.skip or not ctx.net or r[k] == false then return "-" end
+    return r[k] and string.format("%.1f s", r[k]) or "never"
+  end
+  add(string.format("| %d. %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", id, ctx.title,
     cell(r.produced), cell(r.consumed), cell(r.missing), cell(r.dups),
     ctx.skip and "-" or L.num(r.dlq), cell(r.crashes),
-    (ctx.skip or r.rss_kb == 0) and "-" or string.format("%.1f MB", r.rss_kb / 1024), result))
+    (ctx.skip or r.rss_kb == 0) and "-" or string.format("%.1f MB", r.rss_kb / 1024),
+    s_cell("notice_s"), s_cell("recover_s"),
+    (ctx.skip or not r.cpu_pct) and "-" or string.format("%.0f %%", r.cpu_pct), result))
 end
 local total = L.mono() - started
 local mode = opts.long and string.format("--long (%d min per scenario at %d msgs/s)", opts.minutes, opts.rate)
+  or opts.soak and string.format("--soak (%d min at %d msgs/s)", opts.minutes, opts.rate)
   or "short"
 local target = opts.namesrv and ("cluster at " .. opts.namesrv) or "development broker"
 local header = string.format("rmqlua reliability, %s mode, %s, %s%s: %.0f s", mode, L.bin, target,

@@ -1,7 +1,8 @@
 /*
  * copeer.c -- a small TCP peer for the cosocket specs (spec/02-integration/04-lua/
- * cosocket_spec.lua), on libuv: it listens on 127.0.0.1 (port 0: the kernel picks one), prints
- * "PORT <n>" on stdout, and answers each line it receives on a connection after --delay ms:
+ * cosocket_spec.lua) and the reliability suite's downstream scenario, on libuv: it listens on
+ * 127.0.0.1 (or the IPv4 address of --host; port 0: the kernel picks one), prints "PORT <n>" on
+ * stdout, and answers each line it receives on a connection after --delay ms:
  *
  *   close        the connection is closed at once (no answer)
  *   stall        no answer, ever (the connection stays open)
@@ -251,9 +252,12 @@ static void on_connection(uv_stream_t *server, int status)
 
 int main(int argc, char **argv)
 {
+    const char *host = "127.0.0.1";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--delay") && i + 1 < argc)
             delay_ms = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--host") && i + 1 < argc)
+            host = argv[++i];
         else if (!strcmp(argv[i], "--tls") && i + 2 < argc) {
             tls_ctx = SSL_CTX_new(TLS_server_method());
             if (SSL_CTX_use_certificate_chain_file(tls_ctx, argv[i + 1]) != 1 ||
@@ -266,7 +270,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--hs") && i + 1 < argc)
             hs_mode = argv[++i];
         else {
-            fprintf(stderr, "usage: copeer [--delay MS] [--tls CERT KEY [--hs close|stall]]\n");
+            fprintf(stderr,
+                    "usage: copeer [--delay MS] [--host IPV4] [--tls CERT KEY [--hs close|stall]]\n");
             return 2;
         }
     }
@@ -274,10 +279,13 @@ int main(int argc, char **argv)
     uv_tcp_t server;
     uv_tcp_init(loop, &server);
     struct sockaddr_in sa;
-    uv_ip4_addr("127.0.0.1", 0, &sa);
+    if (uv_ip4_addr(host, 0, &sa)) {
+        fprintf(stderr, "copeer: --host %s is not an IPv4 address\n", host);
+        return 2;
+    }
     if (uv_tcp_bind(&server, (struct sockaddr *)&sa, 0) ||
         uv_listen((uv_stream_t *)&server, 4096, on_connection)) {
-        fprintf(stderr, "copeer: cannot listen on 127.0.0.1\n");
+        fprintf(stderr, "copeer: cannot listen on %s\n", host);
         return 1;
     }
     struct sockaddr_storage ss;

@@ -1,0 +1,482 @@
+-- netfault.lua: the reliability suite's network-fault scenarios (14-20; scenarios.lua holds
+-- 1-13). The consumer runs in a network namespace of its own (netns.lua), joined to the root
+-- namespace by a veth pair; the development broker listens on the pair's root-side address and
+-- advertises it; a scenario breaks the link with nftables or tc inside what this run created,
+-- and mends it. Each scenario states its bounds next to it (docs/reliability.md has the table)
+-- and fills the table's network columns: time to notice, time to recover, CPU during the fault.
+--
+-- Short mode shortens some faults (said at each); --long runs the durations of issue 24.
+local L = require "lib"
+local N = require "netns"
+
+local S = {}
+
+local SLACK_S = 3 -- scheduling, the suite's 0.5 s polls, a loaded 2-core machine
+
+-- A development broker on a new link's root-side address (name server and broker ports both
+-- there). Returns link, broker (b.ns, b.addrs, b.names).
+local function net_cluster(ctx, topic, queues, args)
+  local link = N.link()
+  ctx.links = ctx.links or {}
+  ctx.links[#ctx.links + 1] = link
+  local b = ctx:broker(string.format("--listen %s:0 --broker-listen %s:0 --topic %s:%d %s",
+    link.host, link.host, topic, queues, args or ""))
+  return link, b
+end
+
+-- Another namespace for a second consumer, reaching the first link's host address.
+local function second_link(ctx)
+  local link = N.link()
+  ctx.links[#ctx.links + 1] = link
+  return link
+end
+
+local function port(addr) return tonumber(addr:match(":(%d+)$")) end
+
+-- The consumer's CPU use (percent of one core) between two calls.
+local function cpu_meter(p)
+  local t0, c0 = L.mono(), N.cpu_s(p.pid)
+  return function()
+    local dt = L.mono() - t0
+    return dt > 0 and 100 * (N.cpu_s(p.pid) - c0) / dt or 0
+  end
+end
+
+-- Wait until none of the connections in `old` (local ports) is established any more; returns
+-- the seconds waited, or nil after timeout.
+local function wait_closed(link, bport, old, timeout)
+  local t0 = L.mono()
+  local ok = pcall(L.wait_for, function()
+    local now = link:conns(bport)
+    for lp in pairs(old) do if now[lp] then return false end end
+    return true
+  end, timeout, "the consumer to close its broker connection", 0.25)
+  return ok and (L.mono() - t0) or nil
+end
+
+-- Seconds from now until the record files grow by one delivery (nil after timeout).
+local function wait_progress(ctx, timeout)
+  ctx.tally:poll()
+  local n0, t0 = ctx.tally.nrec, L.mono()
+  local ok = pcall(L.wait_for, function()
+    ctx.tally:poll()
+    return ctx.tally.nrec > n0 or ctx.tally:consumed_of(ctx.produced) >= ctx.nproduced
+  end, timeout, "deliveries after the fault", 0.2)
+  return ok and (L.mono() - t0) or nil
+end
+
+-- Wait (up to 30 s) until the group's committed offsets cover the topic: ok, lag.
+local function wait_lag0(ns, group, topic)
+  local lag
+  local ok = pcall(L.wait_for, function()
+    lag = L.lag(ns, group, topic)
+    return lag == 0
+  end, 30, "lag 0", 0.5)
+  return ok, lag
+end
+
+local function secs(v) return v and string.format("%.1f s", v) or "never" end
+
+-- ---- 14. broker blackhole ---------------------------------------------------------------------
+-- Every packet to and from the broker's port (name server included) dropped, no RST, for 30 s
+-- (short mode: 15 s, enough to see the notice, the close and the redial).
+-- Bounds: the consumer closes its silent broker connection within heartbeat_broker_interval +
+-- mq_client_api_timeout (+ slack): 5 s + 3 s here; after the link returns it consumes again
+-- within 20 s; 0 missing; duplicates 0 (no connection to the broker is lost before an offset
+-- reaches it: the commits of the blackhole go out again on the next persist).
+
+local HB_MS, API_MS = 5000, 3000
+local PERSIST_S = 5 -- persist_consumer_offset_interval (default)
+
+S[14] = {title = "broker blackhole 30 s (short: 15 s)", long_title = "broker blackhole 30 s", netns = true, dev = true,
+         run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 8)
+  ctx:produce({ns = b.ns, topic = topic, n = 20000, prefix = "n"})
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", sleep_ms = 10,
+                          bin = link.exec .. L.bin,
+                          set = {heartbeat_broker_interval = HB_MS, mq_client_api_timeout = API_MS}})
+  ctx:wait_records(4000, "consumption before the blackhole")
+  local baddr = b.addrs[b.names[1]]
+  local bport = port(baddr)
+  local old = link:conns(bport)
+  ctx:check(next(old) ~= nil, "the consumer is connected to the broker before the blackhole")
+  local cpu = cpu_meter(c)
+  link:fault("blackhole", {baddr, b.ns})
+  local hole = o.long and 30 or 15
+  ctx:log("blackhole on %s and %s for %d s", baddr, b.ns, hole)
+  local t0 = L.mono()
+  local notice = wait_closed(link, bport, old, hole)
+  ctx.row.notice_s = notice
+  L.sleep(math.max(0, hole - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  link:clear()
+  ctx:log("link back; the old connection closed after %s", secs(notice))
+  local bound = (HB_MS + API_MS) / 1000 + SLACK_S
+  ctx:check(notice and notice <= bound, "the silent broker noticed (connection closed) within %.0f s: %s",
+    bound, secs(notice))
+  local rec = wait_progress(ctx, 60)
+  ctx.row.recover_s = rec
+  ctx:check(rec and rec <= 20, "consuming again within 20 s of the link's return: %s", secs(rec))
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  c:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:count()
+  ctx:check(ctx.row.dups == 0, "no duplicates (nothing committed was lost): %d", ctx.row.dups)
+end}
+
+-- ---- 15. name server blackhole --------------------------------------------------------------
+-- Only the name server's port dropped (20 s; long: 60 s) while the broker stays reachable.
+-- Bounds: messages sent during the blackhole are consumed during it (the routes the consumer
+-- has serve on); the name server connection is closed within poll_name_server_interval +
+-- mq_client_api_timeout (+ slack): 2 s + 3 s here; route queries reach it again within
+-- poll_name_server_interval + slack after the link returns; 0 missing, 0 duplicates.
+
+local POLL_NS_MS = 2000
+
+S[15] = {title = "name server blackhole 20 s", long_title = "name server blackhole 60 s", netns = true, dev = true,
+         run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 8)
+  ctx:produce({ns = b.ns, topic = topic, n = 2000, prefix = "n"})
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", bin = link.exec .. L.bin,
+                          set = {poll_name_server_interval = POLL_NS_MS, mq_client_api_timeout = API_MS}})
+  ctx:wait_consumed(60, "the messages sent before the blackhole")
+  local nsport = port(b.ns)
+  local old = link:conns(nsport)
+  ctx:check(next(old) ~= nil, "the consumer is connected to the name server before the blackhole")
+  local cpu = cpu_meter(c)
+  link:fault("blackhole", {b.ns})
+  local hole = o.long and 60 or 20
+  ctx:log("name server %s blackholed for %d s", b.ns, hole)
+  local t0 = L.mono()
+  local notice = wait_closed(link, nsport, old, hole / 2)
+  ctx.row.notice_s = notice
+  local bound = (POLL_NS_MS + API_MS) / 1000 + SLACK_S
+  ctx:check(notice and notice <= bound, "the silent name server's connection closed within %.0f s: %s",
+    bound, secs(notice))
+  -- Sent (from the root namespace) and consumed while the name server is unreachable.
+  ctx:produce({ns = b.ns, topic = topic, n = 2000, prefix = "d"})
+  local during = pcall(ctx.wait_consumed, ctx, math.max(1, hole - (L.mono() - t0) - 1),
+    "the messages sent during the blackhole")
+  ctx:check(during, "the messages sent during the blackhole consumed during it (%d of %d so far)",
+    ctx.tally:consumed_of(ctx.produced), ctx.nproduced)
+  L.sleep(math.max(0, hole - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  link:clear()
+  local t1 = L.mono()
+  local back = pcall(L.wait_for, function() return next(link:conns(nsport)) ~= nil end, 30,
+    "a name server connection again", 0.25)
+  local rec = back and (L.mono() - t1) or nil
+  ctx.row.recover_s = rec
+  local rbound = POLL_NS_MS / 1000 + SLACK_S
+  ctx:check(rec and rec <= rbound, "route queries reach the name server again within %.0f s: %s", rbound, secs(rec))
+  ctx:produce({ns = b.ns, topic = topic, n = 1000, prefix = "a"})
+  ctx:wait_consumed(60)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  c:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:count()
+  ctx:check(ctx.row.dups == 0, "no duplicates: %d", ctx.row.dups)
+end}
+
+-- ---- 16. one-way loss broker -> consumer -----------------------------------------------------
+-- Packets from the broker's port dropped (15 s; long: 30 s); the consumer's requests still
+-- arrive (pulls, commits, heartbeats), their answers never do. Bounds: the connection is closed
+-- within heartbeat_broker_interval + mq_client_api_timeout (+ slack); no committed offset goes
+-- back; consuming again within 20 s of the link's return; 0 missing, 0 duplicates.
+
+S[16] = {title = "one-way loss broker→consumer 15 s", long_title = "one-way loss broker→consumer 30 s",
+         netns = true, dev = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 8)
+  ctx:produce({ns = b.ns, topic = topic, n = 20000, prefix = "n"})
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", sleep_ms = 10,
+                          bin = link.exec .. L.bin,
+                          set = {heartbeat_broker_interval = HB_MS, mq_client_api_timeout = API_MS}})
+  ctx:wait_records(4000, "consumption before the loss")
+  local baddr = b.addrs[b.names[1]]
+  local bport = port(baddr)
+  local old = link:conns(bport)
+  local before = assert(L.offsets(b.ns, topic, "committed", group))
+  local cpu = cpu_meter(c)
+  link:fault("in", {baddr})
+  local hole = o.long and 30 or 15
+  ctx:log("packets from %s dropped for %d s", baddr, hole)
+  local t0 = L.mono()
+  local notice = wait_closed(link, bport, old, hole)
+  ctx.row.notice_s = notice
+  L.sleep(math.max(0, hole - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  local mid = assert(L.offsets(b.ns, topic, "committed", group))
+  link:clear()
+  local bound = (HB_MS + API_MS) / 1000 + SLACK_S
+  ctx:check(notice and notice <= bound, "the connection without answers closed within %.0f s: %s",
+    bound, secs(notice))
+  local back = 0
+  for k, v in pairs(before) do if (mid[k] or -1) < v then back = back + 1 end end
+  ctx:check(back == 0, "offsets committed before the loss stay committed (%d queue(s) went back)", back)
+  local rec = wait_progress(ctx, 60)
+  ctx.row.recover_s = rec
+  ctx:check(rec and rec <= 20, "consuming again within 20 s of the link's return: %s", secs(rec))
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  c:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  local log = L.read(c.log)
+  ctx:note("consumer log: %d pull(s) timed out", select(2, log:gsub("PULL_MESSAGE%(11%)[^\n]*timed out", "")))
+  ctx:count()
+  ctx:check(ctx.row.dups == 0, "no duplicates: %d", ctx.row.dups)
+end}
+
+-- ---- 17. slow link ---------------------------------------------------------------------------
+-- 1 Mbit/s both ways (tc tbf on the veth pair) with 256 KiB messages: 20 (long: 120), about
+-- 2 a second over the link, consumed at 1 a second. Bounds: pulls answered slowly do not turn into a retry storm (at
+-- most one timed-out pull per queue); the consumer's peak RSS stays within what it had before
+-- the messages + its flow-control bound (pull_threshold_size_for_queue 1 MiB × 4 queues, one
+-- pull's answer each over it) + 24 MiB for the runtime's own buffers; 0 missing.
+
+S[17] = {title = "slow link 1 Mbit/s, 256 KiB messages", netns = true, dev = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 4)
+  -- One consume thread taking 1 s a message, half the link's pace: messages pile up to the
+  -- flow-control bound and pulls then wait.
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", bin = link.exec .. L.bin,
+                          sleep_ms = 1000, set = {pull_threshold_size_for_queue = 1, consume_thread_min = 1,
+                                                  consume_thread_max = 1}})
+  L.wait_for(function() return L.read(c.log):find("started as ", 1, true) end, 30, "the consumer's start")
+  L.sleep(2)
+  local _, rss0 = c:mem()
+  link:slow("1mbit")
+  local cpu = cpu_meter(c)
+  local n = o.long and 120 or 20
+  local t0 = L.mono()
+  -- Not compressed (the generated bodies compress to almost nothing): 256 KiB on the wire each.
+  ctx:produce({ns = b.ns, topic = topic, n = n, size = 256 * 1024, prefix = "s", args = "--no-compress"})
+  ctx:wait_consumed(n * 2 + 60, "the big messages over the slow link")
+  ctx.row.cpu_pct = cpu()
+  ctx.row.notice_s, ctx.row.recover_s = false, false -- nothing to notice: the link only slows
+  ctx:note("%d messages of 256 KiB over 1 Mbit/s in %.1f s", n, L.mono() - t0)
+  link:slow(nil)
+  c:mem()
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  c:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  local log = L.read(c.log)
+  local timeouts = select(2, log:gsub("PULL_MESSAGE%(11%)[^\n]*timed out", ""))
+  ctx:check(timeouts <= 4, "no pull retry storm: %d pull(s) timed out (at most one per queue)", timeouts)
+  local bound_kb = rss0 + (4 * (1024 + 256)) + 24 * 1024
+  if not (L.asan or L.tsan) then
+    ctx:check(c.hwm_kb <= bound_kb, "peak RSS %.1f MB within %.1f MB (%.1f MB before + flow control + 24 MB)",
+      c.hwm_kb / 1024, bound_kb / 1024, rss0 / 1024)
+  end
+  ctx:count()
+end}
+
+-- ---- 18. reset storm -------------------------------------------------------------------------
+-- Every packet to the broker's and the name server's ports rejected with a TCP reset for 20 s:
+-- the open connections are reset on their next write, every new one is refused at once.
+-- Bounds: no busy loop: CPU during the storm at most 20 % of one core (ASan: 40 %) and at most
+-- 150 connection attempts (reconnect back-off 100 ms doubling to 5 s per address, requests
+-- queued meanwhile); consuming again within 10 s (5 s back-off + slack) of the storm's end;
+-- 0 missing; duplicates only of what was consumed in the persist window before the storm.
+
+S[18] = {title = "reset storm 20 s", netns = true, dev = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 8)
+  ctx:produce({ns = b.ns, topic = topic, n = 20000, prefix = "n"})
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", sleep_ms = 10,
+                          bin = link.exec .. L.bin})
+  ctx:wait_records(4000, "consumption before the storm")
+  local baddr = b.addrs[b.names[1]]
+  local cpu = cpu_meter(c)
+  local started = L.now_ms()
+  link:fault("reset", {baddr, b.ns})
+  ctx:log("every packet to %s and %s answered with a reset for 20 s", baddr, b.ns)
+  local t0 = L.mono()
+  local notice = wait_closed(link, port(baddr), link:conns(port(baddr)), 20)
+  ctx.row.notice_s = notice
+  L.sleep(math.max(0, 20 - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  local syns = link:rejected()
+  link:clear()
+  local limit = (L.asan or L.tsan) and 40 or 20
+  ctx:check(ctx.row.cpu_pct <= limit, "no busy loop: CPU during the storm %.1f %% <= %d %%", ctx.row.cpu_pct, limit)
+  ctx:check(syns <= 150, "connection attempts during the storm: %d packets reset (<= 150)", syns)
+  local rec = wait_progress(ctx, 60)
+  ctx.row.recover_s = rec
+  ctx:check(rec and rec <= 10, "consuming again within 10 s of the storm's end: %s", secs(rec))
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  c:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:count()
+  local outside, ex = require("scenarios").checks.dup_check({c.rec},
+    {{started - 5000 - 2000, started + 22000}})
+  ctx:check(outside == 0, "duplicates only of what was consumed in the persist window before the storm: %d outside%s",
+    outside, ex and (", e.g. " .. ex) or "")
+end}
+
+-- ---- 19. partition of one of two consumers ----------------------------------------------------
+-- Two consumers, each in its own namespace; one is cut off from the broker and the name server
+-- (30 s; long: 60 s), the broker expiring a channel after 10 s without a heartbeat (its default,
+-- 120 s, is longer than the partition), heartbeats every 2 s. Bounds: its queues are consumed by the other member during the
+-- partition (all 8 queues); it rejoins and consumes again after the link returns; 0 missing;
+-- duplicates only of what was delivered within one hand-over window (the partition's length +
+-- the persist interval + slack) before the queue's new owner started on it.
+
+S[19] = {title = "partition of 1 of 2 consumers 30 s", long_title = "partition of 1 of 2 consumers 60 s",
+         netns = true, dev = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local la, b = net_cluster(ctx, topic, 8, "--channel-expire-ms 10000")
+  local lb = second_link(ctx)
+  ctx:produce({ns = b.ns, topic = topic, n = 6000, prefix = "n"})
+  local set = {heartbeat_broker_interval = 2000}
+  local ca = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "a", sleep_ms = 20,
+                           bin = la.exec .. L.bin, set = set})
+  local cb = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "b", sleep_ms = 20,
+                           bin = lb.exec .. L.bin, set = set})
+  ctx:wait_records(2000, "consumption by both before the partition")
+  local baddr = b.addrs[b.names[1]]
+  local cpu = cpu_meter(ca)
+  local cut_ms = L.now_ms()
+  la:fault("blackhole", {baddr, b.ns})
+  local hole = o.long and 60 or 30
+  ctx:log("consumer a cut off for %d s", hole)
+  local t0 = L.mono()
+  -- Sent during the partition: the other member must get every queue's share.
+  ctx:produce({ns = b.ns, topic = topic, n = 4000, prefix = "d"})
+  local qs_b = {}
+  local function b_queues()
+    local n = 0
+    for _ in pairs(qs_b) do n = n + 1 end
+    return n
+  end
+  ctx.tally.hook = function(r)
+    if r.label == "b" and r.ms > cut_ms and not r.store:find("^%%RETRY%%") then qs_b[r.qid] = true end
+  end
+  local ok = pcall(L.wait_for, function()
+    ctx.tally:poll()
+    return b_queues() == 8
+  end, hole, "the other member consuming every queue", 0.5)
+  local handed = ok and (L.mono() - t0) or nil
+  ctx.row.notice_s = handed
+  ctx:check(ok, "the partitioned member's queues consumed by the other one during the partition (%d of 8 queues, after %s)",
+    b_queues(), secs(handed))
+  L.sleep(math.max(0, hole - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  la:clear()
+  local back_ms = L.now_ms()
+  ctx:log("consumer a's link back")
+  -- It rejoins: new messages reach it again.
+  local a_after = 0
+  ctx.tally.hook = function(r) if r.label == "a" and r.ms > back_ms then a_after = a_after + 1 end end
+  local t1 = L.mono()
+  ctx:produce({ns = b.ns, topic = topic, n = 4000, prefix = "r"})
+  local rejoined = pcall(L.wait_for, function()
+    ctx.tally:poll()
+    return a_after > 0
+  end, 90, "the partitioned member consuming again", 0.5)
+  ctx.row.recover_s = rejoined and (L.mono() - t1) or nil
+  ctx:check(rejoined, "the partitioned member rejoined and consumed again (%s after its link returned)",
+    secs(ctx.row.recover_s))
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  ca:stop()
+  cb:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:count()
+  local window = (hole + PERSIST_S + SLACK_S) * 1000
+  local outside, ex = require("scenarios").checks.dup_handover_check({ca.rec, cb.rec}, window)
+  ctx:check(outside == 0, "duplicates only within one hand-over window (%.0f s): %d outside%s",
+    window / 1000, outside, ex and (", e.g. " .. ex) or "")
+end}
+
+-- ---- 20. downstream faults -------------------------------------------------------------------
+-- Handlers that call a service (build/copeer, an echo peer, on the link's root side) over
+-- rmq.socket.tcp cosockets, the service's port blackholed, then reset, then slowed to 2 kbit/s,
+-- 10 s each (long: 30 s), with consume_timeout_millis 3000. Bounds: every message consumed
+-- (answered by the service) in the end, 0 missing; each fault is noticed by the handlers (a
+-- failed call or a consume_timeout interruption) within consume_timeout + slack; consuming again
+-- within 10 s of each fault's end; no thread stuck: the consumer stops cleanly (exit 0) at the
+-- end; duplicates 0 (a batch counts once its answers came, and one interrupted never returns).
+
+local CT_MS = 3000
+
+S[20] = {title = "downstream blackhole/reset/slow 3×10 s", long_title = "downstream blackhole/reset/slow 3×30 s",
+         netns = true, dev = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local link, b = net_cluster(ctx, topic, 8, "--delay-scale 0.01")
+  local copeer = L.root .. "/build/copeer"
+  if L.bin:find("/build-asan/", 1, true) and L.exists(L.root .. "/build-asan/copeer") then
+    copeer = L.root .. "/build-asan/copeer"
+  end
+  local peer = ctx:spawn(L.shq(copeer) .. " --host " .. link.host, {name = "copeer", kind = "tool"})
+  peer.stop_expect = {[143] = true} -- it runs until killed
+  local pport = L.wait_for(function() return tonumber(L.read(peer.log):match("PORT (%d+)")) end, 10,
+    "copeer's port")
+  local paddr = link.host .. ":" .. pport
+  ctx:produce({ns = b.ns, topic = topic, n = 12000, prefix = "n"})
+  local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", mode = "downstream",
+                          sleep_ms = 20, bin = link.exec .. L.bin, env = {REL_DS_ADDR = paddr},
+                          set = {consume_timeout_millis = CT_MS, consume_thread_min = 4,
+                                 consume_thread_max = 4}})
+  ctx:wait_records(1000, "calls to the service before its faults")
+  local len = o.long and 30 or 10
+  local cpu = cpu_meter(c)
+  -- The current phase's start (unix ms): a failed call after it; its end: an answered one after.
+  local fault_ms, mend_ms, failed_after, ok_after = math.huge, math.huge, false, false
+  ctx.tally.hook = function(r)
+    if r.st == "f" and r.ms >= fault_ms then failed_after = true end
+    if r.st == "k" and r.ms >= mend_ms then ok_after = true end
+  end
+  local function interrupts() return select(2, L.read(c.log):gsub("interrupting it", "")) end
+  local worst_notice, worst_recover = 0, 0
+  for _, kind in ipairs({"blackhole", "reset", "slow"}) do
+    local i0 = interrupts()
+    local t0 = L.mono()
+    fault_ms, mend_ms, failed_after, ok_after = L.now_ms(), math.huge, false, false
+    if kind == "slow" then link:slow("2kbit") else link:fault(kind, {paddr}) end
+    ctx:log("service %s: %s for %d s", paddr, kind, len)
+    local noticed = pcall(L.wait_for, function()
+      ctx.tally:poll()
+      return failed_after or interrupts() > i0
+    end, len, "the handlers noticing", 0.25)
+    local notice = noticed and (L.mono() - t0) or nil
+    L.sleep(math.max(0, len - (L.mono() - t0)))
+    if kind == "slow" then link:slow(nil) else link:clear() end
+    mend_ms = L.now_ms()
+    local t1 = L.mono()
+    local rec_ok = pcall(L.wait_for, function()
+      ctx.tally:poll()
+      return ok_after or ctx.tally:consumed_of(ctx.produced) >= ctx.nproduced
+    end, 60, "calls answered again", 0.2)
+    local rec = rec_ok and (L.mono() - t1) or nil
+    local bound = CT_MS / 1000 + SLACK_S
+    ctx:check(notice and notice <= bound, "%s: the handlers noticed within %.0f s (%s; %d consume_timeout interruption(s))",
+      kind, bound, secs(notice), interrupts() - i0)
+    ctx:check(rec and rec <= 10, "%s: calls answered again within 10 s of its end: %s", kind, secs(rec))
+    worst_notice = notice and math.max(worst_notice, notice) or worst_notice
+    worst_recover = rec and math.max(worst_recover, rec) or worst_recover
+  end
+  ctx.row.cpu_pct = cpu()
+  ctx.row.notice_s, ctx.row.recover_s = worst_notice, worst_recover
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  local rc = c:stop(60)
+  ctx:check(rc == 0, "no thread stuck: the consumer stopped cleanly (exit %s)", tostring(rc))
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:note("%d consume_timeout interruption(s) in all; the table's notice and recover are the worst of the three faults",
+    interrupts())
+  ctx:count()
+  ctx:check(ctx.row.dups == 0, "no duplicates: %d", ctx.row.dups)
+  peer:stop(10)
+end}
+
+return S
