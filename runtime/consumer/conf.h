@@ -121,6 +121,7 @@ typedef struct rmq_conf {
     int64_t consume_timeout;                        /* 15 minutes */
     int64_t consume_timeout_millis;                 /* 0 = consume_timeout (rmqlua's own) */
     int lua_memory_limit_mb;                        /* 0 = none (rmqlua's own) */
+    int consume_batches_per_thread;                 /* 64 (rmqlua's own): in flight */
     int strict_globals;                             /* false (rmqlua's own): check warns */
     int64_t await_termination_millis_when_shutdown; /* 0 */
     /* ClientConfig */

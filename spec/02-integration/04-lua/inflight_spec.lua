@@ -1,0 +1,193 @@
+-- Several batches in flight on one consume thread (consume_batches_per_thread): once a handler
+-- waits, its thread runs its batches as coroutines and starts others while some wait. Proven
+-- with `rmqlua run` against the development broker and a real TCP peer (spec/c/tools/copeer.c,
+-- which counts the requests waiting at once): interleaving on ONE thread, one at a time with the
+-- option at 1, orderly order per queue with queues interleaving, the outcome rules and rmq.send
+-- per batch, consume_timeout on a batch that waits while others go on, and a stop that waits
+-- for the batches in flight (nothing lost over a stop and a restart).
+local helpers = require "helpers"
+local rh = require "run_helpers"
+local R = require "02-integration.04-lua.runner"
+local socket = require "rmq.socket"
+
+local COPEER = (helpers.bin:gsub("[^/]+$", "")) .. "copeer"
+
+-- A copeer answering after delay ms, stopped when the test ends: its port.
+local function peer(delay)
+  local log = helpers.tmpdir("copeer") .. "/peer.out"
+  helpers.spawn(COPEER .. " --delay " .. delay, { log = log })
+  return helpers.wait_until(function()
+    return tonumber(rh.read(log):match("PORT (%d+)"))
+  end, 10, "copeer's port in " .. log)
+end
+
+-- The most requests that waited for their answer at once at the peer.
+local function peak(port)
+  local s = socket.tcp()
+  assert(s:connect("127.0.0.1", port))
+  assert(s:send("peak\n"))
+  local v = assert(s:receive())
+  s:close()
+  return tonumber(v)
+end
+
+-- A consumer script on one consume thread whose handler asks the peer at o.port (its answer
+-- printed with the message) and then runs o.body. o: file, group, topic, queues, n
+-- (consume_batches_per_thread), port, orderly, extra (more fields), body.
+local function one_thread(o)
+  return R.consumer_script(o.file, o.group, o.topic, o.queues, string.format([[
+  consume_thread_min = 1, consume_thread_max = 1,
+  consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
+  consume_batches_per_thread = %d,
+%s
+  %s = function(msgs)
+    local m = msgs[1]
+    local s = rmq.socket.tcp()
+    assert(s:connect("127.0.0.1", %d))
+    assert(s:send(m.body .. "\n"))
+    local answer = assert(s:receive())
+    s:setkeepalive()
+    print("ran " .. m.queue_id .. " " .. m.body .. " " .. m.reconsume_times .. " " .. answer)
+%s
+  end,
+}
+]], o.n, o.extra or "", o.orderly and "consume_orderly" or "consume", o.port, o.body or ""))
+end
+
+describe("consume_batches_per_thread", function()
+  R.broker_fixture("--delay-scale 0.001")
+
+  it("interleaves batches that wait on one consume thread", function()
+    local port = peer(50)
+    R.fill_topic("InflightMany", 2, 40, "m")
+    local h = R.start(one_thread({ file = "inflight_many.lua", group = "inflight_many",
+      topic = "InflightMany", queues = 2, n = 8, port = port }))
+    helpers.wait_until(function() return h.count("ran %d+ m%d+ 0 ") == 40 end, 60,
+      "40 messages")
+    helpers.wait_until(function() return R.committed("inflight_many", "InflightMany", 2) == 40 end,
+      30, "40 committed")
+    local p = peak(port)
+    assert.is_true(p > 1, "requests waiting at once on one thread: " .. p)
+    assert.is_true(p <= 8, "no more than consume_batches_per_thread in flight: " .. p)
+    assert.equal(0, h.stop())
+  end)
+
+  it("at 1 runs one batch at a time", function()
+    local port = peer(20)
+    R.fill_topic("InflightOne", 2, 20, "m")
+    local h = R.start(one_thread({ file = "inflight_one.lua", group = "inflight_one",
+      topic = "InflightOne", queues = 2, n = 1, port = port }))
+    helpers.wait_until(function() return h.count("ran %d+ m%d+ 0 ") == 20 end, 60,
+      "20 messages")
+    assert.equal(1, peak(port))
+    assert.equal(0, h.stop())
+  end)
+
+  it("keeps each orderly queue in order while queues interleave on one thread", function()
+    local port = peer(30)
+    R.fill_topic("InflightOrder", 4, 40, "")
+    local h = R.start(one_thread({ file = "inflight_order.lua", group = "inflight_order",
+      topic = "InflightOrder", queues = 4, n = 8, port = port, orderly = true }))
+    helpers.wait_until(function() return h.count("ran %d+ %d+ 0 ") == 40 end, 60, "40 messages")
+    local last, seen = {}, 0
+    for q, b in h.out():gmatch("ran (%d+) (%d+) 0 ") do
+      q, b = tonumber(q), tonumber(b)
+      assert.equal(b % 4, q)
+      assert.is_true(b > (last[q] or 0), "order of queue " .. q)
+      last[q] = b
+      seen = seen + 1
+    end
+    assert.equal(40, seen)
+    local p = peak(port)
+    assert.is_true(p > 1, "queues interleaving on one thread: " .. p)
+    assert.is_true(p <= 4, "one batch per queue in flight: " .. p)
+    assert.equal(0, h.stop())
+  end)
+
+  it("decides each batch's outcome and sends per batch while others wait", function()
+    local port = peer(30)
+    R.create_topic("InflightFwd", 1)
+    local bodies = { "raise", "later", "false", "dlq" }
+    for i = 1, 12 do bodies[#bodies + 1] = "fine" .. i end
+    R.create_topic("InflightOut", 2)
+    for i, b in ipairs(bodies) do R.produce("InflightOut", b, nil, nil, i % 2) end
+    local h = R.start(one_thread({ file = "inflight_out.lua", group = "inflight_out",
+      topic = "InflightOut", queues = 2, n = 8, port = port, body = [[
+    rmq.send("InflightFwd", m.body .. "/" .. m.reconsume_times)
+    if m.reconsume_times == 0 then
+      if m.body == "raise" then error("raised after a wait") end
+      if m.body == "later" then return rmq.RECONSUME_LATER end
+      if m.body == "false" then return false end
+      if m.body == "dlq" then return rmq.DLQ end
+    end]] }))
+    for _, b in ipairs({ "raise", "later", "false" }) do
+      h.wait_for("ran %d+ " .. b .. " 1 echo:" .. b, b .. " consumed again")
+    end
+    helpers.wait_until(function() return R.committed("inflight_out", "InflightOut", 2) == 16 end,
+      30, "16 committed")
+    -- Forwards of the batches that succeeded, and only theirs: 12 fine, 3 on their second run.
+    helpers.wait_until(function() return R.topic_count("InflightFwd", 1) == 15 end, 30,
+      "15 forwards")
+    for i = 1, 12 do assert.equal(1, h.count("ran %d+ fine" .. i .. " ")) end
+    assert.equal(1, h.count("ran %d+ dlq "))
+    assert.equal(1, R.topic_count("%DLQ%inflight_out", 1))
+    assert.matches("raised after a wait", h.out(), 1, true)
+    assert.equal(0, h.stop())
+    assert.equal(15, R.topic_count("InflightFwd", 1))
+  end)
+
+  it("abandons a waiting batch past consume_timeout while the others go on", function()
+    local port = peer(20)
+    R.create_topic("InflightSlow", 1)
+    -- The first batch waits in place (the thread serves from the next one on).
+    R.produce("InflightSlow", "warm")
+    R.produce("InflightSlow", "slow")
+    for i = 1, 10 do R.produce("InflightSlow", "fast" .. i) end
+    local h = R.start(one_thread({ file = "inflight_slow.lua", group = "inflight_slow",
+      topic = "InflightSlow", queues = 1, n = 8, port = port,
+      extra = string.format("  consume_timeout_millis = %d,", math.floor(1500 * helpers.scale)),
+      body = [[
+    if m.body == "slow" and m.reconsume_times == 0 then rmq.sleep(600) end
+    print("done " .. m.body .. " " .. m.reconsume_times)]] }))
+    h.wait_for("done slow 1", "the timed-out message consumed again")
+    for i = 1, 10 do assert.equal(1, h.count("done fast" .. i .. " 0\n")) end
+    assert.equal(0, h.count("done slow 0"))
+    assert.matches("abandoning them", h.out(), 1, true)
+    helpers.wait_until(function() return R.committed("inflight_slow", "InflightSlow", 1) == 12 end,
+      30, "12 committed")
+    assert.equal(0, h.stop())
+  end)
+
+  it("stop waits for the batches in flight; a restart consumes the rest, none missing", function()
+    local port = peer(0)
+    R.fill_topic("InflightStop", 2, 30, "m")
+    local script = one_thread({ file = "inflight_stop.lua", group = "inflight_stop",
+      topic = "InflightStop", queues = 2, n = 8, port = port, body = [[
+    io.stdout:flush()
+    rmq.sleep(0.3)
+    print("end " .. m.body)
+    io.stdout:flush()]] })
+    local h = R.run(script)
+    helpers.wait_until(function() return h.count("ran %d+ m%d+ ") >= 3 end, 30, "batches started")
+    assert.equal(0, h.stop())
+    local ended, n1 = {}, 0
+    for b in h.out():gmatch("end (m%d+)") do
+      if not ended[b] then n1 = n1 + 1 end
+      ended[b] = true
+    end
+    -- Every batch that started also ended: none was cut off by the stop.
+    assert.equal(h.count("ran %d+ m%d+ "), h.count("end m%d+"))
+    assert.is_true(R.committed("inflight_stop", "InflightStop", 2) <= n1,
+      "nothing committed past a batch in flight")
+    local h2 = R.start(script)
+    helpers.wait_until(function()
+      for b in h2.out():gmatch("end (m%d+)") do ended[b] = true end
+      local n = 0
+      for _ in pairs(ended) do n = n + 1 end
+      return n == 30
+    end, 60, "all 30 consumed over the two runs")
+    helpers.wait_until(function() return R.committed("inflight_stop", "InflightStop", 2) == 30 end,
+      30, "30 committed")
+    assert.equal(0, h2.stop())
+  end)
+end)
