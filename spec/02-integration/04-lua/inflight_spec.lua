@@ -57,6 +57,16 @@ end
 describe("consume_batches_per_thread", function()
   R.broker_fixture("--delay-scale 0.001")
 
+  it("is checked like any option: 1..100000, named in the error", function()
+    for _, v in ipairs({ "0", "100001" }) do
+      local rc, out = helpers.run(helpers.bin .. " check --set consume_batches_per_thread=" .. v
+        .. " " .. helpers.shq(helpers.root .. "/examples/hello.lua"))
+      assert.equal(2, rc)
+      assert.truthy(out:find("option consume_batches_per_thread = " .. v .. " is out of range", 1,
+        true), out)
+    end
+  end)
+
   it("interleaves batches that wait on one consume thread", function()
     local port = peer(50)
     R.fill_topic("InflightMany", 2, 40, "m")
