@@ -168,6 +168,25 @@ describe("consume_batches_per_thread", function()
     assert.equal(0, h.stop())
   end)
 
+  it("a reload waits for the batches in flight; each message ends once", function()
+    local port = peer(0)
+    R.fill_topic("InflightReload", 2, 30, "m")
+    local h = R.start(one_thread({ file = "inflight_reload.lua", group = "inflight_reload",
+      topic = "InflightReload", queues = 2, n = 8, port = port, body = [[
+    rmq.sleep(0.2)
+    print("end " .. m.body)
+    io.stdout:flush()]] }))
+    helpers.wait_until(function() return h.count("ran %d+ m%d+ ") >= 3 end, 30, "batches started")
+    h.signal("HUP")
+    h.wait_for("reloaded [^\n]*inflight_reload%.lua %(reload 1%)")
+    helpers.wait_until(function() return h.count("end m%d+\n") >= 30 end, 60, "30 ended")
+    helpers.wait_until(function()
+      return R.committed("inflight_reload", "InflightReload", 2) == 30
+    end, 30, "30 committed")
+    for i = 1, 30 do assert.equal(1, h.count("end m" .. i .. "\n"), "m" .. i) end
+    assert.equal(0, h.stop())
+  end)
+
   it("stop waits for the batches in flight; a restart consumes the rest, none missing", function()
     local port = peer(0)
     R.fill_topic("InflightStop", 2, 30, "m")
