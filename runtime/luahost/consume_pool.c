@@ -91,6 +91,7 @@ typedef struct flight {
     const char *why;
     int raised;   /* the count hook raised its interrupt in the batch */
     int reported; /* rmq_serve_expired handed it to the scheduler */
+    int lost;     /* its thread was abandoned by a stop: the batch went back NOT_RUN (mu) */
 } flight_t;
 
 typedef struct cthread {
@@ -705,6 +706,10 @@ static void flight_done(cthread_t *t, int k, int abandoned, const char *err, int
     }
     rmq_batch_run_t run = {.start_ns = f->start_ns, .end_ns = (int64_t)uv_hrtime()};
     uv_mutex_lock(&p->mu);
+    if (t->abandoned) { /* stop already returned its batches; the thread only ends */
+        uv_mutex_unlock(&p->mu);
+        return;
+    }
     why = f->why;
     if (failed) p->errors++;
     if (why && !strcmp(why, "stop")) {
@@ -780,12 +785,14 @@ static void serve(cthread_t *t)
         }
         if (++t->since_note >= 64) note_lua_memory(t);
         uv_mutex_lock(&p->mu);
+        if (t->abandoned) break;
         if (inflight == 0 && (p->quit || (!t->q.n && !p->shared.n) ||
                               (p->stopping && rmq__mono_ms() >= p->stop_deadline)))
             break;
         uv_mutex_unlock(&p->mu);
     }
     t->in_serve = 0;
+    if (t->abandoned) return; /* a stop gave up on it: it only ends */
     if (t->woken) {
         t->woken = 0;
         p->waking--;
@@ -849,6 +856,7 @@ static void thread_main(void *arg)
             (t->q.n || p->shared.n) &&
             !(p->stopping && rmq__mono_ms() >= p->stop_deadline)) {
             serve(t); /* returns under p->mu, the thread IDLE again */
+            if (t->abandoned) break;
             continue;
         }
         rmq_batch_t *b = bq_pop(&t->q);
@@ -958,11 +966,16 @@ static rmq_batch_t *replace_lost(rmq_pool_t *p, rmq_batch_t *b)
 {
     for (int i = 0; i < p->n; i++) {
         cthread_t *t = &p->t[i];
-        if (t->lost != b) continue;
+        int found = t->lost == b;
         uv_mutex_lock(&p->mu);
-        t->lost = NULL;
-        p->n_lost--;
+        for (int k = 0; !found && t->fl && k < p->o.batches_per_thread; k++)
+            if (t->fl[k].lost && t->fl[k].b == b) found = 1, t->fl[k].lost = 0;
+        if (found) {
+            if (t->lost == b) t->lost = NULL;
+            p->n_lost--;
+        }
         uv_mutex_unlock(&p->mu);
+        if (!found) continue;
         if (!p->o.abandoned) return b;
         rmq_batch_t *nb = p->o.abandoned(p->o.ud, b);
         nb->status = RMQ_CONSUME_NOT_RUN;
@@ -1321,6 +1334,24 @@ static void reaper_main(void *arg)
         if (now >= p->stop_deadline + 2 * RMQ_POOL_STOP_GRACE_MS) {
             for (int i = 0; i < p->n; i++) {
                 cthread_t *t = &p->t[i];
+                if (t->nfl && !t->abandoned) {
+                    /* A serving thread whose scheduler did not come back (a batch stuck in a
+                     * compiled loop or a blocking call): every batch it holds goes back. */
+                    rmq_log_error("consume",
+                                  "thread %d: %d batch(es) in flight did not end after stop; "
+                                  "abandoning the thread (they are returned as not run)",
+                                  t->index + 1, t->nfl);
+                    t->abandoned = 1;
+                    pthread_detach(t->tid);
+                    for (int k = 0; k < p->o.batches_per_thread; k++) {
+                        flight_t *f = &t->fl[k];
+                        if (!f->b || f->lost) continue;
+                        f->lost = 1;
+                        p->running--;
+                        p->n_lost++;
+                        not_run(p, f->b);
+                    }
+                }
                 if (t->cur) {
                     rmq_log_error("consume",
                                   "thread %d: handler did not return after stop; abandoning "

@@ -187,6 +187,46 @@ describe("consume_batches_per_thread", function()
     assert.equal(0, h.stop())
   end)
 
+  -- A batch in flight stuck in a C call (no interrupt reaches it) when a reload retires its
+  -- version: the old version gives up on the thread (consume_timeout + 10 s after the reload)
+  -- and the batch runs in the new version. The thread comes back later and ends the batch it
+  -- had: that batch must still be there (the sanitizer build reports a use of freed memory
+  -- otherwise), and the new version's result stands.
+  it("a reload gives up on a thread whose batch in flight is stuck in a C call", function()
+    local port = peer(0)
+    R.create_topic("InflightStuck", 1)
+    R.produce("InflightStuck", "warm")
+    R.produce("InflightStuck", "stuck")
+    local h = R.start(one_thread({ file = "inflight_stuck.lua", group = "inflight_stuck",
+      topic = "InflightStuck", queues = 1, n = 8, port = port,
+      extra = "  consume_timeout_millis = 1000, shared = { d = '64k' },", body = [[
+    if m.body == "stuck" then
+      local run = rmq.shared.d:incr("runs", 1, 0)
+      print("start stuck " .. run)
+      io.stdout:flush()
+      if run == 1 then
+        local ffi = require "ffi"
+        pcall(ffi.cdef, "int poll(void *fds, unsigned long nfds, int timeout);")
+        ffi.C.poll(nil, 0, 20000) -- a C call: no interrupt reaches it
+        print("late stuck")
+        io.stdout:flush()
+        error("came back late")
+      end
+      print("end stuck " .. run)
+    end]] }))
+    h.wait_for("start stuck 1", "the stuck batch")
+    h.signal("HUP")
+    h.wait_for("reloaded [^\n]*inflight_stuck%.lua %(reload 1%)")
+    h.wait_for("in flight did not end after stop; abandoning the thread",
+      "the retired version giving up on its thread")
+    h.wait_for("end stuck 2", "the batch run by the new version")
+    h.wait_for("came back late", "the stuck handler coming back")
+    helpers.wait_until(function()
+      return R.committed("inflight_stuck", "InflightStuck", 1) == 2
+    end, 30, "2 committed")
+    assert.equal(0, h.stop())
+  end)
+
   it("stop waits for the batches in flight; a restart consumes the rest, none missing", function()
     local port = peer(0)
     R.fill_topic("InflightStop", 2, 30, "m")
