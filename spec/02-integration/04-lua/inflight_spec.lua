@@ -40,7 +40,7 @@ local function one_thread(o)
   consume_from_where = "CONSUME_FROM_FIRST_OFFSET",
   consume_batches_per_thread = %d,
 %s
-  %s = function(msgs)
+  %s = function(msgs, ctx)
     local m = msgs[1]
     local s = rmq.socket.tcp()
     assert(s:connect("127.0.0.1", %d))
@@ -144,6 +144,69 @@ describe("consume_batches_per_thread", function()
     assert.matches("raised after a wait", h.out(), 1, true)
     assert.equal(0, h.stop())
     assert.equal(15, R.topic_count("InflightFwd", 1))
+  end)
+
+  it("acknowledges each batch's ctx.ack_index while batches interleave", function()
+    local port = peer(20)
+    R.fill_topic("InflightAck", 1, 24, "m")
+    local h = R.start(one_thread({ file = "inflight_ack.lua", group = "inflight_ack",
+      topic = "InflightAck", queues = 1, n = 8, port = port,
+      extra = "  consume_message_batch_max_size = 4,", body = [[
+    if m.reconsume_times == 0 then
+      print("batch " .. m.body .. " " .. #msgs)
+      rmq.sleep(0.01)
+      ctx.ack_index = 1
+    else
+      for i = 1, #msgs do print("again " .. msgs[i].body) end
+    end]] }))
+    -- The first message of each first delivery is acknowledged, the others come back.
+    local function expected()
+      local n = 0
+      for k in h.out():gmatch("batch m%d+ (%d+)") do n = n + tonumber(k) - 1 end
+      return n
+    end
+    helpers.wait_until(function()
+      return R.committed("inflight_ack", "InflightAck", 1) == 24 and h.count("batch m%d+ ") > 0
+        and h.count("again m%d+") == expected()
+    end, 60, "24 committed, every message after an ack_index consumed again")
+    local firsts = {}
+    for b in h.out():gmatch("batch (m%d+) ") do firsts[b] = true end
+    for b in h.out():gmatch("again (m%d+)") do
+      assert.is_nil(firsts[b], b .. " was acknowledged, yet consumed again")
+    end
+    assert.is_true(h.count("batch m%d+ [2-4]") > 0, "batches of more than one message")
+    assert.equal(0, h.stop())
+  end)
+
+  it("runs light threads and a user's coroutines inside batches in flight", function()
+    local port = peer(30)
+    R.fill_topic("InflightKids", 2, 20, "m")
+    local h = R.start(one_thread({ file = "inflight_kids.lua", group = "inflight_kids",
+      topic = "InflightKids", queues = 2, n = 8, port = port, body = [[
+    local function ask(what)
+      local c = rmq.socket.tcp()
+      assert(c:connect("127.0.0.1", ]] .. port .. [[))
+      assert(c:send(what .. "\n"))
+      local a = assert(c:receive())
+      c:setkeepalive()
+      return a
+    end
+    local t1 = rmq.thread.spawn(ask, "kid-" .. m.body)
+    local f = coroutine.wrap(function()
+      coroutine.yield(ask("co-" .. m.body))
+      return "end"
+    end)
+    assert(f() == "echo:co-" .. m.body)
+    assert(f() == "end")
+    local ok, a = rmq.thread.wait(t1)
+    assert(ok and a == "echo:kid-" .. m.body)
+    print("both " .. m.body)]] }))
+    helpers.wait_until(function() return h.count("both m%d+\n") == 20 end, 60, "20 messages")
+    helpers.wait_until(function() return R.committed("inflight_kids", "InflightKids", 2) == 20 end,
+      30, "20 committed")
+    local p = peak(port)
+    assert.is_true(p > 2, "light threads of several batches waiting at once: " .. p)
+    assert.equal(0, h.stop())
   end)
 
   it("abandons a waiting batch past consume_timeout while the others go on", function()
