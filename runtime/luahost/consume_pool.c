@@ -1045,7 +1045,7 @@ static void on_watchdog(uv_timer_t *tm)
         if (n)
             rmq_log_error("lua",
                           "thread %d: %d batch(es) in flight for more than consume_timeout "
-                          "%lld ms: abandoning them",
+                          "%lld ms: interrupting them (one that waits is given up)",
                           t->index + 1, n, (long long)p->o.consume_timeout_ms);
     }
     uv_mutex_unlock(&p->mu);

@@ -146,6 +146,38 @@ describe("consume_batches_per_thread", function()
     assert.equal(15, R.topic_count("InflightFwd", 1))
   end)
 
+  it("interrupts a batch in flight that loops past consume_timeout, not the others", function()
+    local port = peer(20)
+    R.create_topic("InflightSpin", 1)
+    R.produce("InflightSpin", "warm")
+    R.produce("InflightSpin", "spin")
+    for i = 1, 10 do R.produce("InflightSpin", "fast" .. i) end
+    local h = R.start(one_thread({ file = "inflight_spin.lua", group = "inflight_spin",
+      topic = "InflightSpin", queues = 1, n = 8, port = port,
+      extra = string.format("  consume_timeout_millis = %d,", math.floor(1000 * helpers.scale)),
+      body = [[
+    if m.body == "spin" and m.reconsume_times == 0 then
+      rmq.sleep(0.01)
+      jit.off(true, true) -- interpreted: the count hook sees the interrupt
+      while true do local _ = {} end
+    end
+    print("done " .. m.body .. " " .. m.reconsume_times)]] }))
+    h.wait_for("done spin 1", "the interrupted message consumed again")
+    -- A batch taken while the loop held the thread may be past consume_timeout too when it
+    -- ends (the engine then sends its messages back): each is done at least once.
+    helpers.wait_until(function()
+      for i = 1, 10 do
+        if h.count("done fast" .. i .. " %d+\n") == 0 then return false end
+      end
+      return true
+    end, 30, "10 fast")
+    assert.equal(0, h.count("done spin 0"))
+    assert.matches("interrupted: the handler ran past consume_timeout", h.out(), 1, true)
+    helpers.wait_until(function() return R.committed("inflight_spin", "InflightSpin", 1) == 12 end,
+      30, "12 committed")
+    assert.equal(0, h.stop())
+  end)
+
   it("acknowledges each batch's ctx.ack_index while batches interleave", function()
     local port = peer(20)
     R.fill_topic("InflightAck", 1, 24, "m")
@@ -225,7 +257,8 @@ describe("consume_batches_per_thread", function()
     h.wait_for("done slow 1", "the timed-out message consumed again")
     for i = 1, 10 do assert.equal(1, h.count("done fast" .. i .. " 0\n")) end
     assert.equal(0, h.count("done slow 0"))
-    assert.matches("abandoning them", h.out(), 1, true)
+    assert.matches("in flight for more than consume_timeout", h.out(), 1, true)
+    assert.matches("did not finish: it ran past consume_timeout", h.out(), 1, true)
     helpers.wait_until(function() return R.committed("inflight_slow", "InflightSlow", 1) == 12 end,
       30, "12 committed")
     assert.equal(0, h.stop())
