@@ -13,10 +13,21 @@
 --                                         host:port or opts.pool (idle_ms 0: no idle limit;
 --                                         default 60 s, pool_size 30)
 --   count, err = sock:getreusedtimes();  ok, err = sock:close()
+--   session, err = sock:sslhandshake(reused_session, server_name, ssl_verify [, send_status_req])
+--                                         TLS over the connection (runtime/luahost/cossl.c):
+--                                         SNI, and with ssl_verify the chain (the system's CA
+--                                         store or lua_ssl_trusted_certificate) and the host
+--                                         name; the connect timeout applies. Returns a session
+--                                         to resume with later, or true when reused_session is
+--                                         false. A connection reused from the pool is TLS
+--                                         already: the call returns at once.
 --
 -- Errors are OpenResty's strings: "timeout", "closed", "connection refused",
--- "connection reset by peer", "<host> could not be resolved (...)". sslhandshake is not there
--- yet. Sockets a batch leaves open are closed when its handler returns or times out.
+-- "connection reset by peer", "<host> could not be resolved (...)", "handshake failed",
+-- "<code>: <reason>" (a certificate that does not verify), "certificate host mismatch".
+-- A connect past lua_socket_max_per_thread (open sockets of the thread, pooled ones included)
+-- fails with an error naming it. Sockets a batch leaves open are closed when its handler
+-- returns or times out.
 -- Threads: a socket belongs to the Lua state (and so the consume thread) that made it.
 local ffi = require "ffi"
 local co = require "rmq.co"
@@ -298,6 +309,43 @@ function tcp:setkeepalive(idle, size)
   p[#p + 1] = { s = s, reused = self.reused, expires = idle > 0 and now() * 1000 + idle or 0 }
   self.s = nil
   return 1
+end
+
+local session_t = ffi.typeof("void *")
+
+function tcp:sslhandshake(reused_session, server_name, verify)
+  local s = self.s
+  if not s then return nil, "closed" end
+  if server_name ~= nil and type(server_name) ~= "string" then
+    return nil, "bad server_name: " .. tostring(server_name)
+  end
+  local sess = nil
+  if reused_session ~= nil and reused_session ~= false then
+    if type(reused_session) ~= "cdata" or not ffi.istype(session_t, reused_session) then
+      return nil, "bad session: expects one sslhandshake returned"
+    end
+    sess = reused_session
+  end
+  local id = C.rmq_cosock_sslhandshake(s, server_name, verify and 1 or 0, sess, self.ct, errp)
+  if id < 0 then
+    local err = str(errp[0])
+    -- Another light thread's operation on it goes on; anything else leaves it unusable.
+    if err ~= "socket busy" and err ~= "unread data in buffer" then self:close() end
+    return nil, err
+  end
+  if id > 0 then
+    await(id)
+    local err = C.rmq_cosock_err(s, 0)
+    if err ~= nil then
+      err = str(err)
+      self:close()
+      return nil, err
+    end
+  end
+  if reused_session == false then return true end
+  local new = C.rmq_cosock_ssl_session(s)
+  if new == nil then return true end
+  return gc(new, C.rmq_cosock_ssl_session_free)
 end
 
 function tcp:getreusedtimes()

@@ -36,6 +36,19 @@
 -- messages that pass reach the handler, and when none does the handler is not called (expect
 -- then only `delivered`). Tag expressions do not filter here (a case may hand the handler any
 -- tag, to test how it copes).
+-- A case may stub the cosocket peers its handler talks to (no network):
+--   peers = { ["127.0.0.1:6379"] = function(conn) ... end, ... }
+-- While the case runs, every rmq.socket.tcp() connect goes to the function stubbed for its
+-- "host:port" (a connect to any other fails with an error naming it), which runs as the peer of
+-- that connection, in a coroutine of its own: conn:receive("*l" | "*a" | n) reads what the
+-- handler sent (nil, "closed" once the handler closed), conn:send(data) answers, conn:close()
+-- (or returning) closes the peer's side; conn.host, conn.port, conn.tls (true after the
+-- handler's sslhandshake), conn.server_name. A peer that raises fails the case. The handler's
+-- receive that waits for an answer the peer will not give returns nil, "timeout"; setkeepalive
+-- keeps the connection (with its peer) for the next connect to the same pool in the case.
+-- Instead of a function, a peer may be a script: a list of { sent, answer } steps, each the exact
+-- bytes the handler must send next and what the peer answers (a mismatch fails the case, naming
+-- the step, what was expected and what came); the peer closes after the last step.
 -- Any other key (in a case, a message, expect or a sent entry) is an error naming the cases
 -- file and line, as is a syntax error: run() returns nil and the message, before any case runs.
 -- Otherwise run() returns the number of failed cases and prints one line per case.
@@ -78,6 +91,277 @@ local KNOWN_SET = {}
 for what, list in pairs(KNOWN) do
   KNOWN_SET[what] = {}
   for _, k in ipairs(list) do KNOWN_SET[what][k] = true end
+end
+
+-- ---- cosocket peer stubs (case.peers) ------------------------------------------------------
+KNOWN.case[#KNOWN.case + 1] = "peers"
+KNOWN_SET.case.peers = true
+
+-- Take what pattern asks from link[field] ("*l", "*L", a count; "*a" only when ended): the
+-- value, or nil when it is not all there yet.
+local function peer_take(link, field, pat, ended)
+  local d = link[field]
+  local v
+  if type(pat) == "number" then
+    if #d < pat then return nil end
+    v = d:sub(1, pat)
+  elseif pat == "*a" then
+    if not ended then return nil end
+    v = d
+  else
+    local i = d:find("\n", 1, true)
+    if not i then return nil end
+    v = d:sub(1, i)
+    link[field] = d:sub(i + 1)
+    if pat ~= "*L" then v = v:gsub("\r?\n$", "") end
+    return v
+  end
+  link[field] = d:sub(#v + 1)
+  return v
+end
+
+local function peer_data(data)
+  if type(data) == "table" then
+    local out = {}
+    local function flat(t)
+      for i = 1, #t do
+        if type(t[i]) == "table" then flat(t[i]) else out[#out + 1] = tostring(t[i]) end
+      end
+    end
+    flat(data)
+    return table.concat(out)
+  end
+  return tostring(data)
+end
+
+-- Run the peer of link until it waits for the handler (or ends).
+local function peer_step(link)
+  if link.peer_done then return end
+  local ok, err = coroutine.resume(link.co)
+  if not ok then
+    link.stubs.errors[#link.stubs.errors + 1] = "peer " .. link.key .. " raised: " .. tostring(err)
+    link.peer_done = true
+  elseif coroutine.status(link.co) == "dead" then
+    link.peer_done = true
+  end
+end
+
+local function peer_link(stubs, host, port, fn)
+  local link = { key = host .. ":" .. port, to_peer = "", to_handler = "", stubs = stubs }
+  local conn = { host = host, port = port, tls = false }
+  function conn.receive(_, pat)
+    pat = pat or "*l"
+    while true do
+      local v = peer_take(link, "to_peer", pat, link.handler_closed)
+      if v then return v end
+      if link.handler_closed then
+        local partial = link.to_peer
+        link.to_peer = ""
+        return nil, "closed", partial
+      end
+      coroutine.yield()
+    end
+  end
+  function conn.send(_, data)
+    if link.handler_closed or link.peer_done then return nil, "closed" end
+    data = peer_data(data)
+    link.to_handler = link.to_handler .. data
+    return #data
+  end
+  function conn.close()
+    link.peer_done = true
+    return 1
+  end
+  link.conn = conn
+  link.co = coroutine.create(function() fn(conn) end)
+  peer_step(link)
+  return link
+end
+
+-- s quoted, with its control characters escaped (\r, \n, \ddd).
+local function show(s)
+  return '"' .. s:gsub('[\\"]', "\\%0"):gsub("\r", "\\r"):gsub("\n", "\\n")
+    :gsub("%c", function(ch) return "\\" .. ch:byte() end) .. '"'
+end
+
+-- The peer function of a script of { sent, answer } steps (key: its host:port, for errors).
+local function peer_script(key, steps)
+  for i, st in ipairs(steps) do
+    if type(st) ~= "table" or type(st[1]) ~= "string" or type(st[2]) ~= "string" then
+      error("peers: " .. key .. " step " .. i .. " must be { sent, answer } (two strings)", 0)
+    end
+  end
+  return function(conn)
+    for i, st in ipairs(steps) do
+      local got, err, partial = conn:receive(#st[1])
+      if got ~= st[1] then
+        error(string.format("step %d: expected %s, got %s", i, show(st[1]),
+          got and show(got) or (show(partial or "") .. " (then " .. tostring(err) .. ")")), 0)
+      end
+      conn:send(st[2])
+    end
+  end
+end
+
+local stub = {}
+stub.__index = stub
+
+-- Wait for the peer to answer more: true when it did (or ended), false when it waits too.
+local function peer_more(link)
+  local before, done = #link.to_handler, link.peer_done
+  peer_step(link)
+  return #link.to_handler ~= before or link.peer_done ~= done
+end
+
+function stub:connect(host, port, opts)
+  if self.link then self:close() end
+  local stubs = self.stubs
+  local key = (type(opts) == "table" and opts.pool) or (tostring(host) .. ":" .. tostring(port))
+  local pool = stubs.pool[key]
+  if pool and #pool > 0 then
+    self.link = table.remove(pool)
+    self.link.reused = self.link.reused + 1
+    return 1
+  end
+  local fn = stubs.peers[tostring(host) .. ":" .. tostring(port)]
+  if not fn then
+    return nil, "rmqlua test: no peer stubbed for " .. tostring(host) .. ":" .. tostring(port)
+      .. " in this case's peers"
+  end
+  self.link = peer_link(stubs, tostring(host), tonumber(port), fn)
+  self.link.key, self.link.reused = key, 0
+  return 1
+end
+
+function stub:send(data)
+  local link = self.link
+  if not link then return nil, "closed" end
+  if link.peer_done then
+    self:close()
+    return nil, "closed"
+  end
+  data = peer_data(data)
+  link.to_peer = link.to_peer .. data
+  peer_step(link)
+  return #data
+end
+
+function stub:receive(pat)
+  local link = self.link
+  if not link then return nil, "closed" end
+  pat = pat or "*l"
+  while true do
+    local v = peer_take(link, "to_handler", pat, link.peer_done)
+    if v then
+      if pat == "*a" then self:close() end
+      return v
+    end
+    if link.peer_done then
+      local partial = link.to_handler
+      self:close()
+      return nil, "closed", partial
+    end
+    if not peer_more(link) then return nil, "timeout", "" end
+  end
+end
+
+function stub:receiveuntil(pattern, opts)
+  local inclusive = type(opts) == "table" and opts.inclusive
+  return function()
+    local link = self.link
+    if not link then return nil, "closed" end
+    while true do
+      local i, j = link.to_handler:find(pattern, 1, true)
+      if i then
+        local v = link.to_handler:sub(1, inclusive and j or i - 1)
+        link.to_handler = link.to_handler:sub(j + 1)
+        return v
+      end
+      if link.peer_done then
+        local partial = link.to_handler
+        self:close()
+        return nil, "closed", partial
+      end
+      if not peer_more(link) then return nil, "timeout", "" end
+    end
+  end
+end
+
+function stub.settimeout() end
+function stub.settimeouts() end
+
+function stub:sslhandshake(reused_session, server_name)
+  local link = self.link
+  if not link then return nil, "closed" end
+  link.conn.tls, link.conn.server_name = true, server_name
+  if reused_session == false then return true end
+  return { stub_session = link.key }
+end
+
+function stub:setkeepalive()
+  local link = self.link
+  if not link then return nil, "closed" end
+  self.link = nil
+  if link.peer_done or link.to_handler ~= "" then
+    link.handler_closed = true
+    return nil, link.peer_done and "closed" or "unread data in buffer"
+  end
+  local pool = self.stubs.pool[link.key] or {}
+  self.stubs.pool[link.key] = pool
+  pool[#pool + 1] = link
+  return 1
+end
+
+function stub:getreusedtimes()
+  if not self.link then return nil, "closed" end
+  return self.link.reused
+end
+
+function stub:close()
+  local link = self.link
+  if not link then return nil, "closed" end
+  self.link = nil
+  link.handler_closed = true
+  peer_step(link) -- the peer sees the close
+  return 1
+end
+
+-- Stub the cosocket peers of case c (nil when it has none): every socket's methods are the
+-- stub's until peers_end. Raises on a peers table that is not host:port = function.
+local function peers_begin(c)
+  if c.peers == nil then return nil end
+  if type(c.peers) ~= "table" then error("peers must be a table of \"host:port\" = function", 0) end
+  local peers = {}
+  for k, v in pairs(c.peers) do
+    if type(k) ~= "string" or not k:match("^.+:%d+$")
+      or (type(v) ~= "function" and type(v) ~= "table") then
+      error("peers: each entry is \"host:port\" = function(conn) or a list of { sent, answer }, "
+        .. "got " .. tostring(k) .. " = " .. type(v), 0)
+    end
+    peers[k] = type(v) == "table" and peer_script(k, v) or v
+  end
+  local mt = getmetatable(require("rmq.socket").tcp())
+  local stubs = { peers = peers, pool = {}, errors = {}, saved = {}, mt = mt }
+  for k, f in pairs(stub) do
+    if type(f) == "function" then
+      stubs.saved[k] = rawget(mt, k)
+      rawset(mt, k, function(self, ...)
+        rawset(self, "stubs", stubs)
+        return f(self, ...)
+      end)
+    end
+  end
+  return stubs
+end
+
+-- Put the sockets back; the problems the peers reported.
+local function peers_end(stubs)
+  if not stubs then return {} end
+  for k, f in pairs(stubs.saved) do rawset(stubs.mt, k, f) end
+  for k in pairs(stub) do
+    if stubs.saved[k] == nil and k ~= "__index" then rawset(stubs.mt, k, nil) end
+  end
+  return stubs.errors
 end
 
 local function distance(a, b)
@@ -401,6 +685,8 @@ function M.run(script_path, cases_path, out)
       local kept, nk, idx = M.select(filters, ptrs, n, anchor)
       local b, err, sends
       rmq._requests = {}
+      local pok, stubs = pcall(peers_begin, c)
+      if not pok then err, nk, n = stubs, 0, 1 end
       if nk > 0 or n == 0 then -- a case without messages still calls the handler once
         b = ffi.new("rmq_batch_t")
         b.msgs = kept
@@ -411,6 +697,8 @@ function M.run(script_path, cases_path, out)
         d.slot[0] = nil
       end
       local probs = check_case(c, b, err, sends, idx, rmq._requests)
+      for _, e in ipairs(peers_end(pok and stubs or nil)) do probs[#probs + 1] = e end
+      if not pok then probs[#probs + 1] = stubs end
       if #probs == 0 then
         out("ok   " .. name)
       else

@@ -207,7 +207,7 @@ function rmq.now() end
 rmq.thread = {}
 
 ---A TCP cosocket (ngx.socket.tcp): connect, send, receive, receiveuntil, settimeout(s),
----setkeepalive, getreusedtimes, close; nil, err on failure with OpenResty's error strings.
+---setkeepalive, getreusedtimes, sslhandshake, close; nil, err on failure with OpenResty's error strings.
 ---@class rmq.TcpSocket
 ---@field connect fun(self: rmq.TcpSocket, host: string, port: integer, opts?: { pool?: string }): integer|nil, string?
 ---@field send fun(self: rmq.TcpSocket, data: string|table): integer|nil, string?
@@ -217,6 +217,7 @@ rmq.thread = {}
 ---@field settimeouts fun(self: rmq.TcpSocket, connect_ms: integer, send_ms: integer, read_ms: integer)
 ---@field setkeepalive fun(self: rmq.TcpSocket, idle_ms?: integer, pool_size?: integer): 1|nil, string?
 ---@field getreusedtimes fun(self: rmq.TcpSocket): integer|nil, string?
+---@field sslhandshake fun(self: rmq.TcpSocket, reused_session?: any, server_name?: string, ssl_verify?: boolean, send_status_req?: boolean): any|nil, string? a session (true when reused_session is false), or nil, err
 ---@field close fun(self: rmq.TcpSocket): 1|nil, string?
 
 ---Cosockets.
@@ -281,6 +282,9 @@ function json.decode_safe(v, len) end
 ---@field consume_timeout? integer|string default 15 (>= 1). Minutes. A handler running longer is interrupted; concurrently, a message whose handler started longer ago is sent back (batches waiting for a thread never expire). (Java consumeTimeout)
 ---@field consume_timeout_millis? integer|string default 0 (0 (use consume_timeout) or >= 1). The consume timeout in ms, replacing consume_timeout's minutes when set (> 0).
 ---@field lua_memory_limit_mb? integer default 0 (0 (none) or 1..1048576). MiB one consume thread's Lua state may hold, garbage not yet collected included (0 = no limit). While a handler runs, an allocation past it fails ("not enough memory"): that batch fails and comes back later, and the thread's state is made anew (init runs, then the old state's shutdown). The process is not stopped.
+---@field lua_socket_max_per_thread? integer default 10000 (1..1000000). Cosockets (rmq.socket.tcp) one consume thread may hold open at once, idle ones in the keep-alive pool included. A connect past it fails with nil and an error naming this option (the handler decides; an error it raises fails the batch, which comes back later). Java has no such limit; OpenResty's nearest is worker_connections.
+---@field lua_ssl_trusted_certificate? string default unset (PEM file). CA certificates (PEM) that sock:sslhandshake(..., true) verifies a server's certificate against, as OpenResty's directive of that name; unset = the system's CA store. Checked when the consume threads start.
+---@field lua_ssl_verify_depth? integer default 5 (1..100). The longest certificate chain sock:sslhandshake accepts (intermediate CAs below the trusted one). OpenResty's default is 1; rmqlua's is 5, so that a public service's usual chain (a leaf, one or two intermediates) verifies without setting it.
 ---@field consume_batches_per_thread? integer default 64 (1..100000). The most batches one consume thread holds in flight (rmqlua's own). A thread runs one batch at a time until a handler of its state first waits on I/O (rmq.sleep, a cosocket); from then on its batches run as coroutines, and while some wait it starts others, up to this many at once. 1 keeps one batch per thread; a handler that never waits runs one batch at a time whatever the value.
 ---@field strict_globals? boolean default false (true, false). rmqlua's own. rmqlua check reports every assignment to a global in the script and in the modules it loads from its folder, naming file, line and global (a forgotten local: the value lives on in the thread's Lua state into the next batch). false: a warning; true: an error (exit 2).
 ---@field await_termination_millis_when_shutdown? integer|string default 0 (>= 0). Shutdown: wait this long for running handlers, ms (0 = do not wait). (Java awaitTerminationMillisWhenShutdown)
@@ -292,6 +296,8 @@ function json.decode_safe(v, len) end
 ---@field unit_name? string default unset (). Appended to the clientId when set. (Java unitName)
 ---@field client_ip? string default unset (). IP in the clientId; unset = detected like RemotingUtil.getLocalAddress. (Java clientIP)
 ---@field namespace? string default unset (). Namespace that wraps the group and topics (ns%name). (Java namespace)
+---@field enable_msg_trace? boolean default false (true, false). Message trace (RIP-6, Java's DefaultMQPushConsumer(group, enableMsgTrace)): a SubBefore and a SubAfter record per consumed message (group, request id, message id, retry times, keys, cost, success, ConsumeReturnType), batched and sent asynchronously to customized_trace_topic, with the message ids and keys as the trace message's keys, so mqadmin QueryMsgTraceById and the dashboard show who consumed a message. Sending never slows or fails consumption: records that cannot be sent are dropped, with a warning in the log at most once a minute. (Java enableMsgTrace)
+---@field customized_trace_topic? string default RMQ_SYS_TRACE_TOPIC (topic name). Topic the trace records go to when enable_msg_trace is on (Java's customizedTraceTopic). (Java customizedTraceTopic)
 ---@field poll_name_server_interval? integer default 30000 (>= 1). Route refresh period, ms. (Java pollNameServerInterval)
 ---@field heartbeat_broker_interval? integer default 30000 (>= 1). Heartbeat period, ms. (Java heartbeatBrokerInterval)
 ---@field persist_consumer_offset_interval? integer default 5000 (>= 1). Offset commit period, ms. (Java persistConsumerOffsetInterval)

@@ -18,6 +18,7 @@
  */
 #include "consumer_int.h"
 #include "nsaddr_http.h"
+#include "trace.h"
 #include "net/dial.h"
 
 #include "protocol/acl.h"
@@ -682,6 +683,9 @@ int rmq__consumer_run(rmq_consumer_t *c)
         rmq_log_warn("client", "no internal producer (send-back fallback off): %s", err);
         c->producer = NULL;
     }
+    if (cf->enable_msg_trace && c->producer)
+        c->trace = rmq__trace_new(&c->loop, c->producer, cf->customized_trace_topic,
+                                  cf->consumer_group);
     rmq__flow_start(c->flow, &c->loop, cf->consume_tps_limit, cf->pull_batch_size);
     rmq_runner_opts_t pl;
     rmq__consumer_runner_opts(c, cf, &pl);
@@ -809,6 +813,7 @@ static void shutdown_persist(rmq_consumer_t *c)
     uv_timer_stop(&c->t_drain);
     stats_build(c);
     rmq__client_set_state(c, RMQ_CLIENT_CLOSING);
+    rmq__trace_flush(c->trace); /* best effort: on the wire before UNREGISTER_CLIENT returns */
     /* Persist every owned queue's offset (oneway), then drop them all. */
     rmq__offset_persist_all(c);
     while (c->queues) rmq__rb_drop_queue(c, c->queues, 0);
@@ -861,6 +866,8 @@ static void shutdown_finish(rmq_consumer_t *c)
     uv_close((uv_handle_t *)&c->t_lock, NULL);
     uv_close((uv_handle_t *)&c->t_bad, NULL);
     rmq__stats_close(c);
+    rmq__trace_close(c->trace);
+    c->trace = NULL;
     if (c->producer) rmq__producer_destroy(c->producer);
     c->producer = NULL;
     rmq__client_set_state(c, RMQ_CLIENT_STOPPED);

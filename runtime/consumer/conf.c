@@ -297,6 +297,22 @@ static const rmq_conf_prop_t props[] = {
      "limit). While a handler runs, an allocation past it fails (\"not enough memory\"): that "
      "batch fails and comes back later, and the thread's state is made anew (init runs, then the "
      "old state's shutdown). The process is not stopped."},
+    {"lua_socket_max_per_thread", NULL, RMQ_CONF_INT, OFF(lua_socket_max_per_thread), "10000", 1,
+     1000000, NULL, NULL, NULL, 0,
+     "Cosockets (rmq.socket.tcp) one consume thread may hold open at once, idle ones in the "
+     "keep-alive pool included. A connect past it fails with nil and an error naming this "
+     "option (the handler decides; an error it raises fails the batch, which comes back later). "
+     "Java has no such limit; OpenResty's nearest is worker_connections."},
+    {"lua_ssl_trusted_certificate", NULL, RMQ_CONF_STRING, OFF(lua_ssl_trusted_certificate), NULL,
+     NOLIM, "PEM file", NULL, NULL, F_PATH,
+     "CA certificates (PEM) that sock:sslhandshake(..., true) verifies a server's certificate "
+     "against, as OpenResty's directive of that name; unset = the system's CA store. Checked "
+     "when the consume threads start."},
+    {"lua_ssl_verify_depth", NULL, RMQ_CONF_INT, OFF(lua_ssl_verify_depth), "5", 1, 100, NULL,
+     NULL, NULL, 0,
+     "The longest certificate chain sock:sslhandshake accepts (intermediate CAs below the "
+     "trusted one). OpenResty's default is 1; rmqlua's is 5, so that a public service's usual "
+     "chain (a leaf, one or two intermediates) verifies without setting it."},
     {"consume_batches_per_thread", NULL, RMQ_CONF_INT, OFF(consume_batches_per_thread), "64", 1,
      100000, NULL, NULL, NULL, 0,
      "The most batches one consume thread holds in flight (rmqlua's own). A thread runs one "
@@ -339,6 +355,18 @@ static const rmq_conf_prop_t props[] = {
      "IP in the clientId; unset = detected like RemotingUtil.getLocalAddress."},
     {"namespace", "namespace", RMQ_CONF_STRING, OFF(namespace), NULL, NOLIM, NULL, NULL, NULL, 0,
      "Namespace that wraps the group and topics (ns%name)."},
+    {"enable_msg_trace", "enableMsgTrace", RMQ_CONF_BOOL, OFF(enable_msg_trace), "false", NOLIM,
+     NULL, NULL, NULL, 0,
+     "Message trace (RIP-6, Java's DefaultMQPushConsumer(group, enableMsgTrace)): a SubBefore "
+     "and a SubAfter record per consumed message (group, request id, message id, retry times, "
+     "keys, cost, success, ConsumeReturnType), batched and sent asynchronously to "
+     "customized_trace_topic, with the message ids and keys as the trace message's keys, so "
+     "`mqadmin QueryMsgTraceById` and the dashboard show who consumed a message. Sending never "
+     "slows or fails consumption: records that cannot be sent are dropped, with a warning in "
+     "the log at most once a minute."},
+    {"customized_trace_topic", "customizedTraceTopic", RMQ_CONF_STRING,
+     OFF(customized_trace_topic), "RMQ_SYS_TRACE_TOPIC", NOLIM, "topic name", NULL, NULL, 0,
+     "Topic the trace records go to when enable_msg_trace is on (Java's customizedTraceTopic)."},
     {"poll_name_server_interval", "pollNameServerInterval", RMQ_CONF_INT,
      OFF(poll_name_server_interval), "30000", 1, INT32_MAX, NULL, NULL, NULL, 0,
      "Route refresh period, ms."},
@@ -1124,6 +1152,13 @@ int rmq__conf_check_security(const rmq_conf_t *c, char *errstr, size_t n)
     if (!set_str(c->access_key) && (set_str(c->secret_key) || set_str(c->security_token))) {
         rmq__seterr(errstr, n, "option %s is set but access_key is not: nothing would be signed",
                     set_str(c->secret_key) ? "secret_key" : "security_token");
+        return RMQ_ERR_CONFIG;
+    }
+    /* The trace topic: Validators.checkTopic's rules, checked now rather than at every send. */
+    const char *tt = c->customized_trace_topic;
+    if (tt && *tt && !rmq__name_ok(tt, 127)) {
+        rmq__seterr(errstr, n, "option customized_trace_topic=%s is not a valid topic name "
+                    "(at most 127 characters of [%%|a-zA-Z0-9_-])", tt);
         return RMQ_ERR_CONFIG;
     }
     /* TLS settings that would have no effect. */

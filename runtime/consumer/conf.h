@@ -121,6 +121,9 @@ typedef struct rmq_conf {
     int64_t consume_timeout;                        /* 15 minutes */
     int64_t consume_timeout_millis;                 /* 0 = consume_timeout (rmqlua's own) */
     int lua_memory_limit_mb;                        /* 0 = none (rmqlua's own) */
+    int lua_socket_max_per_thread;                  /* 10000 (rmqlua's own) */
+    char *lua_ssl_trusted_certificate;              /* NULL = the system's CA store */
+    int lua_ssl_verify_depth;                       /* 5 (rmqlua's own) */
     int consume_batches_per_thread;                 /* 64 (rmqlua's own): in flight */
     int strict_globals;                             /* false (rmqlua's own): check warns */
     int64_t await_termination_millis_when_shutdown; /* 0 */
@@ -133,6 +136,8 @@ typedef struct rmq_conf {
     char *unit_name;                              /* NULL */
     char *client_ip;                              /* NULL = detect (RemotingUtil.getLocalAddress) */
     char *namespace;                              /* NULL */
+    int enable_msg_trace;                         /* false */
+    char *customized_trace_topic;                 /* "RMQ_SYS_TRACE_TOPIC" */
     int poll_name_server_interval;                /* 30000 ms */
     int heartbeat_broker_interval;                /* 30000 ms */
     int persist_consumer_offset_interval;         /* 5000 ms */

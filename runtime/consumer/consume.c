@@ -16,6 +16,7 @@
  * a consume thread: it reads the queue's state and writes the batch's start time, atomically.
  */
 #include "consumer_int.h"
+#include "trace.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -610,6 +611,25 @@ rmq_batch_t *rmq__consume_abandoned(void *ud, rmq_batch_t *b)
     return &nb->b;
 }
 
+/* ConsumeMessageTraceHookImpl: the batch's SubBefore and SubAfter records, with the
+ * ConsumeReturnType a Java consumer would have given it (ConsumeMessageConcurrentlyService:
+ * an exception EXCEPTION, past the consume timeout TIME_OUT, RECONSUME_LATER FAILED). */
+static void trace_batch(rmq_consumer_t *c, rmq_cbatch_t *cb)
+{
+    const rmq_batch_t *b = &cb->b;
+    int64_t start_ns = cb->run.start_ns, end_ns = cb->run.end_ns;
+    if (start_ns <= 0 || end_ns < start_ns) start_ns = end_ns = (int64_t)uv_hrtime();
+    int64_t run_ms = (end_ns - start_ns) / 1000000;
+    int64_t start_wall = rmq__now_ms() - ((int64_t)uv_hrtime() - start_ns) / 1000000;
+    int ok = !b->handler_error &&
+             (b->status == RMQ_CONSUME_SUCCESS || b->status == RMQ_CONSUME_COMMIT);
+    int code = ok                   ? RMQ_TRACE_RT_SUCCESS
+               : cb->run.timed_out  ? RMQ_TRACE_RT_TIME_OUT
+               : b->handler_error   ? RMQ_TRACE_RT_EXCEPTION
+                                    : RMQ_TRACE_RT_FAILED;
+    rmq__trace_batch(c->trace, b->msgs, b->n, start_wall, run_ms, ok, code);
+}
+
 void rmq__consume_done(void *ud, rmq_batch_t *b)
 {
     rmq_consumer_t *c = ud;
@@ -649,6 +669,7 @@ void rmq__consume_done(void *ud, rmq_batch_t *b)
         return;
     }
     rmq__stats_batch_done(c, cb);
+    if (c->trace) trace_batch(c, cb);
     if (b->nsends > 0 && cb->q->pq.state != RMQ_PQ_DROPPED &&
         (b->status == RMQ_CONSUME_SUCCESS || b->status == RMQ_CONSUME_COMMIT)) {
         start_sends(c, cb);

@@ -172,6 +172,7 @@ struct rmq_consumer {
     atomic_int reload_requested; /* any thread, a signal handler too (SIGHUP); then stop_async */
     rmq_remoting_t *rt;
     rmq_producer_t *producer;
+    struct rmq_trace *trace; /* enable_msg_trace: the trace dispatcher (trace.h), or NULL */
     struct rmq_nsaddr *nsaddr; /* the address service fetcher, when namesrv_domain is used */
     char *nsaddr_list;         /* its last list taken (loop thread), else NULL */
     rmq_runner_t *pool;     /* the handler's runner (consume threads) */

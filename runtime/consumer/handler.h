@@ -83,6 +83,11 @@ typedef struct rmq_runner_opts {
      * back with handler_error = 1 and RECONSUME_LATER, or SUSPEND when orderly). */
     int64_t consume_timeout_ms;
     int64_t memory_limit_kb;    /* lua_memory_limit_mb in KiB (0 = none): the Lua host's */
+    /* The Lua host's cosockets: lua_socket_max_per_thread, lua_ssl_trusted_certificate (NULL =
+     * the system's CA store; the runner copies it), lua_ssl_verify_depth. */
+    int socket_max;
+    const char *ssl_ca_file;
+    int ssl_verify_depth;
     int batches_per_thread;     /* consume_batches_per_thread: in flight per thread */
     rmq_flow_t *flow;           /* where pause/resume/stop requests go */
     void *ud;

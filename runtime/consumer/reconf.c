@@ -78,6 +78,9 @@ void rmq__consumer_runner_opts(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_runn
     o->consumer_group = cf->consumer_group;
     o->consume_timeout_ms = rmq__conf_consume_timeout_ms(cf);
     o->memory_limit_kb = (int64_t)cf->lua_memory_limit_mb * 1024;
+    o->socket_max = cf->lua_socket_max_per_thread;
+    o->ssl_ca_file = cf->lua_ssl_trusted_certificate;
+    o->ssl_verify_depth = cf->lua_ssl_verify_depth;
     o->batches_per_thread = cf->consume_batches_per_thread;
     o->flow = c->flow;
     o->ud = c;

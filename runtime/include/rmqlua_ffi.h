@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RMQ_FFI_ABI_VERSION 4
+#define RMQ_FFI_ABI_VERSION 5
 
 /* RMQ_FFI_BEGIN */
 typedef struct rmq_msg {
@@ -188,7 +188,7 @@ double rmq_co_now(void);
 int64_t rmq_co_sleep(double ms);
 int rmq_co_wait(int64_t *ids, int max);
 /*
- * ABI 4, batches in flight (consume threads only; luahost/consume_pool.c, lua/rmq/co.lua):
+ * Batches in flight (consume threads only; luahost/consume_pool.c, lua/rmq/co.lua):
  * rmq_co_waited: a batch's handler waited in place (the thread runs its batches as coroutines
  * from then on, consume_batches_per_thread). In serve mode the scheduler takes batches with
  * rmq_serve_take (the flight slot, with *b the batch; -1 when nothing is queued or the thread
@@ -216,6 +216,19 @@ void rmq_cosock_consume(rmq_cosock_t *s, size_t n);
 int64_t rmq_cosock_find(rmq_cosock_t *s, const char *pat, size_t plen, size_t from);
 int rmq_cosock_usable(rmq_cosock_t *s);
 int rmq_cosock_set_idle(rmq_cosock_t *s, int idle);
+/*
+ * ABI 5: TLS on cosockets (luahost/cossl.c) and the thread's cosocket settings.
+ * rmq_cosock_sslhandshake: the id of the handshake (its result is rmq_cosock_err(s, 0); the
+ * connect timeout applies), 0 when the connection is TLS already, -1 with *err. session: an
+ * SSL_SESSION from rmq_cosock_ssl_session (to resume), or NULL. rmq_co_configure: the values of
+ * lua_socket_max_per_thread, lua_ssl_trusted_certificate, lua_ssl_verify_depth for this thread
+ * (<= 0, NULL, < 0: the defaults).
+ */
+int64_t rmq_cosock_sslhandshake(rmq_cosock_t *s, const char *server_name, int verify,
+                                void *session, double timeout_ms, const char **err);
+void *rmq_cosock_ssl_session(rmq_cosock_t *s);
+void rmq_cosock_ssl_session_free(void *session);
+void rmq_co_configure(int max_sockets, const char *ca_file, int verify_depth);
 /* RMQ_FFI_END */
 
 #endif

@@ -9,6 +9,12 @@
  * waiting on them. An id nobody waits for any more (its coroutine was abandoned) is ignored by
  * Lua. Nothing here calls into Lua, raises, or touches another thread's loop.
  *
+ * TLS (ABI 5, sslhandshake): a socket with a cossl.h session feeds it the ciphertext it reads
+ * and writes what it produces; the received bytes then hold plaintext, so receive and its
+ * patterns work unchanged. The handshake takes the connect's slot (its timer and error).
+ * A thread holds at most rmq_coloop_conf_t.max_sockets sockets (lua_socket_max_per_thread):
+ * counted from rmq_cosock_new to rmq_cosock_free, pooled ones included.
+ *
  * Sockets: a rmq_cosock_t is owned by Lua (ffi.gc calls rmq_cosock_free); the handles inside it
  * are closed there and the memory freed by the close callback. At most one connect or send and
  * one read are pending per socket (the Lua side keeps to that). Error strings are OpenResty's
@@ -19,6 +25,8 @@
  * Threads: the thread that owns the loop; rmq__coloop_wake from any thread.
  */
 #include "coloop.h"
+
+#include "cossl.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -36,6 +44,7 @@ struct rmq_coloop {
     int64_t *ready;
     int nready, cap;
     int pending; /* operations started and not completed */
+    int nsocks;  /* sockets made and not yet freed (pooled ones included) */
     int kicked;  /* the wake-up fired (new work or an interrupt): rmq_serve_wait returns */
 };
 
@@ -44,6 +53,35 @@ static _Thread_local int *self_irq;
 static _Thread_local void (*self_made)(void *ud, rmq_coloop_t *c);
 static _Thread_local void *self_made_ud;
 static _Thread_local int self_waited; /* rmq_co_waited since rmq__coloop_take_waited */
+static _Thread_local const rmq_coloop_conf_t *self_conf;
+static _Thread_local rmq_coloop_conf_t own_conf; /* rmq_co_configure's */
+static _Thread_local char *own_ca;
+
+static const rmq_coloop_conf_t default_conf = {RMQ_COLOOP_MAX_SOCKETS, NULL,
+                                               RMQ_COLOOP_VERIFY_DEPTH};
+
+void rmq__coloop_configure(const rmq_coloop_conf_t *conf)
+{
+    self_conf = conf;
+}
+
+const rmq_coloop_conf_t *rmq__coloop_conf(void)
+{
+    return self_conf ? self_conf : &default_conf;
+}
+
+/* Set this thread's cosocket settings (the options' values; for tests and embedders that run
+ * Lua outside a consumer): max_sockets <= 0 and verify_depth < 0 keep the defaults, ca_file
+ * NULL or "" means the system's CA store. */
+RMQ_EXPORT void rmq_co_configure(int max_sockets, const char *ca_file, int verify_depth)
+{
+    free(own_ca);
+    own_ca = ca_file && *ca_file ? rmq__xstrdup(ca_file) : NULL;
+    own_conf.max_sockets = max_sockets > 0 ? max_sockets : RMQ_COLOOP_MAX_SOCKETS;
+    own_conf.ca_file = own_ca;
+    own_conf.verify_depth = verify_depth >= 0 ? verify_depth : RMQ_COLOOP_VERIFY_DEPTH;
+    self_conf = &own_conf;
+}
 
 static void *xrealloc(void *p, size_t n)
 {
@@ -109,6 +147,7 @@ void rmq__coloop_free_self(void)
     free(c->ready);
     free(c);
     self = NULL;
+    rmq__cossl_free_self();
 }
 
 static int64_t new_id(rmq_coloop_t *c)
@@ -239,9 +278,23 @@ struct rmq_cosock {
     int open_handles;    /* handles to close before the memory goes */
     int tcp_init, connected, eof, reading, broken, freed, idle;
     char *wbuf;          /* a copy of the data being sent */
-    char *rbuf;          /* received and not yet taken */
+    char *rbuf;          /* received and not yet taken (plaintext over TLS) */
     size_t rlen, rcap, rhead;
+    rmq_cossl_t *tls;    /* after sslhandshake (cossl.h), else NULL */
+    int handshaking;     /* the handshake is the pending OP_CONN */
+    char *cbuf;          /* TLS: ciphertext read from the peer, fed to tls at once */
 };
+
+/* TLS: a write of ciphertext (its own buffer); last completes the pending send. */
+typedef struct tls_wr {
+    uv_write_t w;
+    rmq_cosock_t *s;
+    char *buf;
+    int last;
+} tls_wr_t;
+
+static int tls_flush(rmq_cosock_t *s, int last);
+static size_t tls_drain(rmq_cosock_t *s, int *end);
 
 static const char *uv_err_text(int e)
 {
@@ -259,14 +312,19 @@ static const char *uv_err_text(int e)
     }
 }
 
+static void sock_mem_free(rmq_cosock_t *s)
+{
+    free(s->wbuf);
+    free(s->rbuf);
+    free(s->cbuf);
+    rmq__cossl_free(s->tls);
+    free(s);
+}
+
 static void sock_handle_closed(uv_handle_t *h)
 {
     rmq_cosock_t *s = h->data;
-    if (--s->open_handles == 0) {
-        free(s->wbuf);
-        free(s->rbuf);
-        free(s);
-    }
+    if (--s->open_handles == 0) sock_mem_free(s);
 }
 
 /* Complete operation op of s with err (NULL: success). */
@@ -300,6 +358,7 @@ RMQ_EXPORT rmq_cosock_t *rmq_cosock_new(void)
         s->timer[i].data = s;
     }
     s->open_handles = 3;
+    c->nsocks++;
     return s;
 }
 
@@ -307,6 +366,7 @@ RMQ_EXPORT void rmq_cosock_free(rmq_cosock_t *s)
 {
     if (s->freed) return;
     s->freed = 1;
+    if (self) self->nsocks--;
     /* Ids still pending are dropped: nobody waits on a socket the collector took. */
     for (int op = 0; op < 3; op++)
         if (s->id[op]) {
@@ -328,9 +388,11 @@ static void on_op_timeout(uv_timer_t *h)
         finish(s, op, "timeout"); /* a read timeout leaves the connection usable */
         return;
     }
-    if (op == OP_CONN) {
+    if (op == OP_CONN) { /* a connect or a TLS handshake: the connection goes */
         finish(s, op, "timeout");
         s->broken = 1;
+        s->reading = 0; /* closing the handle stops it */
+        s->handshaking = 0;
         if (s->tcp_init && !uv_is_closing((uv_handle_t *)&s->tcp)) {
             uv_close((uv_handle_t *)&s->tcp, sock_handle_closed);
             s->tcp_init = 0;
@@ -383,11 +445,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     if (s->freed) {
         uv_freeaddrinfo(res);
         /* The socket's memory waited for this request (rmq_cosock_free). */
-        if (--s->open_handles == 0) {
-            free(s->wbuf);
-            free(s->rbuf);
-            free(s);
-        }
+        if (--s->open_handles == 0) sock_mem_free(s);
         return;
     }
     s->open_handles--;
@@ -421,6 +479,14 @@ RMQ_EXPORT int64_t rmq_cosock_connect(rmq_cosock_t *s, const char *host, int por
     rmq_coloop_t *c = rmq__coloop_self();
     if (s->tcp_init || s->broken || s->id[OP_CONN]) {
         *err = "already connected";
+        return -1;
+    }
+    int max = rmq__coloop_conf()->max_sockets;
+    if (c->nsocks > max) {
+        snprintf(s->errbuf, sizeof(s->errbuf),
+                 "too many open sockets on this thread (%d open; lua_socket_max_per_thread = %d)",
+                 c->nsocks - 1, max);
+        *err = s->errbuf;
         return -1;
     }
     if (port < 1 || port > 65535) {
@@ -481,9 +547,19 @@ RMQ_EXPORT int64_t rmq_cosock_send(rmq_cosock_t *s, const char *data, size_t len
         *err = "closed";
         return -1;
     }
-    if (s->id[OP_SEND] || s->wbuf) {
+    if (s->id[OP_SEND] || s->wbuf || s->handshaking) {
         *err = "socket busy writing";
         return -1;
+    }
+    if (s->tls) {
+        if (rmq__cossl_write(s->tls, data, len)) {
+            *err = "closed";
+            return -1;
+        }
+        int64_t id = s->id[OP_SEND] = new_id(c);
+        start_op_timer(s, OP_SEND, timeout_ms);
+        tls_flush(s, 1); /* a failure completes the send with its error */
+        return id;
     }
     s->wbuf = rmq__xmalloc(len ? len : 1);
     memcpy(s->wbuf, data, len);
@@ -501,9 +577,10 @@ RMQ_EXPORT int64_t rmq_cosock_send(rmq_cosock_t *s, const char *data, size_t len
     return s->id[OP_SEND];
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+/* Room for at least 16 KiB more at the end of the received bytes: where, and *room; NULL when
+ * memory ran out. */
+static char *rbuf_room(rmq_cosock_t *s, size_t *room)
 {
-    rmq_cosock_t *s = h->data;
     if (s->rhead > 0 && s->rhead == s->rlen) s->rhead = s->rlen = 0;
     if (s->rcap - s->rlen < 16384) {
         if (s->rhead > 0) {
@@ -514,15 +591,203 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
         if (s->rcap - s->rlen < 16384) {
             size_t ncap = s->rcap ? s->rcap * 2 : 65536;
             char *nb = realloc(s->rbuf, ncap);
-            if (!nb) { /* libuv then reports UV_ENOBUFS to on_read */
-                *buf = uv_buf_init(NULL, 0);
-                return;
-            }
+            if (!nb) return NULL;
             s->rbuf = nb;
             s->rcap = ncap;
         }
     }
-    *buf = uv_buf_init(s->rbuf + s->rlen, (unsigned)(s->rcap - s->rlen));
+    *room = s->rcap - s->rlen;
+    return s->rbuf + s->rlen;
+}
+
+enum { CBUF_SIZE = 65536 };
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    rmq_cosock_t *s = h->data;
+    if (s->tls) { /* ciphertext: fed to the session at once, so one buffer does */
+        if (!s->cbuf) s->cbuf = malloc(CBUF_SIZE);
+        *buf = uv_buf_init(s->cbuf, s->cbuf ? CBUF_SIZE : 0);
+        return;
+    }
+    size_t room = 0;
+    char *p = rbuf_room(s, &room);
+    *buf = uv_buf_init(p, (unsigned)room); /* NULL: libuv reports UV_ENOBUFS to on_read */
+}
+
+/* ---- TLS (cossl.h) ------------------------------------------------------------------------ */
+
+static void stop_reading(rmq_cosock_t *s)
+{
+    if (s->reading) uv_read_stop((uv_stream_t *)&s->tcp);
+    s->reading = 0;
+}
+
+static void on_tls_written(uv_write_t *req, int status)
+{
+    tls_wr_t *w = req->data;
+    rmq_cosock_t *s = w->s;
+    int last = w->last;
+    free(w->buf);
+    free(w);
+    if (s->freed) return;
+    if (status) {
+        sock_break(s, status == UV_ECANCELED ? "closed" : uv_err_text(status));
+        return;
+    }
+    if (last) finish(s, OP_SEND, NULL);
+}
+
+/* Write out the ciphertext the session produced; last: its completion completes the pending
+ * send (at once when there is nothing to write). 0, or -1 when the write could not start (the
+ * socket is then broken and its pending operations failed). */
+static int tls_flush(rmq_cosock_t *s, int last)
+{
+    size_t len = 0;
+    char *b = rmq__cossl_take(s->tls, &len);
+    if (!b) {
+        if (last) finish(s, OP_SEND, NULL);
+        return 0;
+    }
+    tls_wr_t *w = rmq__xcalloc(1, sizeof(*w));
+    w->s = s;
+    w->buf = b;
+    w->last = last;
+    w->w.data = w;
+    uv_buf_t ub = uv_buf_init(b, (unsigned)len);
+    int rc = uv_write(&w->w, (uv_stream_t *)&s->tcp, &ub, 1, on_tls_written);
+    if (rc) {
+        free(b);
+        free(w);
+        sock_break(s, uv_err_text(rc));
+        return -1;
+    }
+    return 0;
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+
+/* One step of the handshake, after it started or the peer sent more. */
+static void tls_step(rmq_cosock_t *s)
+{
+    const char *err = NULL;
+    int r = rmq__cossl_handshake(s->tls, s->errbuf, sizeof(s->errbuf), &err);
+    if (tls_flush(s, 0) < 0) return;
+    if (r == 0) {
+        if (!s->reading) {
+            int rc = uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+            if (rc) {
+                s->handshaking = 0;
+                sock_break(s, uv_err_text(rc));
+                return;
+            }
+            s->reading = 1;
+        }
+        return;
+    }
+    stop_reading(s);
+    s->handshaking = 0;
+    if (r < 0) {
+        s->broken = 1;
+        finish(s, OP_CONN, err);
+        return;
+    }
+    finish(s, OP_CONN, NULL);
+}
+
+/* Decrypt what the session holds into the received bytes: how many bytes came out; *end -1
+ * when the peer closed the session, -2 on a TLS error, else 0. */
+static size_t tls_drain(rmq_cosock_t *s, int *end)
+{
+    size_t got = 0;
+    *end = 0;
+    for (;;) {
+        size_t room = 0;
+        char *p = rbuf_room(s, &room);
+        if (!p) {
+            *end = -2;
+            break;
+        }
+        int r = rmq__cossl_read(s->tls, p, room);
+        if (r > 0) {
+            s->rlen += (size_t)r;
+            got += (size_t)r;
+            continue;
+        }
+        if (r < 0) *end = r;
+        break;
+    }
+    tls_flush(s, 0); /* what the session answers by itself (a key update) */
+    return got;
+}
+
+/* A read over TLS brought ciphertext (or the end). */
+static void tls_on_read(rmq_cosock_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    if (nread < 0) {
+        stop_reading(s);
+        if (s->handshaking) {
+            s->handshaking = 0;
+            s->broken = 1;
+            finish(s, OP_CONN, nread == UV_EOF ? "handshake failed" : uv_err_text((int)nread));
+        } else if (nread == UV_EOF) {
+            s->eof = 1;
+            finish(s, OP_READ, "closed");
+        } else {
+            sock_break(s, uv_err_text((int)nread));
+        }
+        return;
+    }
+    rmq__cossl_feed(s->tls, buf->base, (size_t)nread);
+    if (s->handshaking) {
+        tls_step(s);
+        return;
+    }
+    int end = 0;
+    size_t got = tls_drain(s, &end);
+    if (end == -1) s->eof = 1;
+    if (end == -2) s->broken = 1;
+    if (got == 0 && end == 0) return; /* a record not complete yet, or a session ticket */
+    stop_reading(s);
+    finish(s, OP_READ, got ? NULL : "closed");
+}
+
+/* Start the TLS handshake on a connected socket (the OP_CONN slot, so the connect's error and
+ * timer serve it). Returns its id; 0 when the connection is TLS already (one reused from the
+ * pool: nothing to do, as in OpenResty); -1 with *err. */
+RMQ_EXPORT int64_t rmq_cosock_sslhandshake(rmq_cosock_t *s, const char *server_name, int verify,
+                                           void *session, double timeout_ms, const char **err)
+{
+    rmq_coloop_t *c = rmq__coloop_self();
+    if (!s->connected || s->broken || s->eof || !s->tcp_init) {
+        *err = "closed";
+        return -1;
+    }
+    if (s->id[OP_CONN] || s->id[OP_SEND] || s->id[OP_READ] || s->handshaking) {
+        *err = "socket busy";
+        return -1;
+    }
+    if (s->tls) return 0;
+    if (s->rlen != s->rhead) {
+        *err = "unread data in buffer";
+        return -1;
+    }
+    s->tls = rmq__cossl_new(rmq__coloop_conf(), server_name, verify, session, s->errbuf,
+                            sizeof(s->errbuf), err);
+    if (!s->tls) return -1;
+    s->handshaking = 1;
+    s->id[OP_CONN] = new_id(c);
+    int64_t id = s->id[OP_CONN];
+    start_op_timer(s, OP_CONN, timeout_ms);
+    tls_step(s);
+    return id;
+}
+
+/* The TLS session of s to pass to a later handshake (one reference, freed with
+ * rmq_cosock_ssl_session_free), or NULL. */
+RMQ_EXPORT void *rmq_cosock_ssl_session(rmq_cosock_t *s)
+{
+    return s->tls && !s->handshaking ? rmq__cossl_session(s->tls) : NULL;
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -537,6 +802,10 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         uv_read_stop(st);
         s->reading = 0;
         s->broken = 1;
+        return;
+    }
+    if (s->tls) {
+        tls_on_read(s, nread, buf);
         return;
     }
     if (nread < 0) {
@@ -569,9 +838,20 @@ RMQ_EXPORT int64_t rmq_cosock_read(rmq_cosock_t *s, double timeout_ms, const cha
         *err = "closed";
         return -1;
     }
-    if (s->id[OP_READ]) {
+    if (s->id[OP_READ] || s->handshaking) {
         *err = "socket busy reading";
         return -1;
+    }
+    if (s->tls) { /* what the session holds already (it came with the handshake's last bytes) */
+        int end = 0;
+        size_t got = tls_drain(s, &end);
+        if (end == -1) s->eof = 1;
+        if (end == -2) s->broken = 1;
+        if (got || end) {
+            int64_t id = s->id[OP_READ] = new_id(c);
+            finish(s, OP_READ, got ? NULL : "closed");
+            return id;
+        }
     }
     int rc = uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
     if (rc) {

@@ -20,6 +20,17 @@
 
 typedef struct rmq_coloop rmq_coloop_t;
 
+/* The settings of a thread's cosockets (options lua_socket_max_per_thread,
+ * lua_ssl_trusted_certificate, lua_ssl_verify_depth in consumer/conf.c). */
+typedef struct rmq_coloop_conf {
+    int max_sockets;        /* open cosockets (pooled ones included) a thread may hold */
+    const char *ca_file;    /* PEM CA certificates sslhandshake trusts; NULL = the system's */
+    int verify_depth;       /* the longest certificate chain sslhandshake accepts */
+} rmq_coloop_conf_t;
+
+#define RMQ_COLOOP_MAX_SOCKETS 10000
+#define RMQ_COLOOP_VERIFY_DEPTH 5
+
 /* This thread's loop, made now if it has none (aborts when libuv cannot make one). */
 rmq_coloop_t *rmq__coloop_self(void);
 /*
@@ -30,6 +41,11 @@ rmq_coloop_t *rmq__coloop_self(void);
  * thread's first Lua state runs anything.
  */
 void rmq__coloop_prepare(int *irq, void (*made)(void *ud, rmq_coloop_t *c), void *ud);
+/* The settings this thread's cosockets use from now on (conf is the caller's and must outlive
+ * the thread's sockets; NULL = the defaults). This thread only. */
+void rmq__coloop_configure(const rmq_coloop_conf_t *conf);
+/* This thread's settings (the defaults when none were given). */
+const rmq_coloop_conf_t *rmq__coloop_conf(void);
 /* Wake the thread if it is waiting in rmq_co_wait (so that it sees its interrupt flag). Any
  * thread, as long as the loop is alive. */
 void rmq__coloop_wake(rmq_coloop_t *c);

@@ -29,10 +29,13 @@
 
 #include <lauxlib.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- a FIFO of batch pointers (growable ring) ------------------------------------------ */
 
@@ -131,6 +134,7 @@ typedef struct cthread {
 struct rmq_pool {
     rmq_pool_opts_t o;
     char *script_path, *group;
+    rmq_coloop_conf_t co_conf; /* each thread's cosocket settings; co_conf.ca_file is the pool's */
     int n;
     cthread_t *t;
     uv_mutex_t mu;
@@ -817,6 +821,7 @@ static void thread_main(void *arg)
     rmq_pool_t *p = t->p;
     char err[1024];
     self_thread = t;
+    rmq__coloop_configure(&p->co_conf);
     rmq__coloop_prepare(&t->irq, loop_made, t);
     int rc = load_state(t, err, sizeof(err));
     if (!rc && !p->o.defer_init) rc = run_init(t, err, sizeof(err));
@@ -944,6 +949,7 @@ static void free_pool(rmq_pool_t *p)
     uv_mutex_destroy(&p->mu);
     free(p->script_path);
     free(p->group);
+    free((char *)p->co_conf.ca_file);
     free(p);
 }
 
@@ -1068,8 +1074,18 @@ int rmq__pool_prepare(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errst
                     opts->nthreads);
         return RMQ_ERR_INVALID;
     }
+    if (opts->ssl_ca_file && *opts->ssl_ca_file && access(opts->ssl_ca_file, R_OK) != 0) {
+        rmq__seterr(errstr, errstr_size, "lua_ssl_trusted_certificate: cannot read %s (%s)",
+                    opts->ssl_ca_file, strerror(errno));
+        return RMQ_ERR_CONFIG;
+    }
     rmq_pool_t *p = rmq__xcalloc(1, sizeof(*p));
     p->o = *opts;
+    p->co_conf.max_sockets = opts->socket_max > 0 ? opts->socket_max : RMQ_COLOOP_MAX_SOCKETS;
+    p->co_conf.ca_file =
+        opts->ssl_ca_file && *opts->ssl_ca_file ? rmq__xstrdup(opts->ssl_ca_file) : NULL;
+    p->co_conf.verify_depth =
+        opts->ssl_verify_depth > 0 ? opts->ssl_verify_depth : RMQ_COLOOP_VERIFY_DEPTH;
     p->script_path = rmq__xstrdup(opts->script_path);
     p->group = opts->consumer_group ? rmq__xstrdup(opts->consumer_group) : NULL;
     if (p->o.consume_timeout_ms <= 0) p->o.consume_timeout_ms = 15 * 60000;

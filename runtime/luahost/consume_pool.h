@@ -50,6 +50,12 @@ typedef struct rmq_pool_opts {
      * anew; a state over it once the script is loaded fails the start. lua_memlimit.h says
      * when the limit is checked. */
     int64_t lua_memory_limit_kb;
+    /* The threads' cosockets (coloop.h): lua_socket_max_per_thread (<= 0: the default),
+     * lua_ssl_trusted_certificate (NULL = the system's CA store; copied, and checked readable
+     * by the start), lua_ssl_verify_depth (<= 0: the default). */
+    int socket_max;
+    const char *ssl_ca_file;
+    int ssl_verify_depth;
     /* consume_batches_per_thread (<= 1: one batch at a time): once a handler of a thread's
      * state waited on I/O in place, that thread runs its batches as coroutines, up to this many
      * in flight; each counts as running until it comes back through done(). */

@@ -64,6 +64,9 @@ void rmq__lua_handler_pool_opts(const rmq_lua_handler_t *lh, const rmq_runner_op
     pl->consumer_group = o->consumer_group;
     pl->consume_timeout_ms = o->consume_timeout_ms;
     pl->lua_memory_limit_kb = o->memory_limit_kb;
+    pl->socket_max = o->socket_max;
+    pl->ssl_ca_file = o->ssl_ca_file;
+    pl->ssl_verify_depth = o->ssl_verify_depth;
     pl->batches_per_thread = o->batches_per_thread;
     pl->begin = o->begin;
     pl->shdicts = lh->shdicts;

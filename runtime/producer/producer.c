@@ -813,7 +813,7 @@ static int check_topic(const char *topic, char *errstr, size_t errstr_size)
                     RMQ_PRODUCER_TOPIC_MAX_LEN);
         return RMQ_ERR_INVALID;
     }
-    if (rmq__ns_system_topic(topic)) {
+    if (rmq__ns_send_forbidden(topic)) {
         rmq__seterr(errstr, errstr_size, "sending message to topic [%s] is forbidden", topic);
         return RMQ_ERR_INVALID;
     }

@@ -28,6 +28,19 @@ int rmq__ns_system_topic(const char *topic)
     return 0;
 }
 
+/* TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (4.9.4). */
+static const char *const not_allowed_send[] = {"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+                                               "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                                               "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
+                                               "OFFSET_MOVED_EVENT"};
+
+int rmq__ns_send_forbidden(const char *topic)
+{
+    for (size_t i = 0; i < RMQ_ARRAY_SIZE(not_allowed_send); i++)
+        if (!strcmp(topic, not_allowed_send[i])) return 1;
+    return 0;
+}
+
 /* A system topic, "rmq_sys_...", or MixAll.isSysConsumerGroup. */
 static int is_system(const char *r)
 {

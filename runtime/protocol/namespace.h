@@ -15,8 +15,12 @@
 #include "message.h"
 
 /* 1 when topic is one of TopicValidator's system topics (TBW102, SCHEDULE_TOPIC_XXXX, ...): never
- * wrapped in a namespace, and refused by a producer's send. */
+ * wrapped in a namespace. */
 int rmq__ns_system_topic(const char *topic);
+/* 1 when a producer's send to topic is refused before it leaves (Validators.checkMessage:
+ * TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET). Other system topics (RMQ_SYS_TRACE_TOPIC, TBW102)
+ * are the broker's to accept or refuse. */
+int rmq__ns_send_forbidden(const char *topic);
 
 /* NamespaceUtil.wrapNamespace(ns, r): a new string; r itself (copied) when ns is NULL or empty,
  * r is a system topic or group, or r is wrapped already. */

@@ -12,7 +12,14 @@
  *
  * Lines end with \n (a \r before it is kept in the echo). It runs until killed. Not part of the
  * runtime: built only with the tests. Threads: one (its loop).
+ *
+ * --tls CERT KEY: every connection is TLS (OpenSSL over memory BIOs, the server's certificate
+ * chain and key in PEM files), the lines and answers above inside it. --hs close: the
+ * connection is closed when the client's first handshake bytes arrive; --hs stall: they are
+ * never answered (the specs' handshakes that fail and that time out).
  */
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +28,16 @@
 static uv_loop_t *loop;
 static int delay_ms;
 static int waiting, peak, conns;
+static SSL_CTX *tls_ctx; /* --tls */
+static const char *hs_mode = ""; /* --hs */
 
 typedef struct conn {
     uv_tcp_t tcp;
     char buf[65536];
     size_t len;
     int closing, refs;
+    SSL *ssl; /* --tls */
+    BIO *in, *out;
 } conn_t;
 
 typedef struct answer {
@@ -40,7 +51,32 @@ typedef struct answer {
 
 static void conn_unref(conn_t *c)
 {
-    if (--c->refs == 0) free(c);
+    if (--c->refs == 0) {
+        if (c->ssl) SSL_free(c->ssl);
+        free(c);
+    }
+}
+
+static void on_raw_written(uv_write_t *w, int status)
+{
+    free(w->data);
+    free(w);
+}
+
+/* TLS: write out what the session produced (ciphertext). */
+static void tls_flush(conn_t *c)
+{
+    size_t n = BIO_ctrl_pending(c->out);
+    if (n == 0 || c->closing) return;
+    char *b = malloc(n);
+    int got = BIO_read(c->out, b, (int)n);
+    uv_write_t *w = malloc(sizeof(*w));
+    w->data = b;
+    uv_buf_t ub = uv_buf_init(b, (unsigned)(got > 0 ? got : 0));
+    if (got <= 0 || uv_write(w, (uv_stream_t *)&c->tcp, &ub, 1, on_raw_written)) {
+        free(b);
+        free(w);
+    }
 }
 
 static void on_conn_closed(uv_handle_t *h)
@@ -77,6 +113,11 @@ static void on_due(uv_timer_t *t)
     if (a->c->closing) {
         uv_close((uv_handle_t *)&a->timer, on_answer_closed);
         return;
+    }
+    if (a->c->ssl) { /* encrypted and queued before the (empty) write that completes the answer */
+        SSL_write(a->c->ssl, a->text, (int)a->len);
+        tls_flush(a->c);
+        a->len = 0;
     }
     uv_buf_t b = uv_buf_init(a->text, (unsigned)a->len);
     a->wr.data = a;
@@ -121,6 +162,8 @@ static void on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *b)
     *b = uv_buf_init(c->buf + c->len, (unsigned)(sizeof(c->buf) - c->len));
 }
 
+static void take_lines(conn_t *c, size_t n);
+
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
 {
     conn_t *c = s->data;
@@ -128,7 +171,49 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
         conn_close(c);
         return;
     }
-    c->len += (size_t)n;
+    if (!c->ssl) {
+        take_lines(c, (size_t)n);
+        return;
+    }
+    if (n == 0) return;
+    if (!strcmp(hs_mode, "close")) {
+        conn_close(c);
+        return;
+    }
+    if (!strcmp(hs_mode, "stall")) return;
+    /* The ciphertext was read into the line buffer's free end: move it into the session. */
+    BIO_write(c->in, c->buf + c->len, (int)n);
+    if (!SSL_is_init_finished(c->ssl)) {
+        int rc = SSL_do_handshake(c->ssl);
+        tls_flush(c);
+        if (rc != 1) {
+            int e = SSL_get_error(c->ssl, rc);
+            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) conn_close(c);
+            return;
+        }
+    }
+    for (;;) {
+        size_t room = sizeof(c->buf) - c->len;
+        if (room == 0) {
+            conn_close(c);
+            return;
+        }
+        int got = SSL_read(c->ssl, c->buf + c->len, (int)room);
+        tls_flush(c);
+        if (got <= 0) {
+            int e = SSL_get_error(c->ssl, got);
+            if (e != SSL_ERROR_WANT_READ) conn_close(c);
+            return;
+        }
+        take_lines(c, (size_t)got);
+        if (c->closing) return;
+    }
+}
+
+/* n more bytes of plaintext at the end of the line buffer: answer the lines complete. */
+static void take_lines(conn_t *c, size_t n)
+{
+    c->len += n;
     size_t start = 0;
     for (size_t i = 0; i < c->len && !c->closing; i++) {
         if (c->buf[i] != '\n') continue;
@@ -153,6 +238,14 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     conns++;
+    if (tls_ctx) {
+        c->ssl = SSL_new(tls_ctx);
+        c->in = BIO_new(BIO_s_mem());
+        c->out = BIO_new(BIO_s_mem());
+        BIO_set_mem_eof_return(c->in, -1);
+        SSL_set_bio(c->ssl, c->in, c->out);
+        SSL_set_accept_state(c->ssl);
+    }
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
@@ -161,8 +254,19 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--delay") && i + 1 < argc)
             delay_ms = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tls") && i + 2 < argc) {
+            tls_ctx = SSL_CTX_new(TLS_server_method());
+            if (SSL_CTX_use_certificate_chain_file(tls_ctx, argv[i + 1]) != 1 ||
+                SSL_CTX_use_PrivateKey_file(tls_ctx, argv[i + 2], SSL_FILETYPE_PEM) != 1) {
+                fprintf(stderr, "copeer: cannot load %s / %s\n", argv[i + 1], argv[i + 2]);
+                ERR_print_errors_fp(stderr);
+                return 1;
+            }
+            i += 2;
+        } else if (!strcmp(argv[i], "--hs") && i + 1 < argc)
+            hs_mode = argv[++i];
         else {
-            fprintf(stderr, "usage: copeer [--delay MS]\n");
+            fprintf(stderr, "usage: copeer [--delay MS] [--tls CERT KEY [--hs close|stall]]\n");
             return 2;
         }
     }
