@@ -1,7 +1,9 @@
 -- luacheck configuration for the Lua of this repository: the runtime's modules (lua/), the
 -- examples (examples/) and the specs (spec/). Run by scripts/test: `luacheck .` from the root.
 -- Handlers and the runtime run on LuaJIT; `rmq` is a module (require "rmq"), never a global, so
--- the runtime adds no globals of its own: a handler that sets one has forgotten a `local`.
+-- the runtime adds no globals of its own: a handler that sets one has forgotten a `local`. (The
+-- one global it can add, `ngx`, comes only with the option lua_ngx_shim, for OpenResty's
+-- drivers; code here that uses the shim takes it as a local: require "rmq.ngx".)
 std = "luajit"
 -- STYLE.md asks for ~100 columns; a few tables and messages run longer.
 max_line_length = 160

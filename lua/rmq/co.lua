@@ -220,9 +220,11 @@ function M.await(id)
   return true
 end
 
--- The batch's root task (nil outside a batch), for resources to release with it.
+-- The batch's root task (nil outside a batch, and in a detached light thread), for resources to
+-- release with it.
 function M.root()
-  return current and current.root or batch_root
+  if current ~= nil then return current.root end
+  return batch_root
 end
 
 --[[
@@ -385,6 +387,14 @@ function thread.spawn(f, ...)
     root.kids = root.kids or {}
     root.kids[t] = true
   end
+  run_task(t, ...)
+  return t
+end
+
+-- spawn_detached(f, ...): a light thread that belongs to no batch (ngx.timer.at): it is not
+-- killed when the batch that made it ends, and runs on whenever this state's loop runs.
+function M.spawn_detached(f, ...)
+  local t = setmetatable({ co = co_create(f) }, thread_mt)
   run_task(t, ...)
   return t
 end

@@ -248,6 +248,8 @@ function M.new(spec, info)
   function d.shutdown()
     if views[1] ~= nil then sweep() end
     if spec.shutdown then spec.shutdown(hook_ctx("shutdown")) end
+    local ngx = package.loaded["rmq.ngx"] -- timers not run yet run now, premature
+    if ngx then ngx._stop() end
     local sock = package.loaded["rmq.socket"]
     if sock then sock._close_pools() end
   end

@@ -21,6 +21,8 @@
 --   rmq.stop()                    from any hook: shut the consumer down (like SIGTERM)
 --   rmq.sleep(s), rmq.now(), rmq.thread.spawn/wait/kill   wait without holding the consume
 --                                 thread (rmq.co); rmq.socket.tcp() cosockets (rmq.socket)
+--   rmq.http.request{ method =, url =, headers =, body =, timeout = }   an HTTP/1.1 client on
+--                                 cosockets (rmq.http)
 --
 -- One copy of this module lives in each Lua state; only rmq.shared's dictionaries are shared
 -- between threads (they live in C, behind a mutex each).
@@ -40,10 +42,10 @@ local rmq = {
 }
 
 -- rmq.shared is loaded when first used (it needs the runtime's FFI symbols); so are rmq.sleep,
--- now, thread (rmq.co) and socket (rmq.socket). rmq._lazy names them all, for what lists the
+-- now, thread (rmq.co), socket (rmq.socket) and http (rmq.http). rmq._lazy names them all, for what lists the
 -- module's fields (pairs() does not see them before their first use).
 local lazy_co = { sleep = true, now = true, thread = true }
-rmq._lazy = { "shared", "sleep", "now", "thread", "socket" }
+rmq._lazy = { "shared", "sleep", "now", "thread", "socket", "http" }
 setmetatable(rmq, { __index = function(t, k)
   if k == "shared" then
     local dicts = require("rmq.shared").dicts
@@ -55,8 +57,8 @@ setmetatable(rmq, { __index = function(t, k)
     rawset(t, k, v)
     return v
   end
-  if k == "socket" then
-    local v = require "rmq.socket"
+  if k == "socket" or k == "http" then
+    local v = require("rmq." .. k)
     rawset(t, k, v)
     return v
   end

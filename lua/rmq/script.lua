@@ -116,6 +116,35 @@ local function fmt_number(v)
   return tostring(v)
 end
 
+-- lua_ngx_shim: the global `ngx` (rmq.ngx) for OpenResty's drivers. A state that knows the
+-- option (rmq.host.ngx_shim: the consume states, `rmqlua check` and `rmqlua test`) installs it
+-- before the script runs when it is on; the control state, which learns the options from the
+-- script's table, installs it for the load and keeps it only when the table turns it on.
+local NGX_HINT = " (the global ngx is OpenResty's API: set lua_ngx_shim = true in the script's "
+  .. "table or --set lua_ngx_shim=true to have rmqlua's ngx shim installed, or use "
+  .. "require \"rmq.ngx\")"
+
+local function run_script(path)
+  local want = (package.loaded["rmq.host"] or {}).ngx_shim
+  local provisional = false
+  if want ~= false and rawget(_G, "ngx") == nil then
+    rawset(_G, "ngx", require "rmq.ngx")
+    provisional = want == nil
+  end
+  local ok, src, t = pcall(M.run_file, path)
+  if not ok then
+    if want == false and tostring(src):find("global 'ngx'", 1, true) then
+      src = tostring(src):gsub("^[^\n]*", "%0" .. NGX_HINT:gsub("%%", "%%%%"), 1)
+    end
+    error(src, 0)
+  end
+  if provisional then
+    local v = type(t) == "table" and t.lua_ngx_shim
+    if v ~= true and v ~= "true" then rawset(_G, "ngx", nil) end
+  end
+  return src, t
+end
+
 --[[
 load(path) -> spec
   spec = the returned table, plus spec.__options = { {name=, value=, line=}... } (source order),
@@ -123,7 +152,7 @@ load(path) -> spec
 Raises "path:line: message" on any problem (syntax, run-time error, contract, option types).
 ]]
 local function load_script(path)
-  local src, t = M.run_file(path)
+  local src, t = run_script(path)
   if not src then error("cannot open script " .. t, 0) end -- t names the path
   local lines = lines_of(src)
   local rl = return_line(lines)

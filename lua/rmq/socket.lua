@@ -191,8 +191,8 @@ function tcp:receive(pat)
   local s = self.s
   if not s then return nil, "closed" end
   pat = pat or "*l"
-  if type(pat) == "number" then
-    local n = pat
+  if type(pat) == "number" or tonumber(pat) then -- a count, or a string that is one (as in ngx_lua)
+    local n = tonumber(pat)
     if n < 0 then return nil, "bad pattern argument: " .. tostring(pat) end
     while buffered(s) < n do
       local err = more(self)

@@ -25,8 +25,19 @@
 --         pause = 5,                      -- the handler called rmq.pause(5) (true: rmq.pause()
 --                                         -- without seconds; false: it did not call it)
 --         resume = true, stop = true,     -- rmq.resume() / rmq.stop() called (false: not)
---       } },
+--         http = { "POST http://hook.example/x" },  -- the rmq.http requests made, "METHOD URL"
+--                                         -- each, in order (or their number)
+--       },
+--       http = {                          -- rmq.http answers, without a network: by "METHOD URL"
+--         ["POST http://hook.example/x"] = { status = 200, body = "ok", headers = { ... } },
+--         ["GET http://hook.example/y"] = "timeout",          -- a string: nil, that error
+--         ["GET http://hook.example/z"] = function(req) return { status = 503 } end,
+--       },                                -- or one function(req) -> res | nil, err for all
+--     },
 --   }
+-- With `http` in a case, every rmq.http.request of its handler is answered from it (req is the
+-- request table, its method filled in), and a request it has no answer for raises "rmqlua test:
+-- no http stub for METHOD URL (the case stubs: ...)". Without it, rmq.http is the real client.
 -- Defaults: topic = the script's first subscribed topic, body = "", queue_offset = index - 1,
 -- msg_id = a UNIQ_KEY of its own for every message ("7F000001" .. 8 zeros .. the case number and
 -- the message number, 8 hex digits each; msg_id = false: none, the offset msg id is used),
@@ -79,12 +90,12 @@ local function i64(v)
 end
 
 local KNOWN = {
-  case = { "name", "messages", "expect" },
+  case = { "name", "messages", "expect", "http" },
   message = { "topic", "tags", "keys", "body", "properties", "msg_id", "queue_id", "queue_offset",
     "commit_log_offset", "reconsume_times", "born_timestamp", "store_timestamp", "broker_name",
     "born_host", "store_host" },
   expect = { "delivered", "status", "ack_index", "delay_level", "suspend_millis", "error", "sent",
-    "pause", "resume", "stop" },
+    "pause", "resume", "stop", "http" },
   sent = { "topic", "body", "tags", "keys", "props", "delay_level" },
 }
 local KNOWN_SET = {}
@@ -434,6 +445,10 @@ local function validate(cases, path, src)
       err = check(m, "message", "messages[" .. j .. "]")
       if err then return err end
     end
+    if c.http ~= nil and type(c.http) ~= "table" and type(c.http) ~= "function" then
+      return string.format("%s:%d: case '%s': http must be a table of answers by \"METHOD URL\" "
+        .. "or a function(req), got %s", path, line_of(lines, "http", from), name, type(c.http))
+    end
     err = check(c.expect, "expect", "expect")
     if err then return err end
     if type(c.expect) == "table" and type(c.expect.sent) == "table" then
@@ -442,6 +457,86 @@ local function validate(cases, path, src)
         if err then return err end
       end
     end
+  end
+end
+
+-- ---- rmq.http stubs --------------------------------------------------------------------------
+-- rmq.http as the script sees it here: the real client, or the running case's answers.
+local http_stubs, http_log -- the running case's `http`, and the requests its handler made
+local real_http
+local http_stub = setmetatable({}, { __index = function(_, k) return real_http[k] end })
+
+local function stub_keys()
+  local keys = {}
+  for k in pairs(http_stubs) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  return #keys > 0 and table.concat(keys, ", ") or "none"
+end
+
+-- A stub's answer as rmq.http returns it (header names in lower case).
+local function response(key, v)
+  if type(v) ~= "table" then return v end
+  local h = {}
+  if v.headers ~= nil then
+    if type(v.headers) ~= "table" then
+      error("rmqlua test: the http stub for " .. key .. ": headers must be a table", 0)
+    end
+    for k, x in pairs(v.headers) do h[string.lower(k)] = tostring(x) end
+  end
+  return { status = v.status or 200, reason = v.reason or "", headers = h, body = v.body or "" }
+end
+
+function http_stub.request(o)
+  if http_stubs == nil then return real_http.request(o) end
+  if type(o) ~= "table" then
+    error("rmq.http.request: expects a table { method =, url =, ... }, got " .. type(o), 2)
+  end
+  local req = {}
+  for k, v in pairs(o) do req[k] = v end
+  req.method = o.method or (o.body and "POST" or "GET")
+  local key = tostring(req.method) .. " " .. tostring(o.url)
+  http_log[#http_log + 1] = key
+  local v = http_stubs
+  if type(v) == "table" then
+    v = http_stubs[key]
+    if v == nil then
+      error("rmqlua test: no http stub for " .. key .. " (the case stubs: " .. stub_keys() .. ")", 2)
+    end
+  end
+  if type(v) == "function" then
+    local res, err = v(req)
+    if res == nil then return nil, err end
+    return response(key, res)
+  end
+  if type(v) == "string" then return nil, v end
+  if type(v) == "table" then return response(key, v) end
+  error("rmqlua test: the http stub for " .. key .. " must be a response table, an error string "
+    .. "or a function, got " .. type(v), 2)
+end
+
+local function list_text(t)
+  local q = {}
+  for i, k in ipairs(t) do q[i] = string.format("%q", k) end
+  return "{ " .. table.concat(q, ", ") .. " }"
+end
+
+local function check_http(e, log, probs)
+  local want = e.http
+  if want == nil then return end
+  if type(want) == "number" then
+    if #log ~= want then
+      probs[#probs + 1] = "made " .. #log .. " http request(s), expected " .. want
+    end
+    return
+  end
+  if type(want) ~= "table" then
+    probs[#probs + 1] = "expect.http must be a number or a list of \"METHOD URL\""
+    return
+  end
+  local same = #want == #log
+  for i = 1, #want do same = same and want[i] == log[i] end
+  if not same then
+    probs[#probs + 1] = "http requests " .. list_text(log) .. ", expected " .. list_text(want)
   end
 end
 
@@ -593,15 +688,16 @@ local function check_delivered(e, idx, probs)
   end
 end
 
-local function check_case(c, b, err, sends, idx, reqs)
+local function check_case(c, b, err, sends, idx, reqs, log)
   local e = c.expect or {}
   local probs = {}
   check_delivered(e, idx, probs)
+  check_http(e, log or {}, probs)
   check_requests(e, reqs or {}, probs)
   if not b then
     -- nothing passed the subscription: the handler was not called
     for k in pairs(e) do
-      if k ~= "delivered" and e[k] ~= false then
+      if k ~= "delivered" and k ~= "http" and e[k] ~= false then
         probs[#probs + 1] = "expect." .. k .. " given, but no message passed the subscription "
           .. "(the handler was not called)"
         break
@@ -654,6 +750,10 @@ end
 -- file (the message says file:line). out(line) prints.
 function M.run(script_path, cases_path, out)
   out = out or print
+  -- The script finds the stubs wherever it takes rmq.http from (before it loads).
+  if package.loaded["rmq.http"] ~= http_stub then real_http = require "rmq.http" end
+  rawset(rmq, "http", http_stub)
+  package.loaded["rmq.http"] = http_stub
   local spec, serr = script.try_load(script_path)
   if not spec then return nil, serr end
   local f, ferr = io.open(cases_path, "rb")
@@ -685,6 +785,7 @@ function M.run(script_path, cases_path, out)
       local kept, nk, idx = M.select(filters, ptrs, n, anchor)
       local b, err, sends
       rmq._requests = {}
+      http_stubs, http_log = c.http, {}
       local pok, stubs = pcall(peers_begin, c)
       if not pok then err, nk, n = stubs, 0, 1 end
       if nk > 0 or n == 0 then -- a case without messages still calls the handler once
@@ -696,7 +797,9 @@ function M.run(script_path, cases_path, out)
         err, sends = d.dispatch()
         d.slot[0] = nil
       end
-      local probs = check_case(c, b, err, sends, idx, rmq._requests)
+      local log = http_log
+      http_stubs = nil
+      local probs = check_case(c, b, err, sends, idx, rmq._requests, log)
       for _, e in ipairs(peers_end(pok and stubs or nil)) do probs[#probs + 1] = e end
       if not pok then probs[#probs + 1] = stubs end
       if #probs == 0 then

@@ -225,6 +225,32 @@ rmq.thread = {}
 ---@field tcp fun(): rmq.TcpSocket
 rmq.socket = {}
 
+---An HTTP request for rmq.http.request.
+---@class rmq.HttpRequest
+---@field url string http:// or https://
+---@field method? string default GET (POST when there is a body)
+---@field headers? table<string, string|number|string[]>
+---@field body? string
+---@field timeout? integer ms for the whole request (default 60000)
+---@field keepalive? boolean keep the connection in the thread's pool (default true)
+---@field keepalive_timeout? integer ms a pooled connection may stay idle (default 60000)
+---@field pool_size? integer connections kept per scheme, host and port (default 30)
+---@field max_body? integer bytes of response body accepted (default 64 MiB)
+---@field redirects? integer redirects followed (default 0)
+---@field ssl_verify? boolean https: verify the certificate (default true)
+
+---An HTTP response: header names in lower case, repeated headers joined with ", ".
+---@class rmq.HttpResponse
+---@field status integer
+---@field reason string
+---@field headers table<string, string>
+---@field body string
+
+---An HTTP/1.1 client on cosockets: the handler waits without holding its thread.
+---@class rmq.http
+---@field request fun(req: rmq.HttpRequest): rmq.HttpResponse|nil, string?
+rmq.http = {}
+
 ---JSON decoding straight from a message view:
 ---  local json = require "rmq.json" ---@type rmq.json
 ---@class rmq.json
@@ -287,6 +313,7 @@ function json.decode_safe(v, len) end
 ---@field lua_ssl_verify_depth? integer default 5 (1..100). The longest certificate chain sock:sslhandshake accepts (intermediate CAs below the trusted one). OpenResty's default is 1; rmqlua's is 5, so that a public service's usual chain (a leaf, one or two intermediates) verifies without setting it.
 ---@field consume_batches_per_thread? integer default 64 (1..100000). The most batches one consume thread holds in flight (rmqlua's own). A thread runs one batch at a time until a handler of its state first waits on I/O (rmq.sleep, a cosocket); from then on its batches run as coroutines, and while some wait it starts others, up to this many at once. 1 keeps one batch per thread; a handler that never waits runs one batch at a time whatever the value.
 ---@field strict_globals? boolean default false (true, false). rmqlua's own. rmqlua check reports every assignment to a global in the script and in the modules it loads from its folder, naming file, line and global (a forgotten local: the value lives on in the thread's Lua state into the next batch). false: a warning; true: an error (exit 2).
+---@field lua_ngx_shim? boolean default false (true, false). rmqlua's own. true: the global ngx (require "rmq.ngx": OpenResty's ngx.socket.tcp, ngx.sleep, ngx.log, ngx.null, ngx.timer.at, ...) is installed in every Lua state of the script before the script runs, so that OpenResty's pure-Lua drivers (nginx.redis, nginx.memcached, ...) load unchanged. false: no global ngx.
 ---@field await_termination_millis_when_shutdown? integer|string default 0 (>= 0). Shutdown: wait this long for running handlers, ms (0 = do not wait). (Java awaitTerminationMillisWhenShutdown)
 ---@field namesrv_addr? string default env NAMESRV_ADDR (host:port;host:port). Name server addresses. (Java namesrvAddr)
 ---@field namesrv_domain? string default unset (host or host:port). Name server address service (Java's system property rocketmq.namesrv.domain): when namesrv_addr is not set, the list is fetched from http://<namesrv_domain>:8080/rocketmq/<namesrv_domain_subgroup> (a domain with a port is used as it is) at start and every namesrv_addr_refresh_interval ms; a failed fetch or a bad answer keeps the last good list. Unset = off (Java's default, jmenv.tbsite.net, is not assumed).

@@ -117,7 +117,10 @@ static const char test_usage[] =
     "returns a list of { name =, messages = { {topic =, tags =, keys =, body =, properties =,\n"
     "...}, ... }, expect = { delivered =, status =, ack_index =, delay_level =, error =,\n"
     "sent = {...} } }. A SQL92 subscription first filters the messages by their properties, as\n"
-    "the broker would (delivered: how many, or which, reach the handler).\n"
+    "the broker would (delivered: how many, or which, reach the handler). Handlers that wait\n"
+    "(rmq.sleep, cosockets, rmq.http) run as in a consume thread; a case's\n"
+    "http = { [\"POST http://host/path\"] = { status = 200, body = \"ok\" } } (or an error\n"
+    "string, or a function(req)) answers rmq.http without a network (expect.http: the requests).\n"
     "See lua/rmq/testrun.lua for every field; an unknown key is an error. The script is\n"
     "validated first exactly as `rmqlua check` does (options, checkConfig).\n"
     "exit codes: 0 every case passed, 1 a case failed, 2 bad script or cases file\n";
@@ -388,7 +391,7 @@ static int check_globals(const char *path, const rmq_conf_t *conf)
     char err[4096];
     rmq_lua_host_t h = {.role = "check", .script_path = path,
                         .consumer_group = conf->consumer_group, .thread_index = 0,
-                        .thread_count = 1};
+                        .thread_count = 1, .ngx_shim = conf->lua_ngx_shim ? RMQ_NGX_ON : RMQ_NGX_OFF};
     lua_State *L = rmq__lua_new(&h, err, sizeof(err));
     if (!L) {
         fprintf(stderr, "rmqlua check: %s\n", err);
@@ -465,7 +468,8 @@ int rmq__cli_check(int argc, char **argv)
     if (rmq__tls_ctx_from_conf(conf, &tls, err, sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s: %s\n", o.script, err);
         rc = EXIT_USAGE;
-    } else if (rmq__script_check_consume(o.script, conf->consumer_group, err, sizeof(err))) {
+    } else if (rmq__script_check_consume(o.script, conf->consumer_group, conf->lua_ngx_shim, err,
+                                         sizeof(err))) {
         fprintf(stderr, "rmqlua check: %s\n", err);
         rc = EXIT_USAGE;
     } else if ((rc = check_globals(o.script, conf)) == 0) {
@@ -502,10 +506,11 @@ int rmq__cli_test(int argc, char **argv)
     rc = load_checked("test", &o, &conf);
     free(o.sets);
     if (rc) return rc;
+    int ngx_shim = conf->lua_ngx_shim ? RMQ_NGX_ON : RMQ_NGX_OFF;
     rmq__conf_destroy(conf);
     char err[4096];
     rmq_lua_host_t h = {.role = "test", .script_path = o.script, .thread_index = 0,
-                        .thread_count = 1};
+                        .thread_count = 1, .ngx_shim = ngx_shim};
     lua_State *L = rmq__lua_new(&h, err, sizeof(err));
     if (!L) {
         fprintf(stderr, "rmqlua test: %s\n", err);

@@ -326,6 +326,11 @@ static const rmq_conf_prop_t props[] = {
      "modules it loads from its folder, naming file, line and global (a forgotten `local`: the "
      "value lives on in the thread's Lua state into the next batch). false: a warning; true: an "
      "error (exit 2)."},
+    {"lua_ngx_shim", NULL, RMQ_CONF_BOOL, OFF(lua_ngx_shim), "false", NOLIM, NULL, NULL, NULL, 0,
+     "rmqlua's own. true: the global `ngx` (require \"rmq.ngx\": OpenResty's ngx.socket.tcp, "
+     "ngx.sleep, ngx.log, ngx.null, ngx.timer.at, ...) is installed in every Lua state of the "
+     "script before the script runs, so that OpenResty's pure-Lua drivers (nginx.redis, "
+     "nginx.memcached, ...) load unchanged. false: no global `ngx`."},
     {"await_termination_millis_when_shutdown", "awaitTerminationMillisWhenShutdown", RMQ_CONF_INT64,
      OFF(await_termination_millis_when_shutdown), "0", 0, INT64_MAX, NULL, NULL, NULL, 0,
      "Shutdown: wait this long for running handlers, ms (0 = do not wait)."},

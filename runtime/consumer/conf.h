@@ -126,6 +126,7 @@ typedef struct rmq_conf {
     int lua_ssl_verify_depth;                       /* 5 (rmqlua's own) */
     int consume_batches_per_thread;                 /* 64 (rmqlua's own): in flight */
     int strict_globals;                             /* false (rmqlua's own): check warns */
+    int lua_ngx_shim;                               /* false (rmqlua's own): no global ngx */
     int64_t await_termination_millis_when_shutdown; /* 0 */
     /* ClientConfig */
     char *namesrv_addr;                           /* default: env NAMESRV_ADDR, else NULL */

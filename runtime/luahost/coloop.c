@@ -201,6 +201,7 @@ RMQ_EXPORT int64_t rmq_co_sleep(double ms)
     uv_timer_init(&c->loop, &tm->h);
     tm->h.data = tm;
     tm->id = new_id(c);
+    uv_update_time(&c->loop); /* count from now, not from the loop's last run */
     uv_timer_start(&tm->h, on_sleep, ms_of(ms), 0);
     return tm->id;
 }
@@ -405,6 +406,8 @@ static void on_op_timeout(uv_timer_t *h)
 static void start_op_timer(rmq_cosock_t *s, int op, double timeout_ms)
 {
     uint64_t ms = ms_of(timeout_ms);
+    /* The loop's clock stopped when it last ran (maybe long ago): count from now. */
+    uv_update_time(s->timer[op].loop);
     if (ms) uv_timer_start(&s->timer[op], on_op_timeout, ms, 0);
 }
 

@@ -427,7 +427,8 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
                         .thread_index = t->index,
                         .thread_count = p->n,
                         .shdicts = p->o.shdicts,
-                        .flow = p->o.flow};
+                        .flow = p->o.flow,
+                        .ngx_shim = p->o.ngx_shim};
     lua_State *L = rmq__lua_new(&h, err, errsz);
     if (!L) return RMQ_ERR_LUA;
     t->L = L;

@@ -56,6 +56,7 @@ typedef struct rmq_pool_opts {
     int socket_max;
     const char *ssl_ca_file;
     int ssl_verify_depth;
+    int ngx_shim; /* RMQ_NGX_* (lua_state.h): lua_ngx_shim; 0 = the script's table decides */
     /* consume_batches_per_thread (<= 1: one batch at a time): once a handler of a thread's
      * state waited on I/O in place, that thread runs its batches as coroutines, up to this many
      * in flight; each counts as running until it comes back through done(). */

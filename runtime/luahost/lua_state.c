@@ -211,6 +211,10 @@ lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_
         lua_pushnumber(L, (lua_Number)(uintptr_t)host->flow);
         lua_setfield(L, -2, "flow");
     }
+    if (host->ngx_shim != RMQ_NGX_UNKNOWN) {
+        lua_pushboolean(L, host->ngx_shim == RMQ_NGX_ON);
+        lua_setfield(L, -2, "ngx_shim");
+    }
     lua_setfield(L, -2, "rmq.host");
     lua_pop(L, 2);
 

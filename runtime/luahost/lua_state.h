@@ -30,7 +30,13 @@ typedef struct rmq_lua_host {
     rmq_shdicts_t *shdicts;
     /* Where rmq.pause/resume/stop go; NULL: they are only recorded (rmqlua test / check). */
     rmq_flow_t *flow;
+    /* lua_ngx_shim, as rmq.host.ngx_shim: RMQ_NGX_ON installs the global ngx before the script
+     * runs, RMQ_NGX_OFF does not; RMQ_NGX_UNKNOWN (a state that reads the options from the
+     * script's table) installs it for the load and keeps it if the table says so (rmq.script). */
+    int ngx_shim;
 } rmq_lua_host_t;
+
+enum { RMQ_NGX_UNKNOWN = 0, RMQ_NGX_OFF = 1, RMQ_NGX_ON = 2 };
 
 /*
  * The folder of the runtime's Lua modules (rmq/init.lua ...), the first of: $RMQLUA_LUA_DIR;

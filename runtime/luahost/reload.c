@@ -117,7 +117,9 @@ static void work(uv_work_t *w)
         return;
     }
     /* As `rmqlua check` does: load, dispatcher, init and shutdown in a throwaway state. */
-    if (rmq__script_check_consume(path, conf->consumer_group, err, sizeof(err))) goto fail;
+    if (rmq__script_check_consume(path, conf->consumer_group, conf->lua_ngx_shim, err,
+                                  sizeof(err)))
+        goto fail;
     rmq_script_t *script = NULL;
     if (rmq__script_load_ex(path, lh->shdicts, lh->flow, NULL, &script, err, sizeof(err)))
         goto fail;

@@ -137,10 +137,12 @@ const char *const *rmq__script_files(const rmq_script_t *s, int *n)
     return (const char *const *)s->files;
 }
 
-int rmq__script_check_consume(const char *path, const char *group, char *err, size_t errsz)
+int rmq__script_check_consume(const char *path, const char *group, int ngx_shim, char *err,
+                              size_t errsz)
 {
     rmq_lua_host_t h = {.role = "check", .script_path = path, .consumer_group = group,
-                        .thread_index = 0, .thread_count = 1};
+                        .thread_index = 0, .thread_count = 1,
+                        .ngx_shim = ngx_shim ? RMQ_NGX_ON : RMQ_NGX_OFF};
     lua_State *L = rmq__lua_new(&h, err, errsz);
     if (!L) return RMQ_ERR_LUA;
     int rc = RMQ_ERR_LUA;

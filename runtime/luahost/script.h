@@ -60,10 +60,11 @@ const char *const *rmq__script_files(const rmq_script_t *s, int *n);
 /*
  * What `rmqlua check` and a reload do before trusting a script in the consume role: load it in
  * a throwaway consume-role state (shared dictionaries of its own, pause/stop only recorded),
- * build its dispatcher, run init then shutdown once. Returns 0, or RMQ_ERR_LUA with errstr
+ * build its dispatcher, run init then shutdown once; ngx_shim is the conf's lua_ngx_shim (0 or
+ * 1). Returns 0, or RMQ_ERR_LUA with errstr
  * naming file:line. Any thread (the state is its own).
  */
-int rmq__script_check_consume(const char *path, const char *group, char *errstr,
+int rmq__script_check_consume(const char *path, const char *group, int ngx_shim, char *errstr,
                               size_t errstr_size);
 /* RMQ_HOOK_* bits. */
 unsigned rmq__script_hooks(const rmq_script_t *s);
