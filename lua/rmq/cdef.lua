@@ -173,6 +173,21 @@ size_t rmq_sql92_to_string(const rmq_sql92_t *e, char *out, size_t out_size);
 double rmq_co_now(void);
 int64_t rmq_co_sleep(double ms);
 int rmq_co_wait(int64_t *ids, int max);
+/*
+ * Batches in flight (consume threads only; luahost/consume_pool.c, lua/rmq/co.lua):
+ * rmq_co_waited: a batch's handler waited in place (the thread runs its batches as coroutines
+ * from then on, consume_batches_per_thread). In serve mode the scheduler takes batches with
+ * rmq_serve_take (the flight slot, with *b the batch; -1 when nothing is queued or the thread
+ * holds its limit; never blocks), waits with rmq_serve_wait (ids as rmq_co_wait; 0 when woken
+ * for new work or an interrupt, -2 when nothing is pending), asks rmq_serve_expired for the
+ * slots whose batch ran past consume_timeout or was stopped, and writes the slot it resumes
+ * into *rmq_serve_cur() (-1 between batches) for the interrupt hook.
+ */
+void rmq_co_waited(void);
+int rmq_serve_take(rmq_batch_t **b);
+int rmq_serve_wait(int64_t *ids, int max);
+int rmq_serve_expired(int *slots, int max);
+int *rmq_serve_cur(void);
 typedef struct rmq_cosock rmq_cosock_t;
 rmq_cosock_t *rmq_cosock_new(void);
 void rmq_cosock_free(rmq_cosock_t *s);

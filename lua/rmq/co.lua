@@ -5,9 +5,9 @@
 -- that id and yields WAIT; elsewhere (the batch's handler itself, init, shutdown, the control
 -- state, `rmqlua test`) it runs the thread's loop in place (rmq_co_wait) until its id completed,
 -- resuming meanwhile every task whose id completed. So light threads wait side by side, and a
--- handler that never waits runs exactly as before: a plain xpcall, no coroutine (M.run). The
--- batch's handler does not yet run as a coroutine of its own: one batch per consume thread is in
--- flight, as before.
+-- handler that never waits runs exactly as before: a plain xpcall, no coroutine (M.run). Once a
+-- batch waited in place, the consume thread serves (M.serve_step): every batch then runs as a
+-- coroutine of its own, several in flight (consume_batches_per_thread).
 --
 -- A user's own coroutines keep working: coroutine.resume and coroutine.wrap are replaced (in
 -- every state, when this module loads, before any script) by versions that pass a WAIT yielded
@@ -96,17 +96,51 @@ local function finish(t, ok, ...)
   if kids then kids[t] = nil end
 end
 
+-- Serve mode (several batches in flight, see M.serve_step): the batches that ended in this
+-- step, and what the running batch sees as its own (rmq._sink, the interrupt hook's slot).
+local BATCH_DONE = setmetatable({}, { __tostring = function() return "rmq.co.BATCH_DONE" end })
+local serve -- the serve mode's state once the thread serves (nil before)
+local batch_end -- function(t, ok, err, sends): a batch task ended (serve mode)
+
 -- Resume task t with the given values and look at how it stopped.
 local function step(t, ok, a, b, ...)
-  if co_status(t.co) == "dead" then return finish(t, ok, a, b, ...) end
+  if ok and a == BATCH_DONE then return batch_end(t, true, b, ...) end
+  if co_status(t.co) == "dead" then
+    if t.slot then return batch_end(t, false, ok and "the batch's coroutine ended" or tostring(a)) end
+    return finish(t, ok, a, b, ...)
+  end
   if a == WAIT then return end
   push_ready(t) -- a plain yield at the task's top level: resumed in the next round
+end
+
+-- Serve mode: make root's batch the one the state runs (its sends, its slot for the hook).
+local function enter(root)
+  local s = serve
+  local live = s.live
+  if live == root then return end
+  local rmq = s.rmq
+  if live then live.sink = rmq._sink end
+  if root and root.slot then
+    rmq._sink, rmq._in_handler = root.sink, true
+    s.cur[0] = root.slot
+    s.live = root
+  else
+    rmq._sink, rmq._in_handler = nil, false
+    s.cur[0] = -1
+    s.live = nil
+  end
 end
 
 local function run_task(t, ...)
   local prev = current
   current = t
-  step(t, co_resume(t.co, ...))
+  if serve == nil or not serve.on then
+    step(t, co_resume(t.co, ...))
+  else
+    enter(t.root)
+    step(t, co_resume(t.co, ...))
+    enter(prev and prev.root)
+  end
   current = prev
 end
 
@@ -137,6 +171,7 @@ end
 -- Run the loop until done() is true. Returns nil, or the reason it cannot go on.
 local function drive(done)
   local lc = lib()
+  if batch_root ~= nil then lc.rmq_co_waited() end -- a batch waits: the thread serves from now on
   while not done() do
     if nready > 0 then
       run_readyq()
@@ -208,6 +243,122 @@ function M.run(f, eh, a, b)
   batch_root = nil
   if ROOT.kids or ROOT.socks then drop_root(ROOT) end
   return ok, r
+end
+
+-- ---- serve mode: several batches in flight on one thread -----------------------------------
+-- Once a batch's handler waited in place, the consume thread (consume_pool.c) calls
+-- serve_step() in a loop: each batch runs as a task of its own (a coroutine taken from a free
+-- list, its own root for light threads and sockets, its own rmq.send sink), and the thread's
+-- loop runs while they wait. A batch that ran past consume_timeout while it waited (or that a
+-- stop gave up on) is abandoned: its light threads killed, its sockets closed, never resumed.
+
+-- A batch task's coroutine: runs fn(a, b) for one batch after another.
+local function batch_loop(fn, a, b)
+  while true do
+    fn, a, b = co_yield(BATCH_DONE, fn(a, b))
+  end
+end
+
+local function forget(t)
+  for id, w in pairs(waiting) do
+    if w == t or w.root == t then waiting[id] = nil end
+  end
+end
+
+function batch_end(t, ok, err, sends)
+  local s = serve
+  local k = t.slot
+  if t.kids or t.socks then drop_root(t) end
+  s.flight[k] = nil
+  s.nflight = s.nflight - 1
+  local out, n = s.out, s.nout
+  -- A coroutine that died (an interrupt outside the handler's xpcall) set no result: abandoned.
+  out[3 * n + 1], out[3 * n + 2], out[3 * n + 3] = ok and k or -k - 1, err or false, sends or false
+  s.nout = n + 1
+  t.slot = nil
+  if ok then
+    s.free[#s.free + 1] = t -- suspended in batch_loop: the next batch reuses it
+  else
+    t.done = true
+  end
+end
+
+-- Give up slot k's batch (it waits and will not be resumed): err or the C side's reason.
+local function abandon(k, err)
+  local s = serve
+  local t = s.flight[k]
+  if t == nil then return end
+  forget(t)
+  if t.kids or t.socks then drop_root(t) end
+  t.done, t.slot = true, nil
+  s.flight[k] = nil
+  s.nflight = s.nflight - 1
+  local out, n = s.out, s.nout
+  out[3 * n + 1], out[3 * n + 2], out[3 * n + 3] = -k - 1, err or false, false
+  s.nout = n + 1
+end
+
+--[[
+serve_step(body, newstate) -> out, n, nflight: one round of the serve mode. Starts the batches C
+has for this thread (body(b, st) runs each in a task; st = newstate() once per pooled task, its
+ctx and slot), waits once on the thread's loop, resumes what completed and abandons what C
+interrupted. out holds n triples: slot (negative -slot-1: abandoned), error text or false, the
+batch's sends or false. serve_step(nil, nil, true) forgets every batch in flight (the C side
+failed them).
+]]
+function M.serve_step(body, newstate, reset)
+  local lc = lib()
+  local s = serve
+  if s == nil then
+    s = { flight = {}, nflight = 0, free = {}, out = {}, nout = 0, bp = ffi.new("rmq_batch_t *[1]"),
+      slots = ffi.new("int[64]"), cur = lc.rmq_serve_cur(), rmq = require "rmq" }
+    serve = s
+  end
+  s.out, s.nout = {}, 0
+  if reset then
+    for k in pairs(s.flight) do abandon(k) end
+    s.on = true
+    enter(nil)
+    s.on = false
+    return s.out, 0, 0
+  end
+  s.on = true
+  local bp = s.bp
+  while true do
+    local k = lc.rmq_serve_take(bp)
+    if k < 0 then break end
+    local free = s.free
+    local t = free[#free]
+    if t ~= nil then
+      free[#free] = nil
+      t.done, t.res, t.waiters, t.wait_token = nil, nil, nil, nil
+    else
+      t = { co = co_create(batch_loop), st = newstate() }
+      t.root = t
+    end
+    t.slot = k
+    s.flight[k] = t
+    s.nflight = s.nflight + 1
+    run_task(t, body, bp[0], t.st)
+  end
+  if s.nflight > 0 then
+    if nready > 0 then
+      run_readyq()
+    else
+      local n = lc.rmq_serve_wait(ids, 64)
+      if n > 0 then
+        dispatch_ids(n)
+      elseif n == -2 and nready == 0 then
+        for k in pairs(s.flight) do
+          abandon(k, "deadlock: every coroutine of the handler waits and nothing is pending")
+        end
+      end
+    end
+    local ne = lc.rmq_serve_expired(s.slots, 64)
+    for i = 0, ne - 1 do abandon(s.slots[i]) end
+  end
+  s.on = false
+  return s.out, s.nout, s.nflight
 end
 
 -- ---- rmq.sleep, rmq.now, rmq.thread --------------------------------------------------------

@@ -22,7 +22,8 @@
 local ffi = require "ffi"
 local rmq = require "rmq"
 local view = require "rmq.view"
-local co_run = require("rmq.co").run
+local co = require "rmq.co"
+local co_run = co.run
 
 local tnew = require "table.new"
 local type, tostring, traceback = type, tostring, debug.traceback
@@ -73,31 +74,33 @@ function M.new(spec, info)
   local slot = ffi.new("rmq_batch_t *[1]")
   local new_view = view.new
   local views = {} -- private: every view handed out in the current batch
-  local ctx = {
-    thread_index = (info.thread_index or 0) + 1, -- 1 .. thread_count
-    thread_count = info.thread_count or 1,
-    consumer_group = info.consumer_group,
-    orderly = orderly,
-  }
   local what = orderly and "consume_orderly" or "consume"
   -- ctx.queue (Java's context.getMessageQueue()): the batch's queue, built when first read.
   local str = ffi.string
-  setmetatable(ctx, { __index = function(t, k)
-    if k ~= "queue" then return nil end
-    local b = slot[0]
-    if b == nil or b.n == 0 then return nil end
-    local m = b.msgs[0]
-    local q = { topic = str(m.topic, m.topic_len), queue_id = m.queue_id,
-      broker_name = m.broker_name_len > 0 and str(m.broker_name, m.broker_name_len) or "" }
-    rawset(t, "queue", q)
-    return q
-  end })
+  local function new_ctx(sl)
+    return setmetatable({
+      thread_index = (info.thread_index or 0) + 1, -- 1 .. thread_count
+      thread_count = info.thread_count or 1,
+      consumer_group = info.consumer_group,
+      orderly = orderly,
+    }, { __index = function(t, k)
+      if k ~= "queue" then return nil end
+      local b = sl[0]
+      if b == nil or b.n == 0 then return nil end
+      local m = b.msgs[0]
+      local q = { topic = str(m.topic, m.topic_len), queue_id = m.queue_id,
+        broker_name = m.broker_name_len > 0 and str(m.broker_name, m.broker_name_len) or "" }
+      rawset(t, "queue", q)
+      return q
+    end })
+  end
+  local ctx = new_ctx(slot)
 
   local d = { slot = slot, ctx = ctx, orderly = orderly }
   d.slot_addr = tonumber(ffi.cast("uintptr_t", slot))
 
   -- Result for (ok, r): status, ack_count, error text or nil.
-  local function result(ok, r, n)
+  local function result(c, ok, r, n)
     if not ok then
       return orderly and SUSPEND or RECONSUME_LATER, 0, r
     end
@@ -108,7 +111,7 @@ function M.new(spec, info)
       return SUSPEND, 0, what .. " returned " .. tostring(r)
         .. " (expected nothing, true, rmq.SUCCESS, rmq.COMMIT or rmq.SUSPEND)"
     end
-    local ack = ctx.ack_index
+    local ack = c.ack_index
     if ack ~= nil then
       if not is_int(ack) then
         return RECONSUME_LATER, 0, "ctx.ack_index must be an integer, got " .. tostring(ack)
@@ -165,7 +168,7 @@ function M.new(spec, info)
     end
     if view.dirty then view.reset() end
 
-    local status, ack, err = result(ok, r, n)
+    local status, ack, err = result(ctx, ok, r, n)
     local dl, dl_err = int_or_nil(ctx, "delay_level")
     local sm, sm_err = int_or_nil(ctx, "suspend_millis")
     if dl_err or sm_err then
@@ -182,6 +185,57 @@ function M.new(spec, info)
     -- Forwards go out only when the batch succeeded (a failed batch is consumed again).
     if sends and (status == SUCCESS or status == COMMIT) then return nil, sends end
     return nil, nil
+  end
+
+  -- Serve mode (rmq.co.serve_step): one batch in a task of its own, with st's ctx and slot
+  -- (each pooled task has its own); the same steps and outcome rules as dispatch().
+  local function new_state()
+    local sl = ffi.new("rmq_batch_t *[1]")
+    return { slot = sl, ctx = new_ctx(sl) }
+  end
+  local function serve_body(b, st)
+    local bctx, sl = st.ctx, st.slot
+    sl[0] = b
+    local n = b.n
+    local arr = b.msgs
+    local msgs, vs = tnew(n, 0), tnew(n, 0)
+    for i = 1, n do
+      local v = new_view(arr[i - 1])
+      msgs[i] = v
+      vs[i] = v
+    end
+    if rawget(bctx, "ack_index") ~= nil then bctx.ack_index = nil end
+    if rawget(bctx, "delay_level") ~= nil then bctx.delay_level = nil end
+    if rawget(bctx, "suspend_millis") ~= nil then bctx.suspend_millis = nil end
+    if rawget(bctx, "queue") ~= nil then bctx.queue = nil end
+    local ok, r = xpcall(handler, on_error, msgs, bctx)
+    local sends = rmq._sink
+    rmq._sink = nil
+    for i = 1, n do vs[i].m = nil end
+    if view.dirty then view.reset() end
+    local status, ack, err = result(bctx, ok, r, n)
+    local dl, dl_err = int_or_nil(bctx, "delay_level")
+    local sm, sm_err = int_or_nil(bctx, "suspend_millis")
+    if dl_err or sm_err then
+      status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0, sm_err or dl_err
+    end
+    b.status = status
+    b.ack_count = ack
+    b.delay_level = dl or 0
+    b.suspend_millis = sm or -1
+    b.handler_error = err and 1 or 0
+    sl[0] = nil
+    if err then
+      return what .. " failed for " .. n .. " message(s) [" .. ids_of(b) .. "]: " .. err, nil
+    end
+    if sends and (status == SUCCESS or status == COMMIT) then return nil, sends end
+    return nil, nil
+  end
+  local serve_step = co.serve_step
+  -- serve() -> out, n, nflight: one step of the serve mode (consume_pool.c calls it in a loop);
+  -- serve(true) forgets the batches in flight after the step itself failed.
+  function d.serve(reset)
+    return serve_step(serve_body, new_state, reset)
   end
 
   local function hook_ctx(role)

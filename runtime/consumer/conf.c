@@ -329,6 +329,13 @@ static const rmq_conf_prop_t props[] = {
      "The longest certificate chain sock:sslhandshake accepts (intermediate CAs below the "
      "trusted one). OpenResty's default is 1; rmqlua's is 5, so that a public service's usual "
      "chain (a leaf, one or two intermediates) verifies without setting it."},
+    {"consume_batches_per_thread", NULL, RMQ_CONF_INT, OFF(consume_batches_per_thread), "64", 1,
+     100000, NULL, NULL, NULL, 0,
+     "The most batches one consume thread holds in flight (rmqlua's own). A thread runs one "
+     "batch at a time until a handler of its state first waits on I/O (rmq.sleep, a cosocket); "
+     "from then on its batches run as coroutines, and while some wait it starts others, up to "
+     "this many at once. 1 keeps one batch per thread; a handler that never waits runs one "
+     "batch at a time whatever the value."},
     {"strict_globals", NULL, RMQ_CONF_BOOL, OFF(strict_globals), "false", NOLIM, NULL, NULL, NULL,
      0,
      "rmqlua's own. `rmqlua check` reports every assignment to a global in the script and in the "

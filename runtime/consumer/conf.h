@@ -128,6 +128,7 @@ typedef struct rmq_conf {
     int lua_socket_max_per_thread;                  /* 10000 (rmqlua's own) */
     char *lua_ssl_trusted_certificate;              /* NULL = the system's CA store */
     int lua_ssl_verify_depth;                       /* 5 (rmqlua's own) */
+    int consume_batches_per_thread;                 /* 64 (rmqlua's own): in flight */
     int strict_globals;                             /* false (rmqlua's own): check warns */
     int lua_ngx_shim;                               /* false (rmqlua's own): no global ngx */
     int64_t await_termination_millis_when_shutdown; /* 0 */

@@ -89,6 +89,7 @@ typedef struct rmq_runner_opts {
     const char *ssl_ca_file;
     int ssl_verify_depth;
     int ngx_shim;               /* lua_ngx_shim (0 or 1): the Lua host's */
+    int batches_per_thread;     /* consume_batches_per_thread: in flight per thread */
     rmq_flow_t *flow;           /* where pause/resume/stop requests go */
     void *ud;
     rmq_handler_done_cb done;

@@ -82,6 +82,7 @@ void rmq__consumer_runner_opts(rmq_consumer_t *c, const rmq_conf_t *cf, rmq_runn
     o->ssl_ca_file = cf->lua_ssl_trusted_certificate;
     o->ssl_verify_depth = cf->lua_ssl_verify_depth;
     o->ngx_shim = cf->lua_ngx_shim;
+    o->batches_per_thread = cf->consume_batches_per_thread;
     o->flow = c->flow;
     o->ud = c;
     o->done = rmq__consume_done;

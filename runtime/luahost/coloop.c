@@ -45,12 +45,14 @@ struct rmq_coloop {
     int nready, cap;
     int pending; /* operations started and not completed */
     int nsocks;  /* sockets made and not yet freed (pooled ones included) */
+    int kicked;  /* the wake-up fired (new work or an interrupt): rmq_serve_wait returns */
 };
 
 static _Thread_local rmq_coloop_t *self;
 static _Thread_local int *self_irq;
 static _Thread_local void (*self_made)(void *ud, rmq_coloop_t *c);
 static _Thread_local void *self_made_ud;
+static _Thread_local int self_waited; /* rmq_co_waited since rmq__coloop_take_waited */
 static _Thread_local const rmq_coloop_conf_t *self_conf;
 static _Thread_local rmq_coloop_conf_t own_conf; /* rmq_co_configure's */
 static _Thread_local char *own_ca;
@@ -88,12 +90,18 @@ static void *xrealloc(void *p, size_t n)
     return q;
 }
 
+static void on_wake(uv_async_t *a)
+{
+    ((rmq_coloop_t *)a->data)->kicked = 1;
+}
+
 rmq_coloop_t *rmq__coloop_self(void)
 {
     if (self) return self;
     rmq_coloop_t *c = rmq__xcalloc(1, sizeof(*c));
     if (uv_loop_init(&c->loop) != 0) abort(); /* out of file descriptors or memory */
-    uv_async_init(&c->loop, &c->wake, NULL);
+    uv_async_init(&c->loop, &c->wake, on_wake);
+    c->wake.data = c;
     uv_unref((uv_handle_t *)&c->wake);
     c->next_id = 1;
     c->irq = self_irq;
@@ -214,6 +222,41 @@ RMQ_EXPORT int rmq_co_wait(int64_t *ids, int max)
             return n;
         }
         if (c->pending <= 0) return 0;
+        uv_run(&c->loop, UV_RUN_ONCE);
+    }
+}
+
+RMQ_EXPORT void rmq_co_waited(void)
+{
+    self_waited = 1;
+}
+
+int rmq__coloop_take_waited(void)
+{
+    int w = self_waited;
+    self_waited = 0;
+    return w;
+}
+
+/* The serve mode's wait (consume_pool.c): like rmq_co_wait, but it also returns 0 when the
+ * wake-up fired (work queued for this thread, an in-flight batch interrupted), and -2 when
+ * nothing is pending (no operation could ever complete). */
+RMQ_EXPORT int rmq_serve_wait(int64_t *ids, int max)
+{
+    rmq_coloop_t *c = rmq__coloop_self();
+    for (;;) {
+        if (c->nready > 0) {
+            int n = c->nready < max ? c->nready : max;
+            memcpy(ids, c->ready, sizeof(*ids) * (size_t)n);
+            memmove(c->ready, c->ready + n, sizeof(*ids) * (size_t)(c->nready - n));
+            c->nready -= n;
+            return n;
+        }
+        if (c->kicked) {
+            c->kicked = 0;
+            return 0;
+        }
+        if (c->pending <= 0) return -2;
         uv_run(&c->loop, UV_RUN_ONCE);
     }
 }

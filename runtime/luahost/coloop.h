@@ -49,6 +49,8 @@ const rmq_coloop_conf_t *rmq__coloop_conf(void);
 /* Wake the thread if it is waiting in rmq_co_wait (so that it sees its interrupt flag). Any
  * thread, as long as the loop is alive. */
 void rmq__coloop_wake(rmq_coloop_t *c);
+/* 1 once a batch's handler on this thread waited in place (rmq_co_waited), then cleared. */
+int rmq__coloop_take_waited(void);
 /* Close every handle of this thread's loop (timers and sockets still pending are dropped) and
  * free it. No-op on a thread without one. */
 void rmq__coloop_free_self(void);

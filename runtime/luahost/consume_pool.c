@@ -1,7 +1,8 @@
 /*
  * consume_pool.c -- the consume threads (consume_pool.h): each owns one LuaJIT state for life,
  * runs one lua_pcall of the Lua dispatcher (rmq.dispatch) per batch, and posts the batch back
- * to the loop thread.
+ * to the loop thread. Once a handler of its state waited on I/O, a thread serves instead (serve
+ * mode, below): its batches run as coroutines of its state, several in flight.
  *
  * Logs name consume threads 1-based, like ctx.thread_index in Lua; batch->thread_index is
  * 0-based.
@@ -69,9 +70,32 @@ static rmq_batch_t *bq_pop(bq_t *q)
 
 /* ---- the pool -------------------------------------------------------------------------- */
 
-/* WAITING: loaded, its init deferred until rmq__pool_go() (a reload). */
-typedef enum { CT_STARTING = 0, CT_IDLE, CT_BUSY, CT_STOPPED, CT_FAILED, CT_WAITING } ct_state_t;
-static const char *ct_state_names[] = {"STARTING", "IDLE", "BUSY", "STOPPED", "FAILED", "WAITING"};
+/* WAITING: loaded, its init deferred until rmq__pool_go() (a reload). SERVING: its batches run
+ * as coroutines, several in flight (serve mode, below). */
+typedef enum {
+    CT_STARTING = 0,
+    CT_IDLE,
+    CT_BUSY,
+    CT_STOPPED,
+    CT_FAILED,
+    CT_WAITING,
+    CT_SERVING
+} ct_state_t;
+static const char *ct_state_names[] = {"STARTING", "IDLE",    "BUSY",   "STOPPED",
+                                       "FAILED",   "WAITING", "SERVING"};
+
+/* A batch in flight in serve mode: b under p->mu (NULL = free slot); irq set by the watchdog or
+ * the reaper (atomic), why with it under p->mu; raised and reported on the consume thread. */
+typedef struct flight {
+    rmq_batch_t *b;
+    int64_t start; /* coarse monotonic ms */
+    int64_t start_ns;
+    int irq;
+    const char *why;
+    int raised;   /* the count hook raised its interrupt in the batch */
+    int reported; /* rmq_serve_expired handed it to the scheduler */
+    int lost;     /* its thread was abandoned by a stop: the batch went back NOT_RUN (mu) */
+} flight_t;
 
 typedef struct cthread {
     rmq_pool_t *p;
@@ -98,6 +122,13 @@ typedef struct cthread {
     unsigned since_note;/* batches since lua_bytes was last noted */
     rmq_memlimit_t ml;  /* lua_memory_limit_mb on L (lua_memlimit.h) when ml.limit > 0 */
     rmq_coloop_t *co;   /* the thread's event loop (coloop.h) once it made one (under p->mu) */
+    /* Serve mode (consume_batches_per_thread > 1): once a handler of its state waited in place
+     * (waits), the thread runs its batches as coroutines, up to p->o.batches_per_thread in
+     * flight (fl, nfl under p->mu). in_serve and serve_cur (the slot the scheduler is running,
+     * -1 none) are the thread's own: its count hook reads them. */
+    int waits, in_serve, serve_cur, ref_serve;
+    flight_t *fl;
+    int nfl;
 } cthread_t;
 
 struct rmq_pool {
@@ -155,6 +186,14 @@ static void check_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     cthread_t *t = self_thread;
+    if (t && t->in_serve) {
+        /* Serve mode: only the batch that ran past its time (or was stopped) is interrupted,
+         * when it runs; the scheduler itself never is. */
+        int k = t->serve_cur;
+        if (k < 0 || t->fl[k].raised || !__atomic_load_n(&t->fl[k].irq, __ATOMIC_ACQUIRE)) return;
+        t->fl[k].raised = 1;
+        luaL_error(L, "interrupted: %s", "the handler ran past consume_timeout or the pool stopped");
+    }
     if (!t || !__atomic_load_n(&t->irq, __ATOMIC_ACQUIRE)) return;
     __atomic_store_n(&t->irq, 0, __ATOMIC_RELAXED); /* once: error handlers run Lua too */
     luaL_error(L, "interrupted: %s", "the handler ran past consume_timeout or the pool stopped");
@@ -168,6 +207,22 @@ static void interrupt(cthread_t *t, const char *why)
     t->interrupt_why = why;
     __atomic_store_n(&t->irq, 1, __ATOMIC_RELEASE);
     if (t->co) rmq__coloop_wake(t->co); /* a handler waiting on its loop sees it at once */
+}
+
+/* Under p->mu. Ask the scheduler of a serving thread to abandon each of its in-flight batches
+ * (all, or only those started before `before` ms) that is not interrupted yet. */
+static int interrupt_flights(cthread_t *t, const char *why, int64_t before)
+{
+    int n = 0;
+    for (int k = 0; t->fl && k < t->p->o.batches_per_thread; k++) {
+        flight_t *f = &t->fl[k];
+        if (!f->b || f->why || (before && f->start >= before)) continue;
+        f->why = why;
+        __atomic_store_n(&f->irq, 1, __ATOMIC_RELEASE);
+        n++;
+    }
+    if (n && t->co) rmq__coloop_wake(t->co);
+    return n;
 }
 
 /* Under p->mu: a batch goes back to the loop thread. */
@@ -210,10 +265,19 @@ static cthread_t *pick_idle(rmq_pool_t *p)
     if (p->waking > 0) return NULL;
     for (int i = 0; i < p->n; i++) {
         cthread_t *t = &p->t[i];
-        if (t->state == CT_IDLE && !t->woken) {
+        if (t->woken || t == self_thread) continue;
+        if (t->state == CT_IDLE) {
             t->woken = 1;
             p->waking++;
             return t;
+        }
+        /* A serving thread with room: its loop's wake-up, here (its loop lives while it
+         * serves); nothing left to signal. */
+        if (t->state == CT_SERVING && t->nfl < p->o.batches_per_thread) {
+            t->woken = 1;
+            p->waking++;
+            rmq__coloop_wake(t->co);
+            return NULL;
         }
     }
     return NULL;
@@ -396,6 +460,8 @@ static int load_state(cthread_t *t, char *err, size_t errsz)
     t->ref_shutdown = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_getfield(L, d, "init");
     t->ref_init = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_getfield(L, d, "serve"); /* LUA_REFNIL for a dispatcher without serve mode */
+    t->ref_serve = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, 0);
     /* The message handler of run_batch's lua_pcall (rmq__lua_pcall's), kept at stack index 1 so
      * that no closure is made per batch. */
@@ -467,6 +533,7 @@ static void check_memory(cthread_t *t, rmq_batch_t *b)
                   t->index + 1, t->ml.limit >> 20, tripped >> 20);
     lua_State *old = t->L;
     int ref_shutdown = t->ref_shutdown, ref_dispatch = t->ref_dispatch, ref_init = t->ref_init;
+    int ref_serve = t->ref_serve;
     int inited = t->inited;
     rmq_batch_t **slot = t->slot;
     size_t limit = t->ml.limit;
@@ -482,6 +549,7 @@ static void check_memory(cthread_t *t, rmq_batch_t *b)
         if (t->L) lua_close(t->L);
         t->L = old, t->slot = slot, t->inited = inited;
         t->ref_shutdown = ref_shutdown, t->ref_dispatch = ref_dispatch, t->ref_init = ref_init;
+        t->ref_serve = ref_serve;
         lua_gc(old, LUA_GCCOLLECT, 0);
         rmq__memlimit_install(old, &t->ml, limit);
         return;
@@ -521,6 +589,231 @@ static void loop_made(void *ud, rmq_coloop_t *c)
     uv_mutex_lock(&t->p->mu);
     t->co = c; /* interrupt() wakes it from now on */
     uv_mutex_unlock(&t->p->mu);
+}
+
+/* ---- serve mode: several batches in flight (consume thread) ------------------------------- */
+
+/*
+ * Once a handler of a thread's state waited in place (rmq.co's wait inside a batch), the thread
+ * serves: the scheduler of its state (rmq.co.serve_step, through the dispatcher's serve) takes
+ * batches with rmq_serve_take, runs each as a coroutine of the state, waits on the thread's loop
+ * with rmq_serve_wait and resumes the coroutines whose I/O completed; each lua_pcall of serve
+ * is one step, and returns the batches that ended in it. A handler that never waits never gets
+ * here: its batches keep the direct path (run_batch).
+ */
+
+/* Consume thread, in serve mode: the next batch for this thread (its own queue first, then the
+ * shared one) in a free flight slot, *out = the batch; -1 when nothing is queued or every slot
+ * is taken. The batch counts as running from here. A batch that opts.begin skips goes back at
+ * once. */
+RMQ_EXPORT int rmq_serve_take(rmq_batch_t **out)
+{
+    cthread_t *t = self_thread;
+    rmq_pool_t *p = t->p;
+    uv_mutex_lock(&p->mu);
+    if (t->woken) { /* picked for shared work: awake now */
+        t->woken = 0;
+        p->waking--;
+    }
+    for (;;) {
+        if (t->nfl >= p->o.batches_per_thread) break;
+        rmq_batch_t *b = bq_pop(&t->q);
+        int shared = 0;
+        if (!b && !p->quit) shared = (b = bq_pop(&p->shared)) != NULL;
+        if (!b) break;
+        if (p->stopping && rmq__mono_ms() >= p->stop_deadline) {
+            not_run(p, b); /* stop's wait is over: queued batches are not run */
+            continue;
+        }
+        int k = 0;
+        while (t->fl[k].b) k++;
+        flight_t *f = &t->fl[k];
+        memset(f, 0, sizeof(*f));
+        f->b = b;
+        f->start = coarse_ms();
+        t->nfl++;
+        p->running++;
+        cthread_t *next = shared && p->shared.n > 0 ? pick_idle(p) : NULL;
+        uv_mutex_unlock(&p->mu);
+        if (next) uv_cond_signal(&next->cond);
+        b->thread_index = t->index;
+        b->handler_error = 0;
+        b->nsends = 0;
+        b->sends = NULL;
+        f->start_ns = (int64_t)uv_hrtime();
+        if (!p->o.begin || !p->o.begin(p->o.ud, b, f->start)) {
+            *out = b;
+            return k;
+        }
+        b->status = RMQ_CONSUME_SKIPPED;
+        b->ack_count = 0;
+        rmq_batch_run_t run = {.start_ns = f->start_ns, .end_ns = (int64_t)uv_hrtime()};
+        uv_mutex_lock(&p->mu);
+        f->b = NULL;
+        t->nfl--;
+        p->running--;
+        if (p->o.ran) p->o.ran(p->o.ud, b, &run);
+        post_done(p, b);
+    }
+    uv_mutex_unlock(&p->mu);
+    return -1;
+}
+
+/* Consume thread: the flight slots whose batch the watchdog or a stop interrupted and that the
+ * scheduler has not been told of yet (it abandons them). */
+RMQ_EXPORT int rmq_serve_expired(int *slots, int max)
+{
+    cthread_t *t = self_thread;
+    int n = 0;
+    for (int k = 0; k < t->p->o.batches_per_thread && n < max; k++) {
+        flight_t *f = &t->fl[k];
+        if (f->reported || !__atomic_load_n(&f->irq, __ATOMIC_ACQUIRE)) continue;
+        f->reported = 1;
+        slots[n++] = k;
+    }
+    return n;
+}
+
+RMQ_EXPORT int *rmq_serve_cur(void)
+{
+    return &self_thread->serve_cur;
+}
+
+/* Consume thread: flight slot k's batch ended. abandoned: the scheduler gave it up (interrupted
+ * while it waited, or it could never go on); err: the error to log, or NULL; sends at stack
+ * index si (0 = none). Its result fields are set unless abandoned. */
+static void flight_done(cthread_t *t, int k, int abandoned, const char *err, int si)
+{
+    rmq_pool_t *p = t->p;
+    flight_t *f = &t->fl[k];
+    rmq_batch_t *b = f->b;
+    int failed = 0;
+    uv_mutex_lock(&p->mu);
+    const char *why = f->why;
+    uv_mutex_unlock(&p->mu);
+    if (abandoned) {
+        b->status = b->orderly ? RMQ_CONSUME_SUSPEND : RMQ_CONSUME_RECONSUME_LATER;
+        b->ack_count = 0;
+        b->handler_error = 1;
+        char text[1200];
+        snprintf(text, sizeof(text), "%s handler of %d message(s) did not finish: %s",
+                 b->orderly ? "consume_orderly" : "consume", b->n,
+                 err ? err : why && !strcmp(why, "stop") ? "the pool stopped"
+                                                         : "it ran past consume_timeout");
+        if (!why || strcmp(why, "stop")) rmq__log_batch_error(t->index, b, text);
+        failed = 1;
+    } else {
+        if (err) {
+            rmq__log_batch_error(t->index, b, err);
+            failed = 1;
+        }
+        if (si) collect_sends(t->L, si, b);
+    }
+    rmq_batch_run_t run = {.start_ns = f->start_ns, .end_ns = (int64_t)uv_hrtime()};
+    uv_mutex_lock(&p->mu);
+    if (t->abandoned) { /* stop already returned its batches; the thread only ends */
+        uv_mutex_unlock(&p->mu);
+        return;
+    }
+    why = f->why;
+    if (failed) p->errors++;
+    if (why && !strcmp(why, "stop")) {
+        rmq__pool_batch_release(b);
+        b->status = RMQ_CONSUME_NOT_RUN;
+        b->ack_count = 0;
+    }
+    run.timed_out = why && !strcmp(why, "consume_timeout");
+    f->b = NULL;
+    t->nfl--;
+    p->running--;
+    if (p->o.ran) p->o.ran(p->o.ud, b, &run);
+    post_done(p, b);
+    if (p->stopping) uv_cond_broadcast(&p->start_cond);
+    uv_mutex_unlock(&p->mu);
+}
+
+/* Consume thread, called and returning under p->mu: serve until nothing is in flight and
+ * nothing is queued for this thread (or the pool quits); the thread is IDLE again on return. */
+static void serve(cthread_t *t)
+{
+    rmq_pool_t *p = t->p;
+    lua_State *L = t->L;
+    if (t->woken) {
+        t->woken = 0;
+        p->waking--;
+    }
+    set_state(t, CT_SERVING);
+    t->in_serve = 1;
+    t->serve_cur = -1;
+    uv_mutex_unlock(&p->mu);
+    rmq_dbg(RMQ_DBG_CONSUME, "consume", "thread %d: serving (up to %d batches in flight)",
+            t->index + 1, p->o.batches_per_thread);
+    for (;;) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref_serve);
+        rmq__memlimit_arm(&t->ml, 1);
+        int rc = lua_pcall(L, 0, 3, 1); /* index 1: rmq__lua_traceback */
+        rmq__memlimit_arm(&t->ml, 0);
+        t->serve_cur = -1;
+        int inflight;
+        if (rc) {
+            /* The scheduler itself failed (memory): every batch in flight fails, and the
+             * scheduler forgets them (serve_reset). */
+            const char *m = lua_tostring(L, -1);
+            char err[2048];
+            snprintf(err, sizeof(err), "the batch scheduler failed: %s",
+                     m ? m : "(error without a message)");
+            lua_pop(L, 1);
+            for (int k = 0; k < p->o.batches_per_thread; k++)
+                if (t->fl[k].b) flight_done(t, k, 1, err, 0);
+            lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref_serve);
+            lua_pushboolean(L, 1); /* serve(true): reset */
+            if (lua_pcall(L, 1, 0, 1)) lua_pop(L, 1);
+            inflight = 0;
+        } else {
+            int out = lua_gettop(L) - 2;
+            int n = (int)lua_tointeger(L, out + 1);
+            inflight = (int)lua_tointeger(L, out + 2);
+            for (int i = 0; i < n; i++) {
+                lua_rawgeti(L, out, 3 * i + 1);
+                int k = (int)lua_tointeger(L, -1);
+                lua_rawgeti(L, out, 3 * i + 2);
+                const char *err = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+                lua_rawgeti(L, out, 3 * i + 3);
+                int si = lua_istable(L, -1) ? lua_gettop(L) : 0;
+                if (k < 0)
+                    flight_done(t, -k - 1, 1, err, 0);
+                else
+                    flight_done(t, k, 0, err, si);
+                lua_pop(L, 3);
+            }
+            lua_pop(L, 3);
+        }
+        if (++t->since_note >= 64) note_lua_memory(t);
+        uv_mutex_lock(&p->mu);
+        if (t->abandoned) break;
+        if (inflight == 0 && (p->quit || (!t->q.n && !p->shared.n) ||
+                              (p->stopping && rmq__mono_ms() >= p->stop_deadline)))
+            break;
+        uv_mutex_unlock(&p->mu);
+    }
+    t->in_serve = 0;
+    if (t->abandoned) return; /* a stop gave up on it: it only ends */
+    if (t->woken) {
+        t->woken = 0;
+        p->waking--;
+    }
+    set_state(t, CT_IDLE);
+    if (p->stopping) uv_cond_broadcast(&p->start_cond);
+    rmq_dbg(RMQ_DBG_CONSUME, "consume", "thread %d: nothing in flight, serving ends",
+            t->index + 1);
+    if (t->ml.tripped) {
+        /* lua_memory_limit_mb went past while serving: the state is made anew now that no
+         * batch is in flight (the batches it failed already came back). */
+        rmq_batch_t none = {.status = RMQ_CONSUME_SKIPPED};
+        uv_mutex_unlock(&p->mu);
+        check_memory(t, &none);
+        uv_mutex_lock(&p->mu);
+    }
 }
 
 static void thread_main(void *arg)
@@ -565,6 +858,13 @@ static void thread_main(void *arg)
     uv_cond_broadcast(&p->start_cond);
     note_lua_memory(t);
     for (;;) {
+        if (t->waits && t->ref_serve != LUA_REFNIL && p->o.batches_per_thread > 1 && !p->quit &&
+            (t->q.n || p->shared.n) &&
+            !(p->stopping && rmq__mono_ms() >= p->stop_deadline)) {
+            serve(t); /* returns under p->mu, the thread IDLE again */
+            if (t->abandoned) break;
+            continue;
+        }
         rmq_batch_t *b = bq_pop(&t->q);
         int shared = 0;
         if (!b && !p->quit) shared = (b = bq_pop(&p->shared)) != NULL;
@@ -591,6 +891,7 @@ static void thread_main(void *arg)
             rmq_batch_run_t run = {.start_ns = (int64_t)uv_hrtime()};
             run_batch(t, b);
             run.end_ns = (int64_t)uv_hrtime();
+            if (rmq__coloop_take_waited()) t->waits = 1; /* serve mode from the next batch */
             if (++t->since_note == 64) note_lua_memory(t);
             if (t->ml.limit) check_memory(t, b);
 
@@ -638,6 +939,7 @@ static void free_pool(rmq_pool_t *p)
     for (int i = 0; i < p->n; i++) {
         uv_cond_destroy(&p->t[i].cond);
         free(p->t[i].q.a);
+        free(p->t[i].fl);
     }
     free(p->t);
     free(p->shared.a);
@@ -671,11 +973,16 @@ static rmq_batch_t *replace_lost(rmq_pool_t *p, rmq_batch_t *b)
 {
     for (int i = 0; i < p->n; i++) {
         cthread_t *t = &p->t[i];
-        if (t->lost != b) continue;
+        int found = t->lost == b;
         uv_mutex_lock(&p->mu);
-        t->lost = NULL;
-        p->n_lost--;
+        for (int k = 0; !found && t->fl && k < p->o.batches_per_thread; k++)
+            if (t->fl[k].lost && t->fl[k].b == b) found = 1, t->fl[k].lost = 0;
+        if (found) {
+            if (t->lost == b) t->lost = NULL;
+            p->n_lost--;
+        }
         uv_mutex_unlock(&p->mu);
+        if (!found) continue;
         if (!p->o.abandoned) return b;
         rmq_batch_t *nb = p->o.abandoned(p->o.ud, b);
         nb->status = RMQ_CONSUME_NOT_RUN;
@@ -739,6 +1046,14 @@ static void on_watchdog(uv_timer_t *tm)
                           (long long)(now - t->cur_start), (long long)p->o.consume_timeout_ms);
             interrupt(t, "consume_timeout");
         }
+        if (!t->nfl) continue;
+        /* Serve mode: every batch in flight, from its own start, yielded time included. */
+        int n = interrupt_flights(t, "consume_timeout", now - p->o.consume_timeout_ms);
+        if (n)
+            rmq_log_error("lua",
+                          "thread %d: %d batch(es) in flight for more than consume_timeout "
+                          "%lld ms: interrupting them (one that waits is given up)",
+                          t->index + 1, n, (long long)p->o.consume_timeout_ms);
     }
     uv_mutex_unlock(&p->mu);
 }
@@ -775,6 +1090,7 @@ int rmq__pool_prepare(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errst
     p->script_path = rmq__xstrdup(opts->script_path);
     p->group = opts->consumer_group ? rmq__xstrdup(opts->consumer_group) : NULL;
     if (p->o.consume_timeout_ms <= 0) p->o.consume_timeout_ms = 15 * 60000;
+    if (p->o.batches_per_thread < 1) p->o.batches_per_thread = 1;
     p->n = opts->nthreads;
     p->t = rmq__xcalloc((size_t)p->n, sizeof(cthread_t));
     init_mutex(&p->mu);
@@ -784,6 +1100,9 @@ int rmq__pool_prepare(const rmq_pool_opts_t *opts, rmq_pool_t **out, char *errst
         cthread_t *t = &p->t[i];
         t->p = p;
         t->index = i;
+        t->serve_cur = -1;
+        if (p->o.batches_per_thread > 1)
+            t->fl = rmq__xcalloc((size_t)p->o.batches_per_thread, sizeof(flight_t));
         uv_cond_init(&t->cond);
     }
     for (int i = 0; i < p->n; i++) {
@@ -963,6 +1282,7 @@ void rmq__pool_submit_to(rmq_pool_t *p, int thread_index, rmq_batch_t *b)
         cthread_t *t = &p->t[thread_index];
         bq_push(&t->q, b);
         uv_cond_signal(&t->cond);
+        if (t->state == CT_SERVING) rmq__coloop_wake(t->co); /* it takes its own queue first */
     }
     uv_mutex_unlock(&p->mu);
 }
@@ -1022,12 +1342,33 @@ static void reaper_main(void *arg)
         if (now >= p->stop_deadline) flush_queued(p);
         if (drained(p)) break;
         if (now >= p->stop_deadline + RMQ_POOL_STOP_GRACE_MS && !interrupted) {
-            for (int i = 0; i < p->n; i++) interrupt(&p->t[i], "stop");
+            for (int i = 0; i < p->n; i++) {
+                interrupt(&p->t[i], "stop");
+                interrupt_flights(&p->t[i], "stop", 0);
+            }
             interrupted = 1;
         }
         if (now >= p->stop_deadline + 2 * RMQ_POOL_STOP_GRACE_MS) {
             for (int i = 0; i < p->n; i++) {
                 cthread_t *t = &p->t[i];
+                if (t->nfl && !t->abandoned) {
+                    /* A serving thread whose scheduler did not come back (a batch stuck in a
+                     * compiled loop or a blocking call): every batch it holds goes back. */
+                    rmq_log_error("consume",
+                                  "thread %d: %d batch(es) in flight did not end after stop; "
+                                  "abandoning the thread (they are returned as not run)",
+                                  t->index + 1, t->nfl);
+                    t->abandoned = 1;
+                    pthread_detach(t->tid);
+                    for (int k = 0; k < p->o.batches_per_thread; k++) {
+                        flight_t *f = &t->fl[k];
+                        if (!f->b || f->lost) continue;
+                        f->lost = 1;
+                        p->running--;
+                        p->n_lost++;
+                        not_run(p, f->b);
+                    }
+                }
                 if (t->cur) {
                     rmq_log_error("consume",
                                   "thread %d: handler did not return after stop; abandoning "

@@ -7,6 +7,8 @@
  * batch under lua_pcall, fills the batch's result fields and posts it back; the done callback
  * then runs on the loop thread (queue + uv_async_t; uv_async_send coalesces, the callback drains
  * the whole queue).
+ * A thread whose handler waited on I/O runs its batches as coroutines from then on, up to
+ * batches_per_thread in flight; each is a batch not yet done until done() returns it.
  *
  * Ownership: the pool owns its threads and their Lua states. A submitted batch (and the messages
  * it points to) stays owned by the engine; the pool only borrows it until done() is called.
@@ -55,6 +57,10 @@ typedef struct rmq_pool_opts {
     const char *ssl_ca_file;
     int ssl_verify_depth;
     int ngx_shim; /* RMQ_NGX_* (lua_state.h): lua_ngx_shim; 0 = the script's table decides */
+    /* consume_batches_per_thread (<= 1: one batch at a time): once a handler of a thread's
+     * state waited on I/O in place, that thread runs its batches as coroutines, up to this many
+     * in flight; each counts as running until it comes back through done(). */
+    int batches_per_thread;
     rmq_pool_begin_cb begin; /* optional; its ud is ud */
     rmq_shdicts_t *shdicts; /* the consumer's shared dictionaries (rmq.shared); may be NULL */
     rmq_flow_t *flow;       /* where rmq.pause/resume/stop go; may be NULL */

@@ -69,6 +69,7 @@ void rmq__lua_handler_pool_opts(const rmq_lua_handler_t *lh, const rmq_runner_op
     pl->ssl_ca_file = o->ssl_ca_file;
     pl->ssl_verify_depth = o->ssl_verify_depth;
     pl->ngx_shim = o->ngx_shim ? RMQ_NGX_ON : RMQ_NGX_OFF;
+    pl->batches_per_thread = o->batches_per_thread;
     pl->begin = o->begin;
     pl->shdicts = lh->shdicts;
     pl->flow = o->flow;

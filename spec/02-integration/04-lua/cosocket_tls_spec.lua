@@ -319,6 +319,8 @@ describe("rmqlua run: cosocket options", function()
     end, 10, "copeer's port")
     local script = R.consumer_script("cossl_max.lua", "cossl_max", "CosslMax", 1, string.format([[
   consume_thread_min = 1, consume_thread_max = 1, lua_socket_max_per_thread = 2,
+  -- One batch at a time: batches in flight on the thread would share its 2 sockets.
+  consume_batches_per_thread = 1,
   consume = function(msgs)
     local m = msgs[1]
     local n = m.reconsume_times == 0 and 3 or 2
