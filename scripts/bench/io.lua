@@ -12,10 +12,14 @@ if opt.quick then opt.count, opt.delay = 5000, { 10 } end
 if opt.blocking then opt.model = "blocking" end
 local models = {}
 for m in opt.model:gmatch("[^,]+") do
-  if m ~= "cosocket" and m ~= "blocking" then lib.die("unknown model '%s' (cosocket, blocking)", m) end
+  if m ~= "cosocket" and m ~= "blocking" and m ~= "redis" then
+    lib.die("unknown model '%s' (cosocket, blocking, redis)", m)
+  end
   models[#models + 1] = m
 end
 local HTTPD = os.getenv("RMQLUA_BENCH_HTTPD")
+-- The redis model: Debian's lua-nginx-redis where scripts/deps --test unpacked it.
+local NGX_LUA = os.getenv("RMQ_NGX_LUA") or "/usr/local/share/rmqlua-test/ngx-lua/usr/share/lua/5.1"
 local TOPIC = "BenchIO"
 local SLOT = 8 -- int64 words per consume thread: count, first ns, last ns, failed
 
@@ -33,6 +37,23 @@ local request = rmq.http.request
 local function call()
   local res, err = request { url = URL, timeout = 30000 }
   return res ~= nil and res.status == 200, err
+end
+]],
+  -- Debian's OpenResty Redis driver through the ngx shim: one INCR per message on a pooled
+  -- connection (set_keepalive), waiting on the consume thread's event loop.
+  redis = [[
+local rmq = require "rmq"
+local redis = require "nginx.redis"
+local function call()
+  local red = redis:new()
+  red:set_timeouts(30000, 30000, 30000)
+  local ok, err = red:connect("127.0.0.1", PORT)
+  if not ok then return false, err end
+  local n
+  n, err = red:incr("bench_io")
+  if not n then red:close(); return false, err end
+  red:set_keepalive(60000, 256)
+  return true
 end
 ]],
   -- A keep-alive connection per thread, blocking connect/send/recv through the FFI.
@@ -72,9 +93,10 @@ end
 }
 
 local function script(model, group, cfile, size, port)
+  local extra = model == "redis" and "  lua_ngx_shim = true,\n" or ""
   local pre = string.format("local URL = %q\nlocal PORT = %d\nlocal slot\n",
     "http://127.0.0.1:" .. port .. "/", port) .. PRE[model]
-  return lib.consumer_script(pre, group, TOPIC, "FIRST", opt.threads, string.format([[
+  return lib.consumer_script(pre, group, TOPIC, "FIRST", opt.threads, extra .. string.format([[
   consume_message_batch_max_size = 1,
   init = function(ctx) slot = map(%q, %d) + ctx.thread_index * %d end,
   consume = function(msgs)
@@ -92,7 +114,15 @@ local function script(model, group, cfile, size, port)
 ]], cfile, size, SLOT))
 end
 
-local function stats(port)
+-- The most requests the server held at once: httpd_test's /stats, or Redis's connected clients
+-- (one connection per request in flight).
+local function stats(port, model)
+  if model == "redis" then
+    local p = io.popen(string.format("redis-cli -p %d info clients 2>/dev/null", port))
+    local all = p:read("*a")
+    p:close()
+    return (tonumber(all:match("connected_clients:(%d+)")) or 1) - 1
+  end
   local p = io.popen(string.format("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf "
     .. "\"GET /stats HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n\" >&3 && cat <&3' "
     .. "2>/dev/null", port))
@@ -105,14 +135,25 @@ local run_no = 0
 local function run(model, delay)
   run_no = run_no + 1
   local hlog = string.format("%s/httpd.%d.log", tmp, run_no)
-  local hpid = lib.spawn(string.format("%s --delay %d", lib.sh_quote(HTTPD), delay), hlog)
-  local port
-  local deadline = lib.now_ns() + 10e9
-  repeat
-    lib.sleep_ms(10)
-    port = tonumber((lib.read_file(hlog) or ""):match("PORT (%d+)"))
-    if lib.now_ns() > deadline then lib.fail("httpd_test did not start:\n%s", lib.tail(hlog)) end
-  until port
+  local hpid, port
+  if model == "redis" then
+    port = lib.free_port()
+    hpid = lib.spawn(string.format("redis-server --bind 127.0.0.1 --port %d --save '' "
+      .. "--appendonly no --dir %s", port, lib.sh_quote(tmp)), hlog)
+    local deadline = lib.now_ns() + 10e9
+    while not (lib.read_file(hlog) or ""):find("Ready to accept connections", 1, true) do
+      lib.sleep_ms(10)
+      if lib.now_ns() > deadline then lib.fail("redis-server did not start:\n%s", lib.tail(hlog)) end
+    end
+  else
+    hpid = lib.spawn(string.format("%s --delay %d", lib.sh_quote(HTTPD), delay), hlog)
+    local deadline = lib.now_ns() + 10e9
+    repeat
+      lib.sleep_ms(10)
+      port = tonumber((lib.read_file(hlog) or ""):match("PORT (%d+)"))
+      if lib.now_ns() > deadline then lib.fail("httpd_test did not start:\n%s", lib.tail(hlog)) end
+    until port
+  end
   local size = (opt.threads + 1) * SLOT * 8
   local base, cfile = lib.shared("counters." .. run_no, size)
   local spath = string.format("%s/io_%d.lua", tmp, run_no)
@@ -122,8 +163,9 @@ local function run(model, delay)
   for _, kv in ipairs(opt.set) do sets = sets .. " --set " .. lib.sh_quote(kv) end
   local clog = string.format("%s/consumer.%d.log", tmp, run_no)
   local t0 = lib.now_ns()
-  local pid = lib.spawn(string.format("%s run --namesrv %s%s %s", lib.sh_quote(lib.BIN), namesrv,
-    sets, lib.sh_quote(spath)), clog)
+  local env = model == "redis" and ("env LUA_PATH=" .. lib.sh_quote(NGX_LUA .. "/?.lua;;") .. " ") or ""
+  local pid = lib.spawn(string.format("%s%s run --namesrv %s%s %s", env, lib.sh_quote(lib.BIN),
+    namesrv, sets, lib.sh_quote(spath)), clog)
   local function total()
     local n, first, last, failed = 0, math.huge, 0, 0
     for k = 1, opt.threads do
@@ -147,7 +189,7 @@ local function run(model, delay)
     lib.sleep_ms(5)
   end
   local hwm = lib.status_kb(pid, "VmHWM") or 0
-  local peak = stats(port)
+  local peak = stats(port, model)
   lib.stop(pid)
   lib.stop(hpid)
   return { model = model, delay = delay, n = n, rate = opt.count / ((last - t0) / 1e9),
@@ -156,13 +198,15 @@ local function run(model, delay)
 end
 
 local results = {}
-for _, d in ipairs(opt.delay) do
+for di, d in ipairs(opt.delay) do
   for _, m in ipairs(models) do
+    if m == "redis" and di > 1 then goto next end -- Redis answers at once: one run
     io.stderr:write(string.format("run: %s, server delay %d ms, %d threads ...\n", m, d, opt.threads))
     local r = run(m, d)
     io.stderr:write(string.format("  %.0f msgs/s, %.1f MB peak RSS, %d in flight at most\n",
       r.rate, r.rss, r.peak))
     results[#results + 1] = r
+    ::next::
   end
 end
 
@@ -173,12 +217,16 @@ print("machine: " .. machine)
 print(string.format("%-9s %6s %8s %9s %7s %9s %7s %8s", "model", "delay", "msgs/s", "steady/s",
   "RSS MB", "in flight", "failed", "bound/s"))
 for _, r in ipairs(results) do
-  print(string.format("%-9s %4dms %8.0f %9.0f %7.1f %9d %7d %8.0f", r.model, r.delay, r.rate,
-    r.steady, r.rss, r.peak, r.failed, opt.threads * 1000 / r.delay))
+  local redis = r.model == "redis"
+  print(string.format("%-9s %6s %8.0f %9.0f %7.1f %9d %7d %8s", r.model,
+    redis and "-" or (r.delay .. "ms"), r.rate, r.steady, r.rss, r.peak, r.failed,
+    redis and "-" or string.format("%.0f", opt.threads * 1000 / r.delay)))
 end
 print([[
 cosocket: rmq.http.request per message (the consume thread's event loop waits); blocking: a
-blocking recv() per message on a kept-alive socket (the thread waits). bound/s: threads * 1000
-/ delay, the most the thread-holding model can do; in flight: the server's peak of requests
-waiting for their answer.]])
+blocking recv() per message on a kept-alive socket (the thread waits); redis: one INCR per
+message with Debian's lua-nginx-redis through the ngx shim, on pooled connections. bound/s:
+threads * 1000 / delay, the most the thread-holding model can do; in flight: the server's peak
+of requests waiting for their answer (redis: the connections Redis held at the end, one per
+request that was in flight at once).]])
 lib.cleanup()
