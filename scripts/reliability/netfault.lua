@@ -233,45 +233,73 @@ S[16] = {title = "one-way loss broker→consumer 15 s", long_title = "one-way lo
 end}
 
 -- ---- 17. slow link ---------------------------------------------------------------------------
--- 1 Mbit/s both ways (tc tbf on the veth pair) with 256 KiB messages: 20 (long: 120), about
--- 2 a second over the link, consumed at 1 a second. Bounds: pulls answered slowly do not turn into a retry storm (at
--- most one timed-out pull per queue); the consumer's peak RSS stays within what it had before
--- the messages + its flow-control bound (pull_threshold_size_for_queue 1 MiB × 4 queues, one
--- pull's answer each over it) + 24 MiB for the runtime's own buffers; 0 missing.
+-- 256 KiB messages (uncompressed), 4 queues, pull_threshold_size_for_queue 4 MiB, one consume
+-- thread. First the flow-control bound: 104 messages (26 MiB, 6.5 MiB a queue) waiting and a
+-- handler taking 500 ms a message, so the cache fills until the size threshold stops the pulls
+-- (the broker answers one 256 KiB message a pull: maxTransferBytesOnMessageInMemory); then the
+-- link slows to 1 Mbit/s both ways (tc tbf on the veth pair) while the pulls are held, the
+-- handler goes fast, and the rest (about 24, long: 24 + 100 more) come over the slow link, about
+-- 2 s each. Bounds: the pulls were held by the size threshold on every queue (the consumer's
+-- "flow control, N MiB held" log lines, log_debug = pull); the cache really filled (peak RSS at
+-- least 2 × 4 MiB above the start) and peak RSS stays within what the consumer had before the
+-- messages + 4 queues × (4 MiB + 1 MiB, the threshold counting whole MiB, + one 256 KiB pull)
+-- + 24 MiB for the runtime's own buffers; pulls answered slowly do not turn into a retry storm
+-- (at most one timed-out pull per queue); 0 missing.
+
+local THR_MIB, QUEUES = 4, 4
 
 S[17] = {title = "slow link 1 Mbit/s, 256 KiB messages", netns = true, dev = true, run = function(ctx, o)
   local topic, group = ctx:topic(), ctx:group()
-  local link, b = net_cluster(ctx, topic, 4)
-  -- One consume thread taking 1 s a message, half the link's pace: messages pile up to the
-  -- flow-control bound and pulls then wait.
+  local link, b = net_cluster(ctx, topic, QUEUES)
   local c = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "c", bin = link.exec .. L.bin,
-                          sleep_ms = 1000, set = {pull_threshold_size_for_queue = 1, consume_thread_min = 1,
-                                                  consume_thread_max = 1}})
+                          sleep_ms = 500, set = {pull_threshold_size_for_queue = THR_MIB, consume_thread_min = 1,
+                                                 consume_thread_max = 1, log_debug = "pull"}})
   L.wait_for(function() return L.read(c.log):find("started as ", 1, true) end, 30, "the consumer's start")
   L.sleep(2)
   local _, rss0 = c:mem()
+  -- Not compressed (the generated bodies compress to almost nothing): 256 KiB on the wire each.
+  local n = 104 + (o.long and 100 or 0)
+  local t0 = L.mono()
+  ctx:produce({ns = b.ns, topic = topic, n = n, size = 256 * 1024, prefix = "s", args = "--no-compress"})
+  -- The pulls held by the size threshold on every queue.
+  local function held()
+    local qs, k, lines = {}, 0, 0
+    for q in L.read(c.log):gmatch("%[pull%] (%S+): flow control, %d+ MiB held") do
+      lines = lines + 1
+      if not qs[q] then qs[q] = true; k = k + 1 end
+    end
+    return k, lines
+  end
+  local ok = pcall(L.wait_for, function() c:mem() return held() >= QUEUES end, 30,
+    "the pulls held by flow control on every queue", 0.2)
+  local hq = held()
+  ctx:check(ok, "pulls held by pull_threshold_size_for_queue (%d MiB) on %d of %d queues", THR_MIB, hq, QUEUES)
+  for _ = 1, 8 do c:mem(); L.sleep(0.25) end -- the cache at its fullest, pulls still held
+  local hold_kb = c.hwm_kb
+  -- The link slows while the pulls are held; the rest comes over it.
   link:slow("1mbit")
   local cpu = cpu_meter(c)
-  local n = o.long and 120 or 20
-  local t0 = L.mono()
-  -- Not compressed (the generated bodies compress to almost nothing): 256 KiB on the wire each.
-  ctx:produce({ns = b.ns, topic = topic, n = n, size = 256 * 1024, prefix = "s", args = "--no-compress"})
-  ctx:wait_consumed(n * 2 + 60, "the big messages over the slow link")
+  ctx:go_fast()
+  ctx:wait_consumed(60 + (n - 80) * 3, "the big messages over the slow link")
   ctx.row.cpu_pct = cpu()
   ctx.row.notice_s, ctx.row.recover_s = false, false -- nothing to notice: the link only slows
-  ctx:note("%d messages of 256 KiB over 1 Mbit/s in %.1f s", n, L.mono() - t0)
+  ctx:note("%d messages of 256 KiB in %.1f s, the last ones over 1 Mbit/s", n, L.mono() - t0)
   link:slow(nil)
   c:mem()
   local lag_ok, lag = wait_lag0(b.ns, group, topic)
   c:stop()
   ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
   local log = L.read(c.log)
+  local _, lines = held()
+  ctx:note("%d flow-control hold(s) logged (one per %d ms retry of a held queue)", lines, 50)
   local timeouts = select(2, log:gsub("PULL_MESSAGE%(11%)[^\n]*timed out", ""))
-  ctx:check(timeouts <= 4, "no pull retry storm: %d pull(s) timed out (at most one per queue)", timeouts)
-  local bound_kb = rss0 + (4 * (1024 + 256)) + 24 * 1024
+  ctx:check(timeouts <= QUEUES, "no pull retry storm: %d pull(s) timed out (at most one per queue)", timeouts)
+  local bound_kb = rss0 + QUEUES * ((THR_MIB + 1) * 1024 + 256) + 24 * 1024
   if not (L.asan or L.tsan) then
-    ctx:check(c.hwm_kb <= bound_kb, "peak RSS %.1f MB within %.1f MB (%.1f MB before + flow control + 24 MB)",
-      c.hwm_kb / 1024, bound_kb / 1024, rss0 / 1024)
+    ctx:check(hold_kb - rss0 >= 2 * THR_MIB * 1024, "the cache filled while pulls were held: RSS +%.1f MB (>= %d MB)",
+      (hold_kb - rss0) / 1024, 2 * THR_MIB)
+    ctx:check(c.hwm_kb <= bound_kb, "peak RSS %.1f MB within %.1f MB (%.1f MB before + %d × (%d + 1 MiB + 256 KiB) + 24 MB)",
+      c.hwm_kb / 1024, bound_kb / 1024, rss0 / 1024, QUEUES, THR_MIB)
   end
   ctx:count()
 end}
