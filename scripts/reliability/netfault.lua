@@ -507,4 +507,127 @@ S[20] = {title = "downstream blackhole/reset/slow 3×10 s", long_title = "downst
   peer:stop(10)
 end}
 
+-- ---- 22. partition right after an offset persist ------------------------------------------------
+-- Two consumers in namespaces of their own, offsets persisted every second (log_debug = offset
+-- logs each UPDATE_CONSUMER_OFFSET, a oneway); consumer a is cut off from the broker and the name
+-- server the moment its log shows a persist tick (20 s; long: 60 s; the broker expires a channel
+-- after 10 s without a heartbeat), so the ticks after it are lost in the blackhole. The broker's
+-- committed offsets read right after the cut are the last persist that reached it. Bounds: a
+-- persisted into the blackhole; the other member consumes all 8 queues during the partition; a
+-- rejoins and consumes again; 0 missing; every duplicate is a message a consumed since that last
+-- persist (at or above its queue's offset committed at the cut, delivered by a before its link
+-- returned), or one the other member consumed since the cut from a queue that a, back, still
+-- held and pulled from its own position (above the highest offset it had delivered there: as
+-- the Java client, whose process queue is dropped only after 120 s without a pull), or one
+-- delivered within the rejoin's hand-over window (persist interval + slack before the queue's
+-- new owner started on it).
+
+local PERSIST22_MS = 1000
+
+S[22] = {title = "partition after an offset persist 20 s", long_title = "partition after an offset persist 60 s",
+         netns = true, dev = true, run = function(ctx, o)
+  local topic, group = ctx:topic(), ctx:group()
+  local la, b = net_cluster(ctx, topic, 8, "--channel-expire-ms 10000")
+  local lb = second_link(ctx)
+  ctx:produce({ns = b.ns, topic = topic, n = 6000, prefix = "n"})
+  local function set(more)
+    local t = {heartbeat_broker_interval = 2000, persist_consumer_offset_interval = PERSIST22_MS}
+    for k, v in pairs(more or {}) do t[k] = v end
+    return t
+  end
+  local ca = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "a", sleep_ms = 20,
+                           bin = la.exec .. L.bin, set = set({log_debug = "offset"})})
+  local cb = ctx:consumer({ns = b.ns, group = group, topic = topic, label = "b", sleep_ms = 20,
+                           bin = lb.exec .. L.bin, set = set()})
+  ctx:wait_records(2000, "consumption by both before the partition")
+  local function persists() return select(2, L.read(ca.log):gsub("%[offset%] persist ", "")) end
+  local p0 = persists()
+  L.wait_for(function() return persists() > p0 end, 10, "a persist tick of consumer a", 0.02)
+  local baddr = b.addrs[b.names[1]]
+  local cpu = cpu_meter(ca)
+  la:fault("blackhole", {baddr, b.ns})
+  local cut_ms = L.now_ms()
+  local p_cut = persists()
+  -- What reached the broker: its committed offsets once a is cut off.
+  local cut = assert(L.offsets(b.ns, topic, "committed", group))
+  local hole = o.long and 60 or 20
+  ctx:log("consumer a cut off right after a persist tick, for %d s", hole)
+  local t0 = L.mono()
+  ctx:produce({ns = b.ns, topic = topic, n = 4000, prefix = "d"})
+  local qs_b = {}
+  local function b_queues()
+    local n = 0
+    for _ in pairs(qs_b) do n = n + 1 end
+    return n
+  end
+  ctx.tally.hook = function(r)
+    if r.label == "b" and r.ms > cut_ms and not r.store:find("^%%RETRY%%") then qs_b[r.qid] = true end
+  end
+  local ok = pcall(L.wait_for, function()
+    ctx.tally:poll()
+    return b_queues() == 8
+  end, hole, "the other member consuming every queue", 0.5)
+  ctx.row.notice_s = ok and (L.mono() - t0) or nil
+  ctx:check(ok, "the partitioned member's queues consumed by the other one during the partition (%d of 8 queues, after %s)",
+    b_queues(), secs(ctx.row.notice_s))
+  L.sleep(math.max(0, hole - (L.mono() - t0)))
+  ctx.row.cpu_pct = cpu()
+  local lost = persists() - p_cut
+  la:clear()
+  local back_ms = L.now_ms()
+  ctx:check(lost >= 1, "consumer a persisted into the blackhole: %d UPDATE_CONSUMER_OFFSET(s) lost", lost)
+  local a_after = 0
+  ctx.tally.hook = function(r) if r.label == "a" and r.ms > back_ms then a_after = a_after + 1 end end
+  local t1 = L.mono()
+  ctx:produce({ns = b.ns, topic = topic, n = 4000, prefix = "r"})
+  local rejoined = pcall(L.wait_for, function()
+    ctx.tally:poll()
+    return a_after > 0
+  end, 90, "the partitioned member consuming again", 0.5)
+  ctx.row.recover_s = rejoined and (L.mono() - t1) or nil
+  ctx:check(rejoined, "the partitioned member rejoined and consumed again (%s after its link returned)",
+    secs(ctx.row.recover_s))
+  ctx:go_fast()
+  ctx:wait_consumed(180)
+  local lag_ok, lag = wait_lag0(b.ns, group, topic)
+  ca:stop()
+  cb:stop()
+  ctx:check(lag_ok, "lag 0 once everything was consumed (lag %s)", tostring(lag))
+  ctx:count()
+  -- a's deliveries since the last persist that reached the broker (before its link returned).
+  local function since_persist(r)
+    local com = cut[r.broker .. ":" .. r.qid]
+    return r.label == "a" and r.ms < back_ms and r.store == topic and com ~= nil and r.off >= math.max(com, 0)
+  end
+  local a_since = 0
+  L.read_records({ca.rec}, function(r) if r.st == "k" and since_persist(r) then a_since = a_since + 1 end end)
+  -- a's position in each queue when its link returned: the highest offset it had delivered.
+  local a_pos = {}
+  L.read_records({ca.rec}, function(r)
+    if r.st == "k" and r.ms < back_ms and r.store == topic then
+      local k = r.broker .. ":" .. r.qid
+      a_pos[k] = math.max(a_pos[k] or -1, r.off)
+    end
+  end)
+  -- The other member's deliveries since the cut that a, back, delivered again from its own
+  -- position in a queue it still held.
+  local function resumed(prev, dup)
+    local pos = a_pos[dup.broker .. ":" .. dup.qid]
+    return prev.label == "b" and dup.label == "a" and prev.ms >= cut_ms and dup.ms >= back_ms
+      and dup.store == topic and pos ~= nil and dup.off > pos
+  end
+  local persist_dups, resumed_dups = 0, 0
+  local window = PERSIST22_MS + SLACK_S * 1000
+  local outside, ex = require("scenarios").checks.dup_handover_check({ca.rec, cb.rec}, window, function(prev, dup)
+    if since_persist(prev) then persist_dups = persist_dups + 1 return true end
+    if resumed(prev, dup) then resumed_dups = resumed_dups + 1 return true end
+    return false
+  end)
+  ctx:note("%d duplicate(s): %d of what a consumed since its last persist that reached the broker (%d such deliveries), %d of what b consumed from queues a resumed from its own position, the rest within the hand-over window",
+    ctx.row.dups, persist_dups, a_since, resumed_dups)
+  ctx:check(outside == 0 and persist_dups <= a_since,
+    "duplicates only of what a consumed since its last persist that reached the broker, of what b consumed from queues a resumed, or within the hand-over window (%.0f s): %d outside%s",
+    window / 1000, outside, ex and (", e.g. " .. ex) or "")
+end}
+
 return S
