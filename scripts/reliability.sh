@@ -6,11 +6,11 @@
 #   scripts/reliability.sh [--long [--minutes M] [--rate R]] [--namesrv ADDR] [--only 1,4,..]
 #   scripts/reliability.sh --soak [--minutes M] [--rate R]      (what scripts/soak runs)
 #
-#   (default)        short mode: the 20 scenarios in under 17 minutes on 2 cores
+#   (default)        short mode: the 21 scenarios in under 17 minutes on 2 cores
 #   --long           scenarios 1-5 for M minutes each (default 12: an hour) with a steady
 #                    producer of R msgs/s (default 5000) and their faults repeated; the table
 #                    then also gives the consumers' RSS over time; and the network scenarios
-#                    (14-20) with their faults' full durations
+#                    (14-20, 22) with their faults' full durations
 #   --namesrv ADDR   run the consumer-side scenarios (1, 5, 7, 8, 9, 10, 12, 13) against an
 #                    existing RocketMQ cluster instead of the development broker (the topics
 #                    Rel<NN>_<id> are created on every master; the others are skipped)
@@ -26,7 +26,7 @@
 #
 # Everything listens on 127.0.0.1 and is started by this run; every process it started is
 # stopped by pid when it ends (also on Ctrl-C), and its temp folder is removed. The network
-# scenarios (14-20, root only: skipped otherwise) listen on the veth pairs they make
+# scenarios (14-20, 22; root only: skipped otherwise) listen on the veth pairs they make
 # (10.213.N.1) and break only those links; their namespaces and veth pairs are removed too.
 # Prints the results table; exits 1 if a row has a missing message, a crash, a sanitizer report
 # or a bound exceeded, 2 on a usage error.

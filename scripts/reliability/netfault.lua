@@ -1,4 +1,4 @@
--- netfault.lua: the reliability suite's network-fault scenarios (14-20; scenarios.lua holds
+-- netfault.lua: the reliability suite's network-fault scenarios (14-20 and 22; scenarios.lua holds
 -- 1-13). The consumer runs in a network namespace of its own (netns.lua), joined to the root
 -- namespace by a veth pair; the development broker listens on the pair's root-side address and
 -- advertises it; a scenario breaks the link with nftables or tc inside what this run created,
@@ -575,7 +575,7 @@ S[22] = {title = "partition after an offset persist 20 s", long_title = "partiti
   local lost = persists() - p_cut
   la:clear()
   local back_ms = L.now_ms()
-  ctx:check(lost >= 1, "consumer a persisted into the blackhole: %d UPDATE_CONSUMER_OFFSET(s) lost", lost)
+  ctx:check(lost >= 1, "consumer a persisted into the blackhole: %d queue offset(s) sent there (oneway UPDATE_CONSUMER_OFFSET, lost)", lost)
   local a_after = 0
   ctx.tally.hook = function(r) if r.label == "a" and r.ms > back_ms then a_after = a_after + 1 end end
   local t1 = L.mono()

@@ -1,4 +1,4 @@
--- netns.lua: network faults for the reliability suite (scenarios 14-20): a Linux network
+-- netns.lua: network faults for the reliability suite (scenarios 14-20, 22): a Linux network
 -- namespace per consumer, joined to the root namespace by a veth pair made for this run, with
 -- nftables rules and tc qdiscs that break the link on purpose (blackhole, one-way loss, TCP
 -- resets on new connections, a slow link).
