@@ -513,17 +513,21 @@ describe("devbroker: RocketMQ 5.x mode", function()
       local r = pop("g_ordre", "Tordre", {queue = 0, max = 1, invisible = 1000, order = true})
       assert.equal(0, r.code)
       assert.equal("r1", wire.decode_messages(r.body)[1].body)
-      -- a long poll on the blocked queue gets the batch again once the invisible time passed
-      local again = assert(c:request(POP, pop_ext("g_ordre", "Tordre",
-        {queue = 0, max = 1, poll = 10000, order = true})))
+      -- a long poll parked on the blocked queue is answered with the batch again once the
+      -- invisible time passed
+      local op = c:send_request(POP, pop_ext("g_ordre", "Tordre",
+        {queue = 0, max = 1, poll = 60000, order = true}))
+      local again = assert(c:wait_response(op, 15 * helpers.scale))
       assert.equal(0, again.code)
       local m = wire.decode_messages(again.body)[1]
       assert.equal("r1", m.body)
       assert.equal("Tordre", m.topic) -- from the queue again, not revived to a retry topic
       assert.equal("0 qo0%0 1;0 0 1", again.extFields.orderCountInfo)
+      -- parked while the batch is out; the ack answers it with the next message
+      op = c:send_request(POP, pop_ext("g_ordre", "Tordre",
+        {queue = 0, max = 1, poll = 60000, order = true}))
       assert.equal(0, assert(c:request(ACK, ack_ext("g_ordre", again, m))).code)
-      -- acked: the queue hands out its next message
-      local nxt = pop("g_ordre", "Tordre", {queue = 0, order = true})
+      local nxt = assert(c:wait_response(op, 15 * helpers.scale))
       assert.equal(0, nxt.code)
       assert.equal("r2", wire.decode_messages(nxt.body)[1].body)
       assert.equal("0 0 0", nxt.extFields.orderCountInfo)
