@@ -725,6 +725,18 @@ static int read_ack(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int with_i
     return 0;
 }
 
+/* AckMessageProcessor.ackOrderly: commit the group's offset to the first message of the order
+ * batch not acked (the caller answers parked pops once nothing blocks the queue). Returns
+ * order_commit's answer. */
+static int64_t ack_orderly(db_broker_t *b, const char *group, const char *topic, int qid,
+                           int64_t offset, int64_t pop_time)
+{
+    int64_t next = order_commit(b, group, topic, qid, offset, pop_time);
+    if (next >= 0 && next > rmq__db_offset_get(b, group, topic, qid))
+        rmq__db_offset_set(b, group, topic, qid, next);
+    return next;
+}
+
 static void h_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = rmq__db_broker_of(node);
@@ -733,17 +745,12 @@ static void h_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     const char *group = a.group, *topic = a.topic;
     int64_t qid = a.qid, offset = a.offset;
     if (extra_is_order(a.extra)) {
-        /* AckMessageProcessor.ackOrderly: commit the group's offset to the first message of the
-         * batch not acked; once nothing blocks the queue, its parked pops are answered. */
-        int64_t next = order_commit(b, group, topic, (int)qid, offset, a.pop_time);
-        if (next == -1) {
+        if (ack_orderly(b, group, topic, (int)qid, offset, a.pop_time) == -1) {
             rmq__db_reply_codef(conn, req, RMQ_RESP_MESSAGE_ILLEGAL,
                                 "offset %lld of %s:%d is not in the order batch of %s",
                                 (long long)offset, topic, (int)qid, group);
             return;
         }
-        if (next >= 0 && next > rmq__db_offset_get(b, group, topic, (int)qid))
-            rmq__db_offset_set(b, group, topic, (int)qid, next);
         rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
         const pop_order_t *o = order_find(b, group, topic, (int)qid);
         if (o && !order_blocks(o, rmq__now_ms())) wake_topic(b, topic);
@@ -848,7 +855,8 @@ static void h_batch_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         const char *retry = rmq__fj_get_str(a, "r");
         const char *bits = rmq__fj_get_str(a, "b");
         int64_t start = 0, pop_time = 0;
-        int32_t qid = 0;
+        int32_t qid = 0, rq = 0;
+        rmq__fj_get_i32(a, "rq", &rq); /* reviveQueueId: 999 for an order batch */
         if (!group || !topic || !bits || rmq__fj_get_i64(a, "so", &start) ||
             rmq__fj_get_i32(a, "q", &qid) || rmq__fj_get_i64(a, "pt", &pop_time)) {
             rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR,
@@ -873,8 +881,15 @@ static void h_batch_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
             rmq__fj_free(doc);
             return;
         }
-        for (int i = 0; i < n * 8; i++)
-            if (set[i / 8] & (1u << (i % 8))) ck_remove(b, group, real, qid, start + i, pop_time);
+        for (int i = 0; i < n * 8; i++) {
+            if (!(set[i / 8] & (1u << (i % 8)))) continue;
+            if (rq == ORDER_REVIVE_QID)
+                ack_orderly(b, group, real, qid, start + i, pop_time);
+            else
+                ck_remove(b, group, real, qid, start + i, pop_time);
+        }
+        const pop_order_t *o = rq == ORDER_REVIVE_QID ? order_find(b, group, real, qid) : NULL;
+        if (o && !order_blocks(o, rmq__now_ms())) wake_topic(b, real);
     }
     rmq__fj_free(doc);
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);

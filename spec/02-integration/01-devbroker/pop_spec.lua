@@ -504,6 +504,16 @@ describe("devbroker: RocketMQ 5.x mode", function()
       local bad = ack_ext("g_ord", n, wire.decode_messages(n.body)[1])
       bad.offset = "0"
       assert.equal(13, assert(c:request(ACK, bad)).code) -- MESSAGE_ILLEGAL
+      -- BATCH_ACK_MESSAGE of an order batch (reviveQueueId 999): offset 2 from startOffset 2
+      local body = cjson.encode({brokerName = "broker-a", acks = {{
+        c = "g_ord", t = "Tord", r = "0", so = 2, q = 0, rq = 999,
+        pt = tonumber(n.extFields.popTime), it = 60000, b = "AQ=="}}})
+      assert.equal(0, assert(c:request(BATCH_ACK, nil, body)).code)
+      assert.equal(3, offset_of("g_ord", "Tord", 0))
+      produce("Tord", 0, "TagA", "o4")
+      local n4 = pop("g_ord", "Tord", {queue = 0, order = true})
+      assert.equal(0, n4.code)
+      assert.equal("o4", wire.decode_messages(n4.body)[1].body)
     end)
 
     it("hands the same batch out again after its invisible time, counting the deliveries",
