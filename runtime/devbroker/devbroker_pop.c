@@ -24,9 +24,9 @@
  * commits the group's offset to the first one not acked (commitAndNext); a
  * CHANGE_MESSAGE_INVISIBLETIME sets when that message may come back (updateNextVisibleTime).
  *
- * Ownership: b->pop owns the checkpoints, the order batches and the parked pops; a parked pop keeps its
- * connection and its request frame until answered or dropped. A POP answer being written holds
- * one reference per message.
+ * Ownership: b->pop owns the checkpoints, the order batches and the parked pops; a parked pop
+ * keeps its connection and its request frame until answered or dropped. A POP answer being
+ * written holds one reference per message.
  * Threads: the broker thread only.
  */
 #include "devbroker_int.h"
@@ -203,8 +203,8 @@ static void order_update(db_broker_t *b, const char *group, const char *topic, i
             if (old.offs[j] == offs[i]) o->counts[i] = old.counts[j] + 1;
         if (o->counts[i] > 0) {
             if (info->len) rmq__buf_append(info, ";", 1);
-            rmq__buf_appendf(info, "%s qo%d%%%lld %d", retry_flag(topic), qid,
-                             (long long)offs[i], o->counts[i]);
+            rmq__buf_appendf(info, "%s qo%d%%%lld %d", retry_flag(topic), qid, (long long)offs[i],
+                             o->counts[i]);
         }
         if (o->counts[i] < least) least = o->counts[i];
     }
