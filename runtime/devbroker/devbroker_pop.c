@@ -15,9 +15,18 @@
  * from there (as a broker with popResponseReturnActualRetryTopic does: the message keeps the
  * retry topic, and the answer's offset infos mark it retry "1").
  *
- * Ownership: b->pop owns the checkpoints and the parked pops; a parked pop keeps its
- * connection and its request frame until answered or dropped. A POP answer being written holds
- * one reference per message.
+ * An order=true pop (PopMessageProcessor with ConsumerOrderInfoManager) keeps no checkpoint
+ * and does not move the group's offset: it records the batch it handed out per queue
+ * (OrderInfo) and the queue gives nothing more to the group until every message of that batch
+ * was acked or the invisible time of one not acked has passed; then the next pop hands out
+ * the same messages again from the group's offset, their consume count raised (orderCountInfo).
+ * An ACK_MESSAGE whose extraInfo names the order revive queue (999) marks its message and
+ * commits the group's offset to the first one not acked (commitAndNext); a
+ * CHANGE_MESSAGE_INVISIBLETIME sets when that message may come back (updateNextVisibleTime).
+ *
+ * Ownership: b->pop owns the checkpoints, the order batches and the parked pops; a parked pop
+ * keeps its connection and its request frame until answered or dropped. A POP answer being
+ * written holds one reference per message.
  * Threads: the broker thread only.
  */
 #include "devbroker_int.h"
@@ -34,6 +43,7 @@
 #define MAX_TRANSFER_BYTES (256 * 1024) /* maxTransferBytesOnMessageInMemory */
 #define INIT_MODE_MIN 0                 /* ConsumeInitMode */
 #define INIT_MODE_MAX 1
+#define ORDER_REVIVE_QID 999 /* KeyBuilder.POP_ORDER_REVIVE_QUEUE */
 
 /* A message handed out and not acked yet (PopCheckPoint, one per message). */
 typedef struct pop_ck {
@@ -43,6 +53,19 @@ typedef struct pop_ck {
     int64_t qoff, pop_time, invisible;
     int64_t due_mono; /* revive when the monotonic clock passes it */
 } pop_ck_t;
+
+/* The batch an order=true pop handed out of one queue (ConsumerOrderInfoManager.OrderInfo). */
+typedef struct pop_order {
+    struct pop_order *next;
+    char *group, *topic;
+    int qid, n;
+    int64_t pop_time, invisible;
+    int64_t offs[MAX_POP_NUMS];
+    int64_t next_visible[MAX_POP_NUMS]; /* wall ms; 0: pop_time + invisible */
+    int counts[MAX_POP_NUMS];           /* offsetConsumedCount: deliveries before this one */
+    uint64_t acked;                     /* commitOffsetBit */
+    int woken;                          /* parked pops were woken once it stopped blocking */
+} pop_order_t;
 
 /* A POP_MESSAGE parked until a message arrives in its topic or its poll time ends. */
 typedef struct pop_wait {
@@ -58,6 +81,7 @@ typedef struct pop_wait {
 
 typedef struct db_pop {
     pop_ck_t *cks;
+    pop_order_t *orders;
     pop_wait_t *waits;
     unsigned gen; /* arrivals served */
     uint32_t rr;  /* the queue the next pop of all queues starts at */
@@ -123,6 +147,100 @@ static int ck_remove(db_broker_t *b, const char *group, const char *topic, int q
     return 0;
 }
 
+/* ---- order=true: one batch per queue outstanding ------------------------------------------ */
+
+static pop_order_t *order_find(db_broker_t *b, const char *group, const char *topic, int qid)
+{
+    for (pop_order_t *o = b->pop ? b->pop->orders : NULL; o; o = o->next)
+        if (o->qid == qid && !strcmp(o->topic, topic) && !strcmp(o->group, group)) return o;
+    return NULL;
+}
+
+/* OrderInfo.needBlock: a message of the batch not acked and not visible again yet. */
+static int order_blocks(const pop_order_t *o, int64_t now)
+{
+    for (int i = 0; i < o->n; i++) {
+        if (o->acked & (UINT64_C(1) << i)) continue;
+        int64_t nv = o->next_visible[i] ? o->next_visible[i] : o->pop_time + o->invisible;
+        if (now < nv) return 1;
+    }
+    return 0;
+}
+
+/* ConsumerOrderInfoManager.update: the batch just handed out replaces the queue's last one; an
+ * offset handed out again counts one more delivery. Its orderCountInfo entries go to info
+ * ("<retry> qo<queueId>%<offset> <count>" per offset delivered before, then
+ * "<retry> <queueId> <least count>"). */
+static void order_update(db_broker_t *b, const char *group, const char *topic, int qid,
+                         int64_t pop_time, int64_t invisible, const int64_t *offs, int n,
+                         rmq_buf_t *info)
+{
+    db_pop_t *p = pop_of(b);
+    pop_order_t *o = order_find(b, group, topic, qid);
+    pop_order_t old;
+    if (o) {
+        old = *o;
+    } else {
+        memset(&old, 0, sizeof(old));
+        o = rmq__xcalloc(1, sizeof(*o));
+        o->group = rmq__xstrdup(group);
+        o->topic = rmq__xstrdup(topic);
+        o->qid = qid;
+        o->next = p->orders;
+        p->orders = o;
+    }
+    o->n = n;
+    o->pop_time = pop_time;
+    o->invisible = invisible;
+    o->acked = 0;
+    o->woken = 0;
+    int least = INT32_MAX;
+    for (int i = 0; i < n; i++) {
+        o->offs[i] = offs[i];
+        o->next_visible[i] = 0;
+        o->counts[i] = 0;
+        for (int j = 0; j < old.n; j++)
+            if (old.offs[j] == offs[i]) o->counts[i] = old.counts[j] + 1;
+        if (o->counts[i] > 0) {
+            if (info->len) rmq__buf_append(info, ";", 1);
+            rmq__buf_appendf(info, "%s qo%d%%%lld %d", retry_flag(topic), qid, (long long)offs[i],
+                             o->counts[i]);
+        }
+        if (o->counts[i] < least) least = o->counts[i];
+    }
+    if (n == 0) least = 0;
+    if (info->len) rmq__buf_append(info, ";", 1);
+    rmq__buf_appendf(info, "%s %d %d", retry_flag(topic), qid, least);
+}
+
+/* ConsumerOrderInfoManager.commitAndNext: the group's next offset once offset popped at
+ * pop_time is acked; -1 for an offset the batch does not hold, -2 for another batch's ack. */
+static int64_t order_commit(db_broker_t *b, const char *group, const char *topic, int qid,
+                            int64_t offset, int64_t pop_time)
+{
+    pop_order_t *o = order_find(b, group, topic, qid);
+    if (!o) return offset + 1;
+    if (o->n == 0) return -1;
+    if (o->pop_time != pop_time) return -2;
+    int i = 0;
+    while (i < o->n && o->offs[i] != offset)
+        i++;
+    if (i == o->n) return -1;
+    o->acked |= UINT64_C(1) << i;
+    for (i = 0; i < o->n; i++)
+        if (!(o->acked & (UINT64_C(1) << i))) return o->offs[i];
+    return o->offs[o->n - 1] + 1;
+}
+
+static void order_free(pop_order_t *o)
+{
+    free(o->group);
+    free(o->topic);
+    free(o);
+}
+
+static void wake_topic(db_broker_t *b, const char *name);
+
 /* ---- revive ---------------------------------------------------------------------------------- */
 
 /* PopReviveService.reviveRetry: a copy of the message in the group's retry topic. */
@@ -171,6 +289,13 @@ void rmq__db_pop_revive(db_broker_t *b, int64_t now_mono)
             pp = &ck->next;
         }
     }
+    /* The queues whose order batch stopped blocking hand it out again: wake their pops. */
+    int64_t now = rmq__now_ms();
+    for (pop_order_t *o = b->pop->orders; o; o = o->next)
+        if (!o->woken && !order_blocks(o, now)) {
+            o->woken = 1;
+            wake_topic(b, o->topic); /* order batches live until the broker's end: o stays */
+        }
     /* Storing wakes parked pops, which may add checkpoints: the due ones are off the list. */
     while (due) {
         pop_ck_t *ck = due;
@@ -201,13 +326,15 @@ typedef struct pop_found {
     size_t bytes;
     int64_t rest;
     rmq_buf_t start_info, msg_info; /* startOffsetInfo, msgOffsetInfo */
+    rmq_buf_t order_info;           /* orderCountInfo (order=true) */
 } pop_found_t;
 
 /* Pop up to max - f->n messages of queue q of topic t for group: from the group's offset (or
- * initMode's), past every message read, matched or not. */
+ * initMode's), past every message read, matched or not. order: nothing while the queue's last
+ * order batch blocks; the offset moves only past messages not matched (acks move it). */
 static void pop_queue(db_broker_t *b, const char *group, db_topic_t *t, db_queue_t *q, int64_t max,
                       int init_mode, const rmq_sub_t *sub, const rmq_sql92_t *expr,
-                      int64_t pop_time, int64_t invisible, pop_found_t *f)
+                      int64_t pop_time, int64_t invisible, int order, pop_found_t *f)
 {
     int is_retry = !strncmp(t->name, RETRY_PREFIX, strlen(RETRY_PREFIX));
     int64_t off = rmq__db_offset_get(b, group, t->name, q->id);
@@ -216,6 +343,15 @@ static void pop_queue(db_broker_t *b, const char *group, db_topic_t *t, db_queue
     if (off < q->min_off) off = q->min_off;
     int64_t start = off;
     int first = 1;
+    if (order) {
+        const pop_order_t *o = order_find(b, group, t->name, q->id);
+        if (o && order_blocks(o, pop_time)) {
+            f->rest += qmax - off;
+            return;
+        }
+    }
+    int64_t qoffs[MAX_POP_NUMS];
+    int nq = 0;
     while (off < qmax && f->n < max) {
         db_msg_t *m = rmq__db_qget(q, off);
         if (!m) {
@@ -237,7 +373,8 @@ static void pop_queue(db_broker_t *b, const char *group, db_topic_t *t, db_queue
         if (!match) continue;
         f->msgs[f->n++] = m;
         f->bytes += m->size;
-        ck_add(b, group, t->name, q->id, m->qoff, pop_time, invisible);
+        qoffs[nq++] = m->qoff;
+        if (!order) ck_add(b, group, t->name, q->id, m->qoff, pop_time, invisible);
         /* ExtraInfoUtil.buildMsgOffsetInfo: "<retry> <queueId> <offset>,<offset>...", queues
          * separated by ';'. */
         if (first) {
@@ -254,6 +391,10 @@ static void pop_queue(db_broker_t *b, const char *group, db_topic_t *t, db_queue
         if (f->start_info.len) rmq__buf_append(&f->start_info, ";", 1);
         rmq__buf_appendf(&f->start_info, "%s %d %lld", retry_flag(t->name), q->id,
                          (long long)start);
+    }
+    if (order && nq > 0) {
+        order_update(b, group, t->name, q->id, pop_time, invisible, qoffs, nq, &f->order_info);
+        off = start; /* committed by the acks */
     }
     if (off != start || rmq__db_offset_get(b, group, t->name, q->id) < 0)
         rmq__db_offset_set(b, group, t->name, q->id, off);
@@ -340,6 +481,8 @@ static void do_pop(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int64_t dea
     if (h.failed) return;
     const char *exp_type = rmq__cmd_ext(req, "expType");
     const char *exp = rmq__cmd_ext(req, "exp");
+    const char *order_s = rmq__cmd_ext(req, "order");
+    int order = order_s && !strcmp(order_s, "true");
 
     if (max_nums > MAX_POP_NUMS) {
         rmq__db_reply_codef(conn, req, RMQ_RESP_MESSAGE_ILLEGAL,
@@ -378,25 +521,26 @@ static void do_pop(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int64_t dea
     memset(&f, 0, sizeof(f));
     rmq__buf_init(&f.start_info);
     rmq__buf_init(&f.msg_info);
+    rmq__buf_init(&f.order_info);
     if (max_nums <= 0) max_nums = 1;
     if (qid >= 0) {
         pop_queue(b, group, t, rmq__db_queue(t, (int)qid), max_nums, (int)init_mode, sub, expr,
-                  pop_time, invisible, &f);
+                  pop_time, invisible, order, &f);
     } else {
         uint32_t start = pop_of(b)->rr++;
         for (int i = 0; i < t->read_q && f.n < max_nums; i++) {
             int k = (int)((start + (uint32_t)i) % (uint32_t)t->read_q);
             pop_queue(b, group, t, rmq__db_queue(t, k), max_nums, (int)init_mode, sub, expr,
-                      pop_time, invisible, &f);
+                      pop_time, invisible, order, &f);
         }
     }
-    /* Then the group's retry topic (revived messages). */
+    /* Then the group's retry topic (revived messages); an order pop has none. */
     char rt[512];
     retry_topic(rt, sizeof(rt), group, topic);
-    db_topic_t *rtt = rmq__db_topic_get(b, rt);
+    db_topic_t *rtt = order ? NULL : rmq__db_topic_get(b, rt);
     for (int i = 0; rtt && i < rtt->read_q && f.n < max_nums; i++)
         pop_queue(b, group, rtt, rmq__db_queue(rtt, i), max_nums, INIT_MODE_MIN, NULL, NULL,
-                  pop_time, invisible, &f);
+                  pop_time, invisible, 0, &f);
     if (sub) rmq__sub_destroy(sub);
     rmq__sql92_free(expr);
 
@@ -407,6 +551,7 @@ static void do_pop(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int64_t dea
             park(b, conn, req, topic, group, deadline);
             rmq__buf_free(&f.start_info);
             rmq__buf_free(&f.msg_info);
+            rmq__buf_free(&f.order_info);
             return;
         }
     }
@@ -417,6 +562,7 @@ static void do_pop(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int64_t dea
     if (req->flag & RMQ_FLAG_ONEWAY) {
         rmq__buf_free(&f.start_info);
         rmq__buf_free(&f.msg_info);
+        rmq__buf_free(&f.order_info);
         return;
     }
 
@@ -428,16 +574,21 @@ static void do_pop(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int64_t dea
     /* PopMessageResponseHeader */
     rmq__cmd_set_ext_i64(&resp, "popTime", pop_time);
     rmq__cmd_set_ext_i64(&resp, "invisibleTime", invisible);
-    rmq__cmd_set_ext_i64(&resp, "reviveQid", 0);
+    rmq__cmd_set_ext_i64(&resp, "reviveQid", order ? ORDER_REVIVE_QID : 0);
     rmq__cmd_set_ext_i64(&resp, "restNum", f.rest);
     if (f.n > 0) {
         rmq__buf_append(&f.start_info, "", 1);
         rmq__buf_append(&f.msg_info, "", 1);
         rmq__cmd_set_ext(&resp, "startOffsetInfo", f.start_info.data);
         rmq__cmd_set_ext(&resp, "msgOffsetInfo", f.msg_info.data);
+        if (order) {
+            rmq__buf_append(&f.order_info, "", 1);
+            rmq__cmd_set_ext(&resp, "orderCountInfo", f.order_info.data);
+        }
     }
     rmq__buf_free(&f.start_info);
     rmq__buf_free(&f.msg_info);
+    rmq__buf_free(&f.order_info);
     if (f.n == 0) {
         rmq__db_reply(conn, &resp);
         rmq__cmd_free(&resp);
@@ -464,7 +615,12 @@ static void h_pop(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 void rmq__db_pop_arriving(db_broker_t *b, db_queue_t *q, db_msg_t *m)
 {
     if (!m || !b->pop) return;
-    const char *name = q->topic->name;
+    wake_topic(b, q->topic->name);
+}
+
+/* Answer again the pops parked on topic name (or its retry topic). */
+static void wake_topic(db_broker_t *b, const char *name)
+{
     db_pop_t *p = b->pop;
     unsigned gen = ++p->gen; /* pops parked again while this runs are left for the next one */
     /* From the head again after each wake: answering may close a connection, and its other
@@ -508,6 +664,19 @@ static int extra_pop_time(const char *extra, int64_t *pop_time)
     if (end == sp + 1 || (*end != ' ' && *end != 0)) return -1;
     *pop_time = v;
     return 0;
+}
+
+/* ExtraInfoUtil.isOrder: the extraInfo's reviveQid (its fourth field) is the order revive
+ * queue. */
+static int extra_is_order(const char *extra)
+{
+    const char *f = extra;
+    for (int i = 0; i < 3; i++) {
+        f = strchr(f, ' ');
+        if (!f) return 0;
+        f++;
+    }
+    return strtoll(f, NULL, 10) == ORDER_REVIVE_QID && (f[3] == ' ' || f[3] == 0);
 }
 
 /* An ACK_MESSAGE or CHANGE_MESSAGE_INVISIBLETIME request: its header fields and the popTime of
@@ -556,6 +725,18 @@ static int read_ack(db_broker_t *b, rmq_conn_t *conn, rmq_cmd_t *req, int with_i
     return 0;
 }
 
+/* AckMessageProcessor.ackOrderly: commit the group's offset to the first message of the order
+ * batch not acked (the caller answers parked pops once nothing blocks the queue). Returns
+ * order_commit's answer. */
+static int64_t ack_orderly(db_broker_t *b, const char *group, const char *topic, int qid,
+                           int64_t offset, int64_t pop_time)
+{
+    int64_t next = order_commit(b, group, topic, qid, offset, pop_time);
+    if (next >= 0 && next > rmq__db_offset_get(b, group, topic, qid))
+        rmq__db_offset_set(b, group, topic, qid, next);
+    return next;
+}
+
 static void h_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
 {
     db_broker_t *b = rmq__db_broker_of(node);
@@ -563,6 +744,18 @@ static void h_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
     if (read_ack(b, conn, req, 0, &a)) return;
     const char *group = a.group, *topic = a.topic;
     int64_t qid = a.qid, offset = a.offset;
+    if (extra_is_order(a.extra)) {
+        if (ack_orderly(b, group, topic, (int)qid, offset, a.pop_time) == -1) {
+            rmq__db_reply_codef(conn, req, RMQ_RESP_MESSAGE_ILLEGAL,
+                                "offset %lld of %s:%d is not in the order batch of %s",
+                                (long long)offset, topic, (int)qid, group);
+            return;
+        }
+        rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
+        const pop_order_t *o = order_find(b, group, topic, (int)qid);
+        if (o && !order_blocks(o, rmq__now_ms())) wake_topic(b, topic);
+        return;
+    }
     if (!ck_remove(b, group, topic, (int)qid, offset, a.pop_time))
         rmq_dbg(RMQ_DBG_BROKER, DB_LOG, "%s: ack of %s:%d:%lld by %s holds no checkpoint", b->name,
                 topic, (int)qid, (long long)offset, group);
@@ -580,15 +773,28 @@ static void h_change_invisible(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req
      * first: the message comes back after the new invisible time even when the old checkpoint
      * was gone). Removed first, as both may carry the same popTime. */
     int64_t now = rmq__now_ms();
-    ck_remove(b, group, topic, (int)qid, offset, pop_time);
-    ck_add(b, group, topic, (int)qid, offset, now, invisible);
+    int order = extra_is_order(a.extra);
+    if (order) {
+        /* processChangeInvisibleTimeForOrder: the message comes back after the new invisible
+         * time, unless the group's offset already passed it (updateNextVisibleTime). */
+        pop_order_t *o = order_find(b, group, topic, (int)qid);
+        if (o && o->pop_time == pop_time &&
+            offset >= rmq__db_offset_get(b, group, topic, (int)qid)) {
+            for (int i = 0; i < o->n; i++)
+                if (o->offs[i] == offset) o->next_visible[i] = now + invisible;
+            o->woken = 0;
+        }
+    } else {
+        ck_remove(b, group, topic, (int)qid, offset, pop_time);
+        ck_add(b, group, topic, (int)qid, offset, now, invisible);
+    }
     if (req->flag & RMQ_FLAG_ONEWAY) return;
     rmq_cmd_t resp;
     rmq__cmd_init_response(&resp, req, RMQ_RESP_SUCCESS, NULL);
     /* ChangeInvisibleTimeResponseHeader */
     rmq__cmd_set_ext_i64(&resp, "popTime", now);
     rmq__cmd_set_ext_i64(&resp, "invisibleTime", invisible);
-    rmq__cmd_set_ext_i64(&resp, "reviveQid", 0);
+    rmq__cmd_set_ext_i64(&resp, "reviveQid", order ? ORDER_REVIVE_QID : 0);
     rmq__db_reply(conn, &resp);
     rmq__cmd_free(&resp);
 }
@@ -649,7 +855,8 @@ static void h_batch_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
         const char *retry = rmq__fj_get_str(a, "r");
         const char *bits = rmq__fj_get_str(a, "b");
         int64_t start = 0, pop_time = 0;
-        int32_t qid = 0;
+        int32_t qid = 0, rq = 0;
+        rmq__fj_get_i32(a, "rq", &rq); /* reviveQueueId: 999 for an order batch */
         if (!group || !topic || !bits || rmq__fj_get_i64(a, "so", &start) ||
             rmq__fj_get_i32(a, "q", &qid) || rmq__fj_get_i64(a, "pt", &pop_time)) {
             rmq__db_reply_code(conn, req, RMQ_RESP_SYSTEM_ERROR,
@@ -674,8 +881,15 @@ static void h_batch_ack(db_node_t *node, rmq_conn_t *conn, rmq_cmd_t *req)
             rmq__fj_free(doc);
             return;
         }
-        for (int i = 0; i < n * 8; i++)
-            if (set[i / 8] & (1u << (i % 8))) ck_remove(b, group, real, qid, start + i, pop_time);
+        for (int i = 0; i < n * 8; i++) {
+            if (!(set[i / 8] & (1u << (i % 8)))) continue;
+            if (rq == ORDER_REVIVE_QID)
+                ack_orderly(b, group, real, qid, start + i, pop_time);
+            else
+                ck_remove(b, group, real, qid, start + i, pop_time);
+        }
+        const pop_order_t *o = rq == ORDER_REVIVE_QID ? order_find(b, group, real, qid) : NULL;
+        if (o && !order_blocks(o, rmq__now_ms())) wake_topic(b, real);
     }
     rmq__fj_free(doc);
     rmq__db_reply_code(conn, req, RMQ_RESP_SUCCESS, NULL);
@@ -696,6 +910,11 @@ void rmq__db_pop_free(db_broker_t *b)
         pop_ck_t *ck = b->pop->cks;
         b->pop->cks = ck->next;
         ck_free(ck);
+    }
+    while (b->pop->orders) {
+        pop_order_t *o = b->pop->orders;
+        b->pop->orders = o->next;
+        order_free(o);
     }
     free(b->pop); /* parked pops were dropped before (rmq__db_pop_drop_parked) */
     b->pop = NULL;

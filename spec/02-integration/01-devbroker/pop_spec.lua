@@ -1,7 +1,8 @@
 -- RocketMQ 5.x mode of the development broker: the message request modes
 -- (SET_MESSAGE_REQUEST_MODE / GET_ALL_MESSAGE_REQUEST_MODE), QUERY_ASSIGNMENT in PULL and POP
 -- modes, POP_MESSAGE with long polling and expressions, ACK_MESSAGE,
--- CHANGE_MESSAGE_INVISIBLETIME and the revive of un-acked messages. Header and body fields are
+-- CHANGE_MESSAGE_INVISIBLETIME and the revive of un-acked messages; order=true pops
+-- (ConsumerOrderInfoManager: one batch per queue outstanding). Header and body fields are
 -- named as the Java 5.x classes name them (PopMessageRequestHeader / ResponseHeader,
 -- AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader / ResponseHeader,
 -- QueryAssignmentRequestBody / ResponseBody, SetMessageRequestModeRequestBody).
@@ -20,7 +21,8 @@ describe("devbroker: RocketMQ 5.x mode", function()
   lazy_setup(function()
     wire.quiet()
     db, ns, lib = wire.start("--rocketmq-version 5 --topic Tpop:2 --topic Tlong:1 --topic Trev:1 --topic Tinv:1 " ..
-                            "--topic Tack:1 --topic Tbatch:1 --topic Tassign:4 --topic Tshare:2 --topic Texp:1")
+                            "--topic Tack:1 --topic Tbatch:1 --topic Tassign:4 --topic Tshare:2 --topic Texp:1 " ..
+                            "--topic Tord:2 --topic Tordre:1 --topic Tordinv:1")
     c = assert(wire.connect(wire.broker_addr(db, 0)))
   end)
   lazy_teardown(function()
@@ -38,7 +40,8 @@ describe("devbroker: RocketMQ 5.x mode", function()
             maxMsgNums = tostring(opts.max or 32),
             invisibleTime = tostring(opts.invisible or 60000),
             pollTime = tostring(opts.poll or 0), bornTime = tostring(os.time() * 1000),
-            initMode = tostring(opts.init or 0), expType = opts.exp_type, exp = opts.exp}
+            initMode = tostring(opts.init or 0), expType = opts.exp_type, exp = opts.exp,
+            order = opts.order and "true" or nil}
   end
 
   local function pop(group, topic, opts)
@@ -462,6 +465,101 @@ describe("devbroker: RocketMQ 5.x mode", function()
       x = assert(c:request(CHANGE_INVISIBLE, ext))
       assert.equal(1, x.code)
       assert.matches("the custom field <invisibleTime> is null", x.remark, 1, true)
+    end)
+  end)
+  describe("order=true", function()
+    local function offset_of(group, topic, q)
+      return tonumber(assert(c:request(14 --[[QUERY_CONSUMER_OFFSET]],
+        {consumerGroup = group, topic = topic, queueId = tostring(q)})).extFields.offset)
+    end
+
+    it("hands out one batch per queue until it is acked, committing the group's offset",
+       function()
+      for i = 1, 3 do produce("Tord", 0, "TagA", "o" .. i) end
+      produce("Tord", 1, "TagA", "q1")
+      local r = pop("g_ord", "Tord", {queue = 0, max = 2, order = true})
+      assert.equal(0, r.code)
+      local msgs = wire.decode_messages(r.body)
+      assert.same({"o1", "o2"}, {msgs[1].body, msgs[2].body})
+      assert.equal("999", r.extFields.reviveQid) -- KeyBuilder.POP_ORDER_REVIVE_QUEUE
+      assert.equal("0 0 0", r.extFields.orderCountInfo)
+      assert.equal("0 0 0,1", r.extFields.msgOffsetInfo)
+      -- the queue is blocked while the batch is out, though o3 waits; the other queue is not
+      assert.equal(POLLING_TIMEOUT, pop("g_ord", "Tord", {queue = 0, order = true}).code)
+      local other = pop("g_ord", "Tord", {queue = 1, order = true})
+      assert.equal(0, other.code)
+      assert.equal("q1", wire.decode_messages(other.body)[1].body)
+      -- a pop of every queue skips the blocked ones
+      assert.equal(POLLING_TIMEOUT, pop("g_ord", "Tord", {order = true}).code)
+      -- the first ack commits the offset to the second message; the queue stays blocked
+      assert.equal(0, assert(c:request(ACK, ack_ext("g_ord", r, msgs[1]))).code)
+      assert.equal(1, offset_of("g_ord", "Tord", 0))
+      assert.equal(POLLING_TIMEOUT, pop("g_ord", "Tord", {queue = 0, order = true}).code)
+      assert.equal(0, assert(c:request(ACK, ack_ext("g_ord", r, msgs[2]))).code)
+      assert.equal(2, offset_of("g_ord", "Tord", 0))
+      local n = pop("g_ord", "Tord", {queue = 0, order = true})
+      assert.equal(0, n.code)
+      assert.equal("o3", wire.decode_messages(n.body)[1].body)
+      -- an ack naming an offset the batch does not hold is refused
+      local bad = ack_ext("g_ord", n, wire.decode_messages(n.body)[1])
+      bad.offset = "0"
+      assert.equal(13, assert(c:request(ACK, bad)).code) -- MESSAGE_ILLEGAL
+      -- BATCH_ACK_MESSAGE of an order batch (reviveQueueId 999): offset 2 from startOffset 2
+      local body = cjson.encode({brokerName = "broker-a", acks = {{
+        c = "g_ord", t = "Tord", r = "0", so = 2, q = 0, rq = 999,
+        pt = tonumber(n.extFields.popTime), it = 60000, b = "AQ=="}}})
+      assert.equal(0, assert(c:request(BATCH_ACK, nil, body)).code)
+      assert.equal(3, offset_of("g_ord", "Tord", 0))
+      produce("Tord", 0, "TagA", "o4")
+      local n4 = pop("g_ord", "Tord", {queue = 0, order = true})
+      assert.equal(0, n4.code)
+      assert.equal("o4", wire.decode_messages(n4.body)[1].body)
+    end)
+
+    it("hands the same batch out again after its invisible time, counting the deliveries",
+       function()
+      produce("Tordre", 0, "TagA", "r1")
+      produce("Tordre", 0, "TagA", "r2")
+      local r = pop("g_ordre", "Tordre", {queue = 0, max = 1, invisible = 1000, order = true})
+      assert.equal(0, r.code)
+      assert.equal("r1", wire.decode_messages(r.body)[1].body)
+      -- a long poll parked on the blocked queue is answered with the batch again once the
+      -- invisible time passed
+      local op = c:send_request(POP, pop_ext("g_ordre", "Tordre",
+        {queue = 0, max = 1, poll = 60000, order = true}))
+      local again = assert(c:wait_response(op, 15 * helpers.scale))
+      assert.equal(0, again.code)
+      local m = wire.decode_messages(again.body)[1]
+      assert.equal("r1", m.body)
+      assert.equal("Tordre", m.topic) -- from the queue again, not revived to a retry topic
+      assert.equal("0 qo0%0 1;0 0 1", again.extFields.orderCountInfo)
+      -- parked while the batch is out; the ack answers it with the next message
+      op = c:send_request(POP, pop_ext("g_ordre", "Tordre",
+        {queue = 0, max = 1, poll = 60000, order = true}))
+      assert.equal(0, assert(c:request(ACK, ack_ext("g_ordre", again, m))).code)
+      local nxt = assert(c:wait_response(op, 15 * helpers.scale))
+      assert.equal(0, nxt.code)
+      assert.equal("r2", wire.decode_messages(nxt.body)[1].body)
+      assert.equal("0 0 0", nxt.extFields.orderCountInfo)
+    end)
+
+    it("changes when a message of the batch comes back", function()
+      produce("Tordinv", 0, "TagA", "s1")
+      produce("Tordinv", 0, "TagA", "s2")
+      local r = pop("g_ordinv", "Tordinv", {queue = 0, max = 1, invisible = 600000, order = true})
+      assert.equal(0, r.code)
+      local m = wire.decode_messages(r.body)[1]
+      local ext = ack_ext("g_ordinv", r, m)
+      ext.invisibleTime = "1000"
+      local x = assert(c:request(CHANGE_INVISIBLE, ext))
+      assert.equal(0, x.code)
+      assert.equal("999", x.extFields.reviveQid)
+      local back = helpers.wait_until(function()
+        local y = pop("g_ordinv", "Tordinv", {queue = 0, max = 1, order = true})
+        if y.code == 0 then return y end
+        assert.equal(POLLING_TIMEOUT, y.code)
+      end, 15, "the message after its new invisible time")
+      assert.equal("s1", wire.decode_messages(back.body)[1].body)
     end)
   end)
 end)

@@ -147,6 +147,35 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
+  it("an orderly consumer allocates on the client and pulls, as the Java 5.3.3 client", function()
+    -- RebalancePushImpl.clientRebalance: orderly always allocates on the client, whatever
+    -- clientRebalance and the broker's mode for the group say.
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5ord:4")
+    set_mode(db, "T5ord", "g5ord", "POP")
+    local dir = cons.tmpdir("pop-ord")
+    cons.fill_queues(db, "T5ord", 4, 25)
+    local out = dir .. "/out.txt"
+    local pid = cons.spawn(cons.script(dir, { group = "g5ord", ns = ns, topic = "T5ord", out = out,
+      orderly = true, extra = "client_rebalance = false, consume_thread_min = 2, " ..
+        "consume_thread_max = 2," }), dir .. "/run.log")
+    helpers.wait_until(function() return select(2, consumed({out})) == 100 end, 60,
+      "every message consumed")
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
+    local last = {}
+    for _, r in ipairs(cons.records(out)) do
+      local q, i = r.body:match("^q(%d+)_(%d+)$")
+      q, i = tonumber(q), tonumber(i)
+      assert.is_true(i > (last[q] or 0), "queue " .. q .. " in order at " .. r.body)
+      last[q] = i
+    end
+    assert.same({ [0] = 25, 25, 25, 25 }, last)
+    assert.equal(0, lib.rmq_devbroker_count(db, cons.ALL, QUERY_ASSIGNMENT))
+    assert.equal(0, lib.rmq_devbroker_count(db, cons.ALL, POP))
+    assert.is_true(lib.rmq_devbroker_count(db, cons.ALL, 41 --[[LOCK_BATCH_MQ]]) >= 1)
+    assert.is_true(lib.rmq_devbroker_count(db, cons.ALL, 11 --[[PULL_MESSAGE]]) >= 1)
+  end)
+
   it("gives more consumers than queues all messages in POP mode", function()
     local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5many:1")
     set_mode(db, "T5many", "g5many", "POP")

@@ -163,6 +163,83 @@ describe("consumer: message trace", function()
     assert.is_true(found >= 1, "the trace of " .. id .. " found by its id")
   end)
 
+  it("sends SubBefore and SubAfter records for what a POP consumer consumed", function()
+    local POP, ACK, SET_MODE = 200050, 200051, 401
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic " .. TOPIC .. ":2")
+    -- mqadmin setConsumeMode -m POP: the group pops the topic (client_rebalance = false)
+    local c = assert(wire.connect(wire.broker_addr(db, 0)))
+    helpers.defer(function() c:close() end)
+    local r = assert(c:request(SET_MODE, nil, cjson.encode({ topic = TOPIC, consumerGroup = GROUP,
+      mode = "POP", popShareQueueNum = 0 })))
+    assert.equal(0, r.code)
+    produce(db)
+    local dir = cons.tmpdir("trace-pop")
+    local ids = dir .. "/ids.txt"
+    local before_ms = os.time() * 1000 - 1000
+    local s = cons.script(dir, { group = GROUP, ns = ns, topic = TOPIC, out = dir .. "/out.txt",
+      extra = "enable_msg_trace = true, client_rebalance = false, " ..
+        "consume_message_batch_max_size = 1,",
+      body = string.format([[
+        local m = msgs[1]
+        local f = io.open(%q, "a")
+        f:write(m.body, " ", m.msg_id, " ", m.keys or "-", "\n")
+        f:close()]], ids) })
+    local pid = cons.spawn(s, dir .. "/run.log")
+    helpers.wait_until(function() return cons.count_lines(ids) >= N end, 60, "deliveries")
+    helpers.wait_until(function() return cons.lib.rmq_devbroker_count(db, cons.ALL, ACK) > 0 end,
+      30, "ACK_MESSAGE sent")
+    local recs
+    helpers.wait_until(function()
+      recs = trace_records(ns, "RMQ_SYS_TRACE_TOPIC")
+      return #recs >= 2 * N
+    end, 30, "the trace records")
+    cons.stop(pid)
+    local after_ms = os.time() * 1000 + 1000
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
+    -- consumed by POP, not by pulls of the topic
+    assert.is_true(cons.lib.rmq_devbroker_count(db, cons.ALL, POP) > 0, "POP_MESSAGE sent")
+
+    local by_id, n_ids = {}, 0
+    for _, l in ipairs(cons.lines(ids)) do
+      local body, id, keys = l:match("^(%S+) (%S+) (.*)$")
+      assert.is_nil(by_id[id], "one delivery of " .. id)
+      by_id[id] = { body = body, keys = keys ~= "-" and keys or nil }
+      n_ids = n_ids + 1
+    end
+    assert.equal(N, n_ids)
+    local befores, afters = {}, {}
+    for _, rec in ipairs(recs) do
+      if rec[1] == "SubBefore" then
+        assert.equal(8, #rec, "SubBefore has 8 fields")
+        befores[rec[5]] = rec
+      else
+        assert.equal("SubAfter", rec[1])
+        assert.equal(9, #rec, "SubAfter has 9 fields")
+        afters[#afters + 1] = rec
+      end
+    end
+    local traced = {}
+    for _, a in ipairs(afters) do
+      local b = assert(befores[a[2]], "a SubBefore with the request id " .. a[2])
+      local d = assert(by_id[a[3]], "a consumed message id " .. a[3])
+      assert.is_nil(traced[a[3]], "one SubAfter for " .. a[3])
+      traced[a[3]] = true
+      assert.equal(a[3], b[6])
+      local ts = tonumber(b[2])
+      assert.is_true(ts >= before_ms and ts <= after_ms, "timestamp " .. b[2])
+      assert.equal(GROUP, b[4])
+      assert.equal("0", b[7]) -- retryTimes
+      assert.equal(d.keys or "null", b[8])
+      assert.equal(d.keys or "null", a[6])
+      assert.equal("true", a[5])
+      assert.equal("0", a[7]) -- ConsumeReturnType SUCCESS
+      assert.equal(GROUP, a[9])
+      local mk = " " .. (a.msg_keys or "") .. " "
+      assert.is_truthy(mk:find(" " .. a[3] .. " ", 1, true), "msg id among the keys")
+    end
+    assert.equal(N, #afters)
+  end)
+
   it("consumes and commits as fast when the trace topic never answers", function()
     local db, ns = cons.test_broker("--topic " .. TOPIC .. ":2 --fault SEND_MESSAGE_V2:1:drop")
     produce(db)
