@@ -168,6 +168,34 @@ static void set_path(lua_State *L, const char *script_path)
     rmq__buf_free(&b);
 }
 
+/*
+ * print, as Lua's (arguments through tostring, separated by tabs, then a newline), but the whole
+ * line goes to stdout in one fwrite: the consume threads share stdout, and Lua's print writes
+ * each argument and the newline apart, so two threads' lines came out interleaved ("got 1got 2"
+ * then two newlines).
+ */
+static int whole_line_print(lua_State *L)
+{
+    int n = lua_gettop(L);
+    luaL_Buffer b;
+    lua_getglobal(L, "tostring");
+    luaL_buffinit(L, &b);
+    for (int i = 1; i <= n; i++) {
+        lua_pushvalue(L, n + 1); /* tostring */
+        lua_pushvalue(L, i);
+        lua_call(L, 1, 1);
+        if (!lua_isstring(L, -1)) return luaL_error(L, "'tostring' must return a string to 'print'");
+        if (i > 1) luaL_addchar(&b, '\t');
+        luaL_addvalue(&b);
+    }
+    luaL_addchar(&b, '\n');
+    luaL_pushresult(&b);
+    size_t len;
+    const char *line = lua_tolstring(L, -1, &len);
+    fwrite(line, 1, len, stdout);
+    return 0;
+}
+
 lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_size)
 {
     lua_State *L = luaL_newstate();
@@ -176,6 +204,7 @@ lua_State *rmq__lua_new(const rmq_lua_host_t *host, char *errstr, size_t errstr_
         return NULL;
     }
     luaL_openlibs(L);
+    lua_register(L, "print", whole_line_print);
     rmq__lua_bccache_install(L);
     set_path(L, host->script_path);
 

@@ -8,6 +8,29 @@ local R = require "02-integration.04-lua.runner"
 describe("hooks under rmqlua run", function()
   R.broker_fixture("--delay-scale 0.01")
 
+  it("prints whole lines when several consume threads print at once", function()
+    R.fill_topic("PrintTopic", 8, 200, "p")
+    local script = R.write("prints.lua", R.head("print_group", "PrintTopic", 4) .. [[
+  consume = function(msgs, ctx)
+    for i = 1, #msgs do
+      for k = 1, 20 do print("line", ctx.thread_index, msgs[i].body, k) end
+    end
+  end,
+}
+]])
+    local h = R.start(script)
+    helpers.wait_until(function() return h.count("line\t%d\tp%d+\t20\n") >= 200 end, 30,
+      "200 messages printed")
+    assert.are.equal(0, h.stop())
+    -- Lua's own print writes each argument and the newline apart: threads' lines interleaved.
+    local n = 0
+    for l in h.out():gmatch("[^\n]*line[^\n]*") do
+      assert.matches("^line\t%d\tp%d+\t%d+$", l)
+      n = n + 1
+    end
+    assert.are.equal(200 * 20, n)
+  end)
+
   it("run init and shutdown once per consume state, each state with its own globals", function()
     R.fill_topic("IsoTopic", 8, 40, "m")
     local script = R.write("iso.lua", "TOP = (TOP or 0) + 1\nlocal count = 0\n"
