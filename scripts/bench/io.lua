@@ -52,7 +52,7 @@ local function call()
   local n
   n, err = red:incr("bench_io")
   if not n then red:close(); return false, err end
-  red:set_keepalive(60000, 256)
+  red:set_keepalive(60000, 4096)
   return true
 end
 ]],
