@@ -463,7 +463,9 @@ S[20] = {title = "downstream blackhole/reset/slow 3×10 s", long_title = "downst
     if r.st == "f" and r.ms >= fault_ms then failed_after = true end
     if r.st == "k" and r.ms >= mend_ms then ok_after = true end
   end
-  local function interrupts() return select(2, L.read(c.log):gsub("interrupting it", "")) end
+  -- The watchdog's lines: "interrupting it" for a batch run directly, "interrupting them" for
+  -- batches in flight on a thread whose handlers wait (those waiting are given up).
+  local function interrupts() return select(2, L.read(c.log):gsub("interrupting %a+", "")) end
   local worst_notice, worst_recover = 0, 0
   for _, kind in ipairs({"blackhole", "reset", "slow"}) do
     local i0 = interrupts()
