@@ -142,18 +142,27 @@ function Ctx:release() L.write(self.dir .. "/release", "") end
 -- ---- producers -----------------------------------------------------------------------------
 
 -- Read the msgIds of a finished `rmqlua send --verbose` into the produced set.
+-- Line by line: a soak's producer log grows past a gigabyte, more than one Lua string holds.
 function Ctx:collect(p)
   local n = 0
-  for st, id in L.read(p.log):gmatch("\n?(%u[%u_]+) msgId=(%x+)") do
-    if st == "SEND_OK" or st:find("TIMEOUT") or st == "SLAVE_NOT_AVAILABLE" then
-      if not self.produced[id] then
-        self.produced[id] = true
-        self.nproduced = self.nproduced + 1
-        n = n + 1
+  local sent, failed
+  local f = io.open(p.log, "rb")
+  if f then
+    for line in f:lines() do
+      for st, id in line:gmatch("(%u[%u_]+) msgId=(%x+)") do
+        if st == "SEND_OK" or st:find("TIMEOUT") or st == "SLAVE_NOT_AVAILABLE" then
+          if not self.produced[id] then
+            self.produced[id] = true
+            self.nproduced = self.nproduced + 1
+            n = n + 1
+          end
+        end
       end
+      local s1, f1 = line:match("sent (%d+), failed (%d+)")
+      if s1 then sent, failed = s1, f1 end
     end
+    f:close()
   end
-  local sent, failed = L.read(p.log):match("sent (%d+), failed (%d+)")
   p.sent, p.failed = tonumber(sent), tonumber(failed)
   return n
 end

@@ -422,6 +422,28 @@ end
 
 local rec_pat = "^(%S+) (%S+) (%S+) (%d+) (%d+) (%d+) (%d+) (%a) (%S+) (%S+)$"
 
+local CHUNK = 32 * 1024 * 1024 -- a soak's record files grow to hundreds of MB: read them in parts
+
+-- The complete lines of data (up to its last newline) into the tally; n records.
+function Tally:take(data)
+  local n = 0
+  for line in data:gmatch("([^\n]*)\n") do
+    local id, key, broker, qid, off, rt, ms, st, label, store = line:match(rec_pat)
+    if id then
+      n = n + 1
+      self.any[id] = (self.any[id] or 0) + 1
+      if st == "k" then self.ok[id] = (self.ok[id] or 0) + 1 end
+      if self.hook then
+        self.hook({id = id, key = key, broker = broker, qid = tonumber(qid), off = tonumber(off),
+                   rt = tonumber(rt), ms = tonumber(ms), st = st, label = label, store = store})
+      end
+    elseif #line > 0 then
+      self.bad = self.bad + 1 -- a line cut by kill -9 in the middle of a write
+    end
+  end
+  return n
+end
+
 -- Read what was appended since the last call. Returns the number of new records.
 function Tally:poll()
   local n = 0
@@ -429,26 +451,16 @@ function Tally:poll()
     local f = io.open(path, "rb")
     if f then
       local pos = self.pos[path] or 0
-      f:seek("set", pos)
-      local data = f:read("*a") or ""
-      f:close()
-      local last = data:match(".*()\n")
-      if last then
-        self.pos[path] = pos + last
-        for line in data:sub(1, last):gmatch("([^\n]*)\n") do
-          local id, key, broker, qid, off, rt, ms, st, label, store = line:match(rec_pat)
-          if id then
-            n = n + 1
-            local r = {id = id, key = key, broker = broker, qid = tonumber(qid), off = tonumber(off),
-                       rt = tonumber(rt), ms = tonumber(ms), st = st, label = label, store = store}
-            self.any[id] = (self.any[id] or 0) + 1
-            if st == "k" then self.ok[id] = (self.ok[id] or 0) + 1 end
-            if self.hook then self.hook(r) end
-          elseif #line > 0 then
-            self.bad = self.bad + 1 -- a line cut by kill -9 in the middle of a write
-          end
-        end
+      while true do
+        f:seek("set", pos)
+        local data = f:read(CHUNK)
+        local last = data and data:match(".*()\n")
+        if not last then break end -- nothing, or a line still being written
+        n = n + self:take(data:sub(1, last))
+        pos = pos + last
       end
+      self.pos[path] = pos
+      f:close()
     end
   end
   self.nrec = self.nrec + n
