@@ -136,41 +136,22 @@ function M.new(spec, info)
     rmq._in_handler = false
   end
 
-  function d.dispatch()
-    if views[1] ~= nil then sweep() end
-    local b = slot[0]
-    local n = b.n
-    local arr = b.msgs
-    local msgs = tnew(n, 0)
-    for i = 1, n do
-      local v = new_view(arr[i - 1])
-      msgs[i] = v
-      views[i] = v
-    end
-    -- Reset only what the last batch set: storing nil into an absent key is a slow path in
-    -- LuaJIT (a new hash slot each time, then rehashes) and cost more than the rest of a
-    -- batch of one.
-    if rawget(ctx, "ack_index") ~= nil then ctx.ack_index = nil end
-    if rawget(ctx, "delay_level") ~= nil then ctx.delay_level = nil end
-    if rawget(ctx, "suspend_millis") ~= nil then ctx.suspend_millis = nil end
-    if rawget(ctx, "queue") ~= nil then ctx.queue = nil end
-    if rmq._sink ~= nil then rmq._sink = nil end
-    rmq._in_handler = true
-    -- In a coroutine (rmq.co): a handler that waits on I/O lets the thread's loop run.
-    local ok, r = co_run(handler, on_error, msgs, ctx)
-    rmq._in_handler = false
-    local sends = rmq._sink
-    if sends ~= nil then rmq._sink = nil end
-    -- Invalidate every view of this batch: a kept one now raises a clean error.
-    for i = 1, n do
-      views[i].m = nil
-      views[i] = nil
-    end
-    if view.dirty then view.reset() end
+  -- Reset only what the last batch set: storing nil into an absent key is a slow path in
+  -- LuaJIT (a new hash slot each time, then rehashes) and cost more than the rest of a
+  -- batch of one.
+  local function reset_ctx(c)
+    if rawget(c, "ack_index") ~= nil then c.ack_index = nil end
+    if rawget(c, "delay_level") ~= nil then c.delay_level = nil end
+    if rawget(c, "suspend_millis") ~= nil then c.suspend_millis = nil end
+    if rawget(c, "queue") ~= nil then c.queue = nil end
+  end
 
-    local status, ack, err = result(ctx, ok, r, n)
-    local dl, dl_err = int_or_nil(ctx, "delay_level")
-    local sm, sm_err = int_or_nil(ctx, "suspend_millis")
+  -- The batch's outcome from the handler's (ok, r) and c's fields, written into b: the
+  -- dispatcher's returns (an error text, or the forwards to send when the batch succeeded).
+  local function outcome(b, c, ok, r, n, sends)
+    local status, ack, err = result(c, ok, r, n)
+    local dl, dl_err = int_or_nil(c, "delay_level")
+    local sm, sm_err = int_or_nil(c, "suspend_millis")
     if dl_err or sm_err then
       status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0, sm_err or dl_err
     end
@@ -185,6 +166,35 @@ function M.new(spec, info)
     -- Forwards go out only when the batch succeeded (a failed batch is consumed again).
     if sends and (status == SUCCESS or status == COMMIT) then return nil, sends end
     return nil, nil
+  end
+
+  function d.dispatch()
+    if views[1] ~= nil then sweep() end
+    local b = slot[0]
+    local n = b.n
+    local arr = b.msgs
+    local msgs = tnew(n, 0)
+    for i = 1, n do
+      local v = new_view(arr[i - 1])
+      msgs[i] = v
+      views[i] = v
+    end
+    reset_ctx(ctx)
+    if rmq._sink ~= nil then rmq._sink = nil end
+    rmq._in_handler = true
+    -- In a coroutine (rmq.co): a handler that waits on I/O lets the thread's loop run.
+    local ok, r = co_run(handler, on_error, msgs, ctx)
+    rmq._in_handler = false
+    local sends = rmq._sink
+    if sends ~= nil then rmq._sink = nil end
+    -- Invalidate every view of this batch: a kept one now raises a clean error.
+    for i = 1, n do
+      views[i].m = nil
+      views[i] = nil
+    end
+    if view.dirty then view.reset() end
+
+    return outcome(b, ctx, ok, r, n, sends)
   end
 
   -- Serve mode (rmq.co.serve_step): one batch in a task of its own, with st's ctx and slot
@@ -204,32 +214,14 @@ function M.new(spec, info)
       msgs[i] = v
       vs[i] = v
     end
-    if rawget(bctx, "ack_index") ~= nil then bctx.ack_index = nil end
-    if rawget(bctx, "delay_level") ~= nil then bctx.delay_level = nil end
-    if rawget(bctx, "suspend_millis") ~= nil then bctx.suspend_millis = nil end
-    if rawget(bctx, "queue") ~= nil then bctx.queue = nil end
+    reset_ctx(bctx)
     local ok, r = xpcall(handler, on_error, msgs, bctx)
     local sends = rmq._sink
     rmq._sink = nil
     for i = 1, n do vs[i].m = nil end
     if view.dirty then view.reset() end
-    local status, ack, err = result(bctx, ok, r, n)
-    local dl, dl_err = int_or_nil(bctx, "delay_level")
-    local sm, sm_err = int_or_nil(bctx, "suspend_millis")
-    if dl_err or sm_err then
-      status, ack, err = orderly and SUSPEND or RECONSUME_LATER, 0, sm_err or dl_err
-    end
-    b.status = status
-    b.ack_count = ack
-    b.delay_level = dl or 0
-    b.suspend_millis = sm or -1
-    b.handler_error = err and 1 or 0
     sl[0] = nil
-    if err then
-      return what .. " failed for " .. n .. " message(s) [" .. ids_of(b) .. "]: " .. err, nil
-    end
-    if sends and (status == SUCCESS or status == COMMIT) then return nil, sends end
-    return nil, nil
+    return outcome(b, bctx, ok, r, n, sends)
   end
   local serve_step = co.serve_step
   -- serve() -> out, n, nflight: one step of the serve mode (consume_pool.c calls it in a loop);
