@@ -257,6 +257,17 @@ function stub:send(data)
   return #data
 end
 
+-- A read found nothing to hand over: "closed" and the partial data when the peer is done,
+-- "timeout" when it has nothing more to say; nil when it said more (read again).
+local function starved(self, link)
+  if link.peer_done then
+    local partial = link.to_handler
+    self:close()
+    return "closed", partial
+  end
+  if not peer_more(link) then return "timeout", "" end
+end
+
 function stub:receive(pat)
   local link = self.link
   if not link then return nil, "closed" end
@@ -267,12 +278,8 @@ function stub:receive(pat)
       if pat == "*a" then self:close() end
       return v
     end
-    if link.peer_done then
-      local partial = link.to_handler
-      self:close()
-      return nil, "closed", partial
-    end
-    if not peer_more(link) then return nil, "timeout", "" end
+    local err, partial = starved(self, link)
+    if err then return nil, err, partial end
   end
 end
 
@@ -288,12 +295,8 @@ function stub:receiveuntil(pattern, opts)
         link.to_handler = link.to_handler:sub(j + 1)
         return v
       end
-      if link.peer_done then
-        local partial = link.to_handler
-        self:close()
-        return nil, "closed", partial
-      end
-      if not peer_more(link) then return nil, "timeout", "" end
+      local err, partial = starved(self, link)
+      if err then return nil, err, partial end
     end
   end
 end
