@@ -359,18 +359,27 @@ static void allocate_topic(rmq_consumer_t *c, rmq_csub_t *s, const char **cids, 
     free(idx);
 }
 
-static void on_consumer_list(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
+/* The subscription the rebalance request t was for, once its answer came (t is freed); NULL,
+ * with the step done, when the consumer stopped, paused or reloaded its subscriptions since. */
+static rmq_csub_t *answered_sub(rb_topic_t *t, rmq_consumer_t **cp)
 {
-    rb_topic_t *t = ud;
     rmq_consumer_t *c = t->c;
     int i = t->idx;
     uint32_t gen = t->gen;
     free(t);
+    *cp = c;
     if (c->state != RMQ_CLIENT_RUNNING || c->paused || gen != c->subs_gen) {
         rb_step_done(c);
-        return;
+        return NULL;
     }
-    rmq_csub_t *s = &c->subs[i];
+    return &c->subs[i];
+}
+
+static void on_consumer_list(void *ud, int err, rmq_cmd_t *resp, const char *errmsg)
+{
+    rmq_consumer_t *c;
+    rmq_csub_t *s = answered_sub(ud, &c);
+    if (!s) return;
     if (err || resp->code != RMQ_RESP_SUCCESS || !resp->body) {
         rmq_log_warn("rebalance", "GET_CONSUMER_LIST_BY_GROUP for %s: %s", s->sd->topic,
                      err ? errmsg : (resp->remark ? resp->remark : rmq_err_name(resp->code)));
@@ -467,16 +476,9 @@ static int pop_retry_idle(rmq_consumer_t *c, const rmq_csub_t *s)
 
 static void on_assignment(void *ud, int rc, const rmq_assignment_t *a, int n, const char *why)
 {
-    rb_topic_t *t = ud;
-    rmq_consumer_t *c = t->c;
-    int i = t->idx;
-    uint32_t gen = t->gen;
-    free(t);
-    if (c->state != RMQ_CLIENT_RUNNING || c->paused || gen != c->subs_gen) {
-        rb_step_done(c);
-        return;
-    }
-    rmq_csub_t *s = &c->subs[i];
+    rmq_consumer_t *c;
+    rmq_csub_t *s = answered_sub(ud, &c);
+    if (!s) return;
     if (rc == RMQ_RESP_REQUEST_CODE_NOT_SUPPORTED) {
         /* A 4.x broker: the client allocates from now on (one line, once). */
         if (!c->assign_unsupported)
