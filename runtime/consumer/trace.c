@@ -43,7 +43,7 @@ struct rmq_trace {
     int64_t first_ms;      /* monotonic time of its first record; 0 = empty */
     int inflight;          /* sends not yet completed */
     int closing, timer_closed;
-    int64_t sent, discarded, failed;
+    int64_t discarded, failed; /* in the warning */
     int64_t last_fail_log; /* monotonic ms */
 };
 
@@ -134,8 +134,6 @@ static void on_sent(void *ud, int err, const rmq_send_result_t *res, const char 
     if (err) {
         t->failed++;
         warn_lost(t, errmsg);
-    } else {
-        t->sent++;
     }
     maybe_free(t);
 }
@@ -307,9 +305,6 @@ void rmq__trace_flush(rmq_trace_t *t)
 {
     if (t) send_segment(t);
 }
-
-int64_t rmq__trace_sent(const rmq_trace_t *t) { return t ? t->sent : 0; }
-int64_t rmq__trace_discarded(const rmq_trace_t *t) { return t ? t->discarded : 0; }
 
 static void on_timer_closed(uv_handle_t *h)
 {

@@ -68,14 +68,12 @@ rmq_trace_t *rmq__trace_new(uv_loop_t *loop, rmq_producer_t *p, const char *topi
  * Add one batch's records (AsyncTraceDispatcher.append): msgs[0..n), the handler's start
  * (wall ms) and how long it ran (ms), whether it succeeded and its contextCode. Messages whose
  * TRACE_ON property is "false" are left out. Never fails: when the trace topic cannot keep up,
- * records are dropped, counted (rmq__trace_discarded) and logged at most once a minute.
+ * records are dropped and logged (with the count) at most once a minute.
  */
 void rmq__trace_batch(rmq_trace_t *t, rmq_msg_t *const *msgs, int n, int64_t start_wall_ms,
                       int64_t run_ms, int success, int context_code);
 /* Send what is buffered now (shutdown). */
 void rmq__trace_flush(rmq_trace_t *t);
-int64_t rmq__trace_sent(const rmq_trace_t *t);
-int64_t rmq__trace_discarded(const rmq_trace_t *t);
 /* Stop the timer and free t once it closed; sends in flight complete without it. */
 void rmq__trace_close(rmq_trace_t *t);
 
