@@ -14,8 +14,9 @@ function Ctx.new(id, title)
   local dir = string.format("%s/s%02d", L.work, id)
   os.execute("mkdir -p " .. L.shq(dir))
   local run = string.format("%x", L.now_ms() % 0xFFFFFFF)
-  local self = setmetatable({id = id, title = title, dir = dir, procs = {}, produced = {},
-                             nproduced = 0, tally = L.tally(), checks = {}, notes = {},
+  local ids = require("idtab").new()
+  local self = setmetatable({id = id, title = title, dir = dir, procs = {}, ids = ids,
+                             tally = L.tally(nil, ids), checks = {}, notes = {},
                              started = L.mono(), run = run, rss_series = {}}, Ctx)
   self.row = {produced = 0, consumed = 0, missing = 0, dups = 0, dlq = "-", crashes = 0,
               rss_kb = 0}
@@ -141,9 +142,10 @@ function Ctx:release() L.write(self.dir .. "/release", "") end
 
 -- ---- producers -----------------------------------------------------------------------------
 
--- Read the msgIds of a finished `rmqlua send --verbose` into the produced set.
+-- Read the msgIds of a finished `rmqlua send --verbose` into the produced set (and, when into
+-- is given, the new ones into that table as keys).
 -- Line by line: a soak's producer log grows past a gigabyte, more than one Lua string holds.
-function Ctx:collect(p)
+function Ctx:collect(p, into)
   local n = 0
   local sent, failed
   local f = io.open(p.log, "rb")
@@ -151,10 +153,9 @@ function Ctx:collect(p)
     for line in f:lines() do
       for st, id in line:gmatch("(%u[%u_]+) msgId=(%x+)") do
         if st == "SEND_OK" or st:find("TIMEOUT") or st == "SLAVE_NOT_AVAILABLE" then
-          if not self.produced[id] then
-            self.produced[id] = true
-            self.nproduced = self.nproduced + 1
+          if self.ids:produce(id) then
             n = n + 1
+            if into then into[id] = true end
           end
         end
       end
@@ -169,7 +170,7 @@ end
 
 -- `rmqlua send`: n messages of size bytes with keys "<prefix>-<n>" (n from 0). opts: ns, topic,
 -- prefix, size, tags, verbose (default true: the msgIds join the produced set), wait (default
--- true), args (more `rmqlua send` options). Returns the number acknowledged (or the proc when
+-- true), into (a table: the new msgIds as its keys), args (more `rmqlua send` options). Returns the number acknowledged (or the proc when
 -- wait is false).
 function Ctx:produce(opts)
   local verbose = opts.verbose ~= false
@@ -181,7 +182,7 @@ function Ctx:produce(opts)
   p.verbose = verbose
   if opts.wait == false then return p end
   p:wait(600)
-  if verbose then self:collect(p) end
+  if verbose then self:collect(p, opts.into) end
   if p:rc() ~= 0 then
     self:note("producer: %s", (L.read(p.log):match("[^\n]*sent %d+, failed %d+[^\n]*") or ("exit " .. p:rc())))
   end
@@ -270,8 +271,8 @@ end
 -- nothing is missing (unless no_check: the scenario checks what it expects itself).
 function Ctx:count(no_check)
   self.tally:poll()
-  local c = self.tally:count(self.produced)
-  self.row.produced = self.nproduced
+  local c = self.tally:count()
+  self.row.produced = self.ids.nproduced
   self.row.consumed = c.distinct
   self.row.missing = c.missing
   self.row.dups = c.dups
@@ -285,7 +286,10 @@ function Ctx:count(no_check)
   return c
 end
 
--- Wait until every produced message was consumed at least once.
+-- Messages acknowledged to the producers so far; distinct ones of them consumed so far.
+function Ctx:produced() return self.ids.nproduced end
+function Ctx:consumed() return self.ids.done end
+
 -- Wait (up to 120 s) until the record files hold n records, what naming the wait.
 function Ctx:wait_records(n, what)
   return L.wait_for(function()
@@ -294,10 +298,11 @@ function Ctx:wait_records(n, what)
   end, 120, what)
 end
 
+-- Wait until every produced message was consumed at least once.
 function Ctx:wait_consumed(timeout, what)
   return L.wait_for(function()
     self.tally:poll()
-    return self.tally:consumed_of(self.produced) >= self.nproduced
+    return self:consumed() >= self:produced()
   end, timeout, what or "every produced message to be consumed", 0.5)
 end
 

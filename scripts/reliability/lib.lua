@@ -401,13 +401,14 @@ end
 
 -- ---- records ------------------------------------------------------------------------------
 -- A Tally reads record files incrementally and keeps, per msg_id, the count of successful
--- deliveries, plus whatever the scenario's hook wants from each record.
+-- deliveries (in an idtab: ids, shared with the scenario's produced set when it gives one), plus
+-- whatever the scenario's hook wants from each record.
 local Tally = {}
 Tally.__index = Tally
 
-function M.tally(hook)
-  return setmetatable({files = {}, ok = {}, any = {}, nrec = 0, hook = hook, pos = {},
-                       bad = 0}, Tally)
+function M.tally(hook, ids)
+  return setmetatable({files = {}, ids = ids or require("idtab").new(), nrec = 0, hook = hook,
+                       pos = {}, bad = 0}, Tally)
 end
 
 function Tally:add_file(path) self.files[#self.files + 1] = path end
@@ -431,8 +432,7 @@ function Tally:take(data)
     local id, key, broker, qid, off, rt, ms, st, label, store = line:match(rec_pat)
     if id then
       n = n + 1
-      self.any[id] = (self.any[id] or 0) + 1
-      if st == "k" then self.ok[id] = (self.ok[id] or 0) + 1 end
+      if st == "k" then self.ids:delivered(id) end
       if self.hook then
         self.hook({id = id, key = key, broker = broker, qid = tonumber(qid), off = tonumber(off),
                    rt = tonumber(rt), ms = tonumber(ms), st = st, label = label, store = store})
@@ -467,33 +467,33 @@ function Tally:poll()
   return n
 end
 
+-- Successful deliveries of id (nil when none).
+function Tally:ok(id) return self.ids:ok(id) end
+
+-- The ids delivered successfully, each with its count: for id, n in tally:each_ok() do.
+function Tally:each_ok() return self.ids:each_ok() end
+
 -- Against the produced set: distinct consumed, missing (list of up to 5), duplicates (successful
 -- deliveries beyond the first), extra (consumed msg_ids that were never acknowledged to the
 -- producer).
-function Tally:count(produced)
+function Tally:count()
   local distinct, missing, dups, extra = 0, 0, 0, 0
   local examples = {}
-  for id in pairs(produced) do
-    local k = self.ok[id]
-    if k then
+  for id, produced, k in self.ids:each() do
+    if produced and k > 0 then
       distinct = distinct + 1
       dups = dups + (k - 1)
-    else
+    elseif produced then
       missing = missing + 1
       if #examples < 5 then examples[#examples + 1] = id end
+    elseif k > 0 then
+      extra = extra + 1
     end
-  end
-  for id in pairs(self.ok) do
-    if not produced[id] then extra = extra + 1 end
   end
   return {distinct = distinct, missing = missing, dups = dups, extra = extra, examples = examples}
 end
 
--- Distinct produced msg_ids consumed so far.
-function Tally:consumed_of(produced)
-  local n = 0
-  for id in pairs(produced) do if self.ok[id] then n = n + 1 end end
-  return n
-end
+-- Distinct produced msg_ids consumed so far (a running count: no walk over the set).
+function Tally:consumed() return self.ids.done end
 
 return M

@@ -60,7 +60,7 @@ local function wait_progress(ctx, timeout)
   local n0, t0 = ctx.tally.nrec, L.mono()
   local ok = pcall(L.wait_for, function()
     ctx.tally:poll()
-    return ctx.tally.nrec > n0 or ctx.tally:consumed_of(ctx.produced) >= ctx.nproduced
+    return ctx.tally.nrec > n0 or ctx:consumed() >= ctx:produced()
   end, timeout, "deliveries after the fault", 0.2)
   return ok and (L.mono() - t0) or nil
 end
@@ -162,7 +162,7 @@ S[15] = {title = "name server blackhole 20 s", long_title = "name server blackho
   local during = pcall(ctx.wait_consumed, ctx, math.max(1, hole - (L.mono() - t0) - 1),
     "the messages sent during the blackhole")
   ctx:check(during, "the messages sent during the blackhole consumed during it (%d of %d so far)",
-    ctx.tally:consumed_of(ctx.produced), ctx.nproduced)
+    ctx:consumed(), ctx:produced())
   L.sleep(math.max(0, hole - (L.mono() - t0)))
   ctx.row.cpu_pct = cpu()
   link:clear()
@@ -484,7 +484,7 @@ S[20] = {title = "downstream blackhole/reset/slow 3×10 s", long_title = "downst
     local t1 = L.mono()
     local rec_ok = pcall(L.wait_for, function()
       ctx.tally:poll()
-      return ok_after or ctx.tally:consumed_of(ctx.produced) >= ctx.nproduced
+      return ok_after or ctx:consumed() >= ctx:produced()
     end, 60, "calls answered again", 0.2)
     local rec = rec_ok and (L.mono() - t1) or nil
     local bound = CT_MS / 1000 + SLACK_S

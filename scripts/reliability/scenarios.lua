@@ -42,7 +42,7 @@ end
 -- The msgIds of files delivered successfully more than once, each with an empty list.
 local function delivered_twice(files)
   local ids = {}
-  for id, n in pairs(L.read_records(files).ok) do if n > 1 then ids[id] = {} end end
+  for id, n in L.read_records(files):each_ok() do if n > 1 then ids[id] = {} end end
   return ids
 end
 
@@ -177,7 +177,7 @@ S[1] = {title = "consumer kill -9 ×10", long_title = "consumer kill -9 every 3-
     L.sleep(0.3)
     committed[k] = assert(L.offsets(b.ns, topic, "committed", group))
     ctx:log("kill %d: consumer %s killed, %d distinct consumed so far", k, label,
-      ctx.tally:consumed_of(ctx.produced))
+      ctx:consumed())
   end
   if producer then
     producer:wait(120)
@@ -301,7 +301,7 @@ S[3] = {title = "broker SIGSTOP 40 s", long_title = "broker SIGSTOP 40 s every 1
     ctx:log("broker resumed (SIGCONT); %d deliveries while frozen (what was cached)", during - frozen_at)
     local ok = pcall(L.wait_for, function()
       ctx.tally:poll()
-      return ctx.tally.nrec > during or ctx.tally:consumed_of(ctx.produced) >= ctx.nproduced
+      return ctx.tally.nrec > during or ctx:consumed() >= ctx:produced()
     end, 120, "deliveries after SIGCONT")
     ctx:check(ok, "consumption resumed after SIGCONT (%.1f s)", L.mono() - thawed)
     if ok then ctx:note("freeze %d: consumption resumed %.1f s after SIGCONT", freezes, L.mono() - thawed) end
@@ -339,7 +339,7 @@ S[4] = {title = "connection resets (200k)", long_title = "connection resets", de
   local p = ctx:feed(o, {ns = b.ns, topic = topic, n = 200000, prefix = "d", wait = false})
   p:wait((o.secs or 0) + 300)
   ctx:collect(p)
-  ctx:log("%s produced", L.num(ctx.nproduced))
+  ctx:log("%s produced", L.num(ctx:produced()))
   ctx:wait_consumed(300)
   local lag_ok, lag = wait_lag0(ctx, b.ns, group, topic, 60)
   ctx:check(lag_ok, "lag 0 once everything was consumed, commits surviving the resets (lag %s)", tostring(lag))
@@ -471,7 +471,7 @@ S[6] = {title = "2 brokers, one down 30 s", dev = true, run = function(ctx, o)
   L.wait_for(function()
     ctx.tally:poll()
     if not resumed and (per["b-a/after"] or 0) > 0 then resumed = L.mono() - back end
-    return ctx.tally:consumed_of(ctx.produced) >= ctx.nproduced
+    return ctx:consumed() >= ctx:produced()
   end, 300, "every message, broker b's included")
   c:stop()
   local a_down, b_down = per["a-a/down"] or 0, per["b-a/down"] or 0
@@ -553,7 +553,7 @@ S[8] = {title = "stuck handler (consume_timeout 1)", background = true, run = fu
                           key = STUCK, set = {consume_timeout = 1}})
   L.wait_for(function()
     ctx.tally:poll()
-    return again and ctx.tally:consumed_of(ctx.produced) >= ctx.nproduced
+    return again and ctx:consumed() >= ctx:produced()
   end, 240, "the stuck message to come back and everything to be consumed", 1)
   ctx:release()
   L.sleep(2)
@@ -591,7 +591,7 @@ S[9] = {title = "failing handler → DLQ", run = function(ctx, o)
       dlq_n = 0
       for _, v in pairs(mx or {}) do dlq_n = dlq_n + v end
     end
-    return dlq_n >= nfail and ctx.tally:consumed_of(ctx.produced) >= ctx.nproduced - nfail
+    return dlq_n >= nfail and ctx:consumed() >= ctx:produced() - nfail
   end, 300, "the failing tenth in the DLQ and the rest consumed", 1)
   L.sleep(2)
   c:stop()
@@ -616,8 +616,8 @@ S[9] = {title = "failing handler → DLQ", run = function(ctx, o)
   if err then
     ctx:note("DLQ not readable (%s): counted by its offsets only", err)
     ctx.row.dlq = dlq_n
-    ctx:check(c2.distinct + dlq_n == ctx.nproduced, "consumed + DLQ = produced (%d + %d = %d)",
-      c2.distinct, dlq_n, ctx.nproduced)
+    ctx:check(c2.distinct + dlq_n == ctx:produced(), "consumed + DLQ = produced (%d + %d = %d)",
+      c2.distinct, dlq_n, ctx:produced())
   else
     ctx.row.dlq = dlq_msgs
     local once, wrong = 0, 0
@@ -626,15 +626,15 @@ S[9] = {title = "failing handler → DLQ", run = function(ctx, o)
     ctx:check(once == nf and dlq_msgs == nf and wrong == 0,
       "each failing message in %s exactly once (%d of %d once, %d in it, %d that never failed)",
       dlq_topic, once, nf, dlq_msgs, wrong)
-    ctx:check(c2.distinct + dlq_msgs == ctx.nproduced, "consumed + DLQ = produced (%d + %d = %d)",
-      c2.distinct, dlq_msgs, ctx.nproduced)
+    ctx:check(c2.distinct + dlq_msgs == ctx:produced(), "consumed + DLQ = produced (%d + %d = %d)",
+      c2.distinct, dlq_msgs, ctx:produced())
   end
   -- Every failing message delivered 1 + max_reconsume_times times.
   local wrong_n = 0
   for id in pairs(failing) do if deliveries[id] ~= MAX + 1 then wrong_n = wrong_n + 1 end end
   ctx:check(wrong_n == 0, "each failing message delivered 1 + max_reconsume_times = %d times (%d otherwise)",
     MAX + 1, wrong_n)
-  local missing = ctx.nproduced - c2.distinct - nf
+  local missing = ctx:produced() - c2.distinct - nf
   ctx.row.missing = missing
   ctx:check(missing == 0, "nothing missing besides the failing tenth (missing %d)", missing)
 end}
@@ -650,7 +650,7 @@ S[10] = {title = "sparse tags (1 per 100k, 2M)", run = function(ctx, o)
                  verbose = false})
     ctx:produce({ns = b.ns, topic = topic, n = 1, size = 10, prefix = "j" .. i, tags = "match"})
   end
-  ctx:log("%s messages stored, %d matching", L.num(GAP * MATCHES), ctx.nproduced)
+  ctx:log("%s messages stored, %d matching", L.num(GAP * MATCHES), ctx:produced())
   -- A slow handler keeps matches cached while the consumer pulls across the gaps:
   -- concurrently (span-limited) and orderly (no span check).
   local cc = ctx:consumer({ns = b.ns, group = ctx:group("c"), topic = topic, tags = "match",
@@ -691,7 +691,7 @@ S[10] = {title = "sparse tags (1 per 100k, 2M)", run = function(ctx, o)
   local missing, dups = 0, 0
   for name, set in pairs(per) do
     local miss = 0
-    for id in pairs(ctx.produced) do
+    for id in ctx.ids:each_produced() do
       if not set[id] then miss = miss + 1 else dups = dups + set[id] - 1 end
     end
     missing = missing + miss
@@ -806,11 +806,9 @@ S[13] = {title = "bad scripts (error/loop/alloc)", background = true, run = func
   end
   local per = {e = {}, l = {}, a = {}}
   for _, k in ipairs({"e", "l", "a"}) do
-    local before = {}
-    for id in pairs(ctx.produced) do before[id] = true end
-    ctx:produce({ns = b.ns, topic = ctx:topic(k), n = k == "e" and 20000 or 7000, prefix = "m" .. k})
     per[k].produced = {}
-    for id in pairs(ctx.produced) do if not before[id] then per[k].produced[id] = true end end
+    ctx:produce({ns = b.ns, topic = ctx:topic(k), n = k == "e" and 20000 or 7000, prefix = "m" .. k,
+                 into = per[k].produced})
   end
   local MAX = 1
   local ce = ctx:consumer({ns = b.ns, group = ctx:group("e"), topic = ctx:topic("e"), label = "error",
@@ -839,7 +837,7 @@ S[13] = {title = "bad scripts (error/loop/alloc)", background = true, run = func
   ce:stop()
   -- loop and alloc: the one runaway message comes back and everything is consumed.
   local function all_consumed(k)
-    for id in pairs(per[k].produced) do if not ctx.tally.ok[id] then return false end end
+    for id in pairs(per[k].produced) do if not ctx.tally:ok(id) then return false end end
     return true
   end
   local done_la = pcall(L.wait_for, function()
@@ -858,7 +856,7 @@ S[13] = {title = "bad scripts (error/loop/alloc)", background = true, run = func
   local c = ctx:count(true)
   local missing = c.missing - math.min(dlq_n, 20000)
   ctx.row.missing = missing
-  ctx:check(missing == 0, "nothing missing: consumed + DLQ = produced (%d + %d of %d)", c.distinct, dlq_n, ctx.nproduced)
+  ctx:check(missing == 0, "nothing missing: consumed + DLQ = produced (%d + %d of %d)", c.distinct, dlq_n, ctx:produced())
   local _ = done_la
 end}
 
