@@ -653,6 +653,10 @@ int rmq__cli_send(int argc, char **argv)
         }
     }
     if (rc == 0) po.max_inflight = r->window;
+    /* One write per verbose line: with stdout and stderr on one file (> log 2>&1), a fully
+     * buffered stdout would be cut at its buffer's edge and a log line would land inside a
+     * message id. */
+    if (rc == 0 && r->verbose) setvbuf(stdout, NULL, _IOLBF, 0);
     if (rc == 0) {
         if (rmq__cli_conn_open(&r->cc, &r->loop, &r->t)) {
             rc = 2;

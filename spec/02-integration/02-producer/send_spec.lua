@@ -158,6 +158,26 @@ describe("rmqlua send (development broker)", function()
     end
   end)
 
+  it("keeps each --verbose line whole when its log lines share the file (stdout and stderr as one)", function()
+    -- Debug logs of every request go to stderr while the verbose lines go to stdout; both are
+    -- one file here, as when a script runs `rmqlua send --verbose > log 2>&1` and reads the ids
+    -- back: a line cut by a log line loses its message id.
+    local rc, out = send(ns, "--topic SendWhole --count 3000 --size 10 --verbose --log-debug remoting")
+    assert.equal(0, rc, out:sub(-2000))
+    local whole, cut = 0, {}
+    for line in out:gmatch("[^\n]+") do
+      if line:find("SEND_OK", 1, true) then
+        if line:match("^SEND_OK msgId=%x+ offsetMsgId=%x+ queue=SendWhole:[%w%-_]+:%d+ queueOffset=%d+$") then
+          whole = whole + 1
+        elseif #cut < 3 then
+          cut[#cut + 1] = line
+        end
+      end
+    end
+    assert.same({}, cut)
+    assert.equal(3000, whole)
+  end)
+
   it("sends every line of a long standard input (lines cut across 64 KiB reads)", function()
     local lines = {}
     for i = 1, 6000 do lines[i] = ("stdin-line-%05d"):format(i) end
