@@ -151,7 +151,8 @@ function Ctx:collect(p, into)
   local f = io.open(p.log, "rb")
   if f then
     for line in f:lines() do
-      for st, id in line:gmatch("(%u[%u_]+) msgId=(%x+)") do
+      -- (a whole id only: an id cut short by another line is no message of ours)
+      for st, id in line:gmatch("(%u[%u_]+) msgId=(%x+) ") do
         if st == "SEND_OK" or st:find("TIMEOUT") or st == "SLAVE_NOT_AVAILABLE" then
           if self.ids:produce(id) then
             n = n + 1
