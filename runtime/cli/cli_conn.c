@@ -5,8 +5,8 @@
  * (consumer/nsaddr_http.c, as `rmqlua run` asks it), SIGINT and SIGTERM on that loop, and the ACL
  * refusal that ends a command.
  *
- * Ownership: see cli_conn.h. Threads: the main thread, and the command's loop for the refusal
- * and the signals.
+ * Ownership: see cli_conn.h. Threads: the main thread, and the command's loop for the refusal,
+ * the signals and the address service's answers.
  */
 #include "cli_conn.h"
 

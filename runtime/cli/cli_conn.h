@@ -17,7 +17,8 @@
  * until its transport is gone; the conf and the TLS context belong to it and are freed by
  * rmq__cli_conn_free. The transport keeps its own reference to the TLS context and its own copy
  * of the keys.
- * Threads: the main thread (argument parsing) and the command's loop thread (the refusal).
+ * Threads: the main thread (argument parsing) and the command's loop thread (the refusal, the
+ * address service's answers).
  */
 #ifndef RMQ_CLI_CONN_H
 #define RMQ_CLI_CONN_H
