@@ -208,4 +208,27 @@ function M.produce_n(db, topic, n, prefix, tags)
   end
 end
 
+-- A name server address service (Java's TopAddressing) on 127.0.0.1, inside an `it`: a local
+-- HTTP server (python3 http.server, stopped when the test ends) whose /rocketmq/<subgroup> answers
+-- the text last given. Returns { domain = "127.0.0.1:PORT" (for namesrv_domain), url = what the
+-- client asks, set = function(text) (the next answer), stop = function() (the service down) }.
+function M.address_service(subgroup, text)
+  local dir = helpers.tmpdir("nsaddr")
+  local www = dir .. "/www"
+  assert(os.execute("mkdir -p " .. helpers.shq(www .. "/rocketmq")) == 0)
+  local s = {}
+  function s.set(t) M.replace(www .. "/rocketmq", subgroup, t) end
+  s.set(text)
+  local log = dir .. "/http.log"
+  local pid = helpers.spawn("/usr/bin/python3 -u -m http.server --bind 127.0.0.1 --directory "
+    .. helpers.shq(www) .. " 0", { log = log })
+  local port = helpers.wait_until(function()
+    return M.read(log):match("port (%d+)")
+  end, 20, "the address service's port")
+  s.domain = "127.0.0.1:" .. port
+  s.url = "http://" .. s.domain .. "/rocketmq/" .. subgroup
+  function s.stop() helpers.kill(pid, "KILL") end
+  return s
+end
+
 return M

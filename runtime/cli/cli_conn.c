@@ -1,10 +1,12 @@
 /*
  * cli_conn.c -- the connection options of the client commands (cli_conn.h): the arguments they
  * all take (--namesrv, --set, --log-debug), their check, the loop and the transport with its
- * signing and TLS, SIGINT and SIGTERM on that loop, and the ACL refusal that ends a command.
+ * signing and TLS, its name servers from the address service when none is given
+ * (consumer/nsaddr_http.c, as `rmqlua run` asks it), SIGINT and SIGTERM on that loop, and the ACL
+ * refusal that ends a command.
  *
- * Ownership: see cli_conn.h. Threads: the main thread, and the command's loop for the refusal
- * and the signals.
+ * Ownership: see cli_conn.h. Threads: the main thread, and the command's loop for the refusal,
+ * the signals and the address service's answers.
  */
 #include "cli_conn.h"
 
@@ -15,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The options of ClientConfig that are about the connection (ACL and TLS). */
+/* The options of ClientConfig that are about the connection (ACL, TLS, the name server address
+ * service). */
 static const char *const conn_options[] = {"access_key",
                                            "secret_key",
                                            "security_token",
@@ -26,7 +29,9 @@ static const char *const conn_options[] = {"access_key",
                                            "tls_client_key_password",
                                            "tls_client_trust_cert_path",
                                            "tls_client_auth_server",
-                                           "tls_verify_server_name"};
+                                           "tls_verify_server_name",
+                                           "namesrv_domain",
+                                           "namesrv_domain_subgroup"};
 
 void rmq__cli_conn_init(rmq_cli_conn_t *cc, const char *cmd, int with_namespace,
                         void (*usage)(const rmq_cli_conn_t *cc, FILE *out))
@@ -41,7 +46,8 @@ static int allowed(const rmq_cli_conn_t *cc, const char *key)
 {
     for (size_t i = 0; i < RMQ_ARRAY_SIZE(conn_options); i++)
         if (!strcmp(key, conn_options[i])) return 1;
-    return cc->with_namespace && !strcmp(key, "namespace");
+    return (cc->with_namespace && !strcmp(key, "namespace")) ||
+           (cc->refresh && !strcmp(key, "namesrv_addr_refresh_interval"));
 }
 
 const char *rmq__cli_value(const rmq_cli_conn_t *cc, int argc, char **argv, int *i)
@@ -79,11 +85,14 @@ int rmq__cli_conn_arg(rmq_cli_conn_t *cc, int argc, char **argv, int *i)
 int rmq__cli_conn_namesrv(rmq_cli_conn_t *cc)
 {
     if (!cc->namesrv) cc->namesrv = getenv("NAMESRV_ADDR");
-    if (!cc->namesrv || !*cc->namesrv) {
-        fprintf(stderr, "rmqlua %s: --namesrv is required (or set NAMESRV_ADDR)\n", cc->cmd);
-        return -1;
-    }
-    return 0;
+    if (cc->namesrv && *cc->namesrv) return 0;
+    cc->namesrv = NULL;
+    if (cc->conf && cc->conf->namesrv_domain && *cc->conf->namesrv_domain) return 0;
+    fprintf(stderr,
+            "rmqlua %s: --namesrv is required (or set NAMESRV_ADDR, or --set "
+            "namesrv_domain=HOST[:PORT] for a name server address service)\n",
+            cc->cmd);
+    return -1;
 }
 
 int rmq__cli_conn_set(rmq_cli_conn_t *cc, const char *kv)
@@ -98,15 +107,27 @@ int rmq__cli_conn_set(rmq_cli_conn_t *cc, const char *kv)
     if (!allowed(cc, key)) {
         fprintf(stderr,
                 "rmqlua %s: --set %s: not an option of rmqlua %s (only access_key, "
-                "secret_key, security_token, use_tls%s tls_*%s)\n",
-                cc->cmd, key, cc->cmd, cc->with_namespace ? "," : " and",
-                cc->with_namespace ? " and namespace" : "");
+                "secret_key, security_token, use_tls, tls_*, namesrv_domain, "
+                "namesrv_domain_subgroup%s%s)\n",
+                cc->cmd, key, cc->cmd, cc->refresh ? ", namesrv_addr_refresh_interval" : "",
+                cc->with_namespace ? ", namespace" : "");
         free(key);
         return -1;
     }
     if (!cc->conf) cc->conf = rmq__conf_new();
     int rc = rmq__conf_set(cc->conf, key, eq + 1, err, sizeof err);
-    if (rc) fprintf(stderr, "rmqlua %s: --set %s: %s\n", cc->cmd, key, err);
+    const rmq_conf_prop_t *p = rmq__conf_prop_find(key);
+    if (rc) {
+        fprintf(stderr, "rmqlua %s: --set %s: %s\n", cc->cmd, key, err);
+    } else if (p->type == RMQ_CONF_INT || p->type == RMQ_CONF_INT64) {
+        /* The range (rmq__conf_check's part for a script's options), at once. */
+        long long v = strtoll(eq + 1, NULL, 10);
+        if (v < p->min || v > p->max) {
+            fprintf(stderr, "rmqlua %s: --set %s: %lld is out of range (allowed: %lld..%lld)\n",
+                    cc->cmd, key, v, (long long)p->min, (long long)p->max);
+            rc = -1;
+        }
+    }
     free(key);
     return rc ? -1 : 0;
 }
@@ -137,6 +158,53 @@ static void on_acl_refused(void *ud, const char *addr, int32_t code, const rmq_c
     if (cc->on_refused) cc->on_refused(cc->ud);
 }
 
+/* The address service's answer: the transport's name servers from now on (new connections).
+ * Loop thread. */
+static int on_ns_list(void *ud, const char *list, char *errstr, size_t errstr_size)
+{
+    rmq_cli_conn_t *cc = ud;
+    if (rmq__remoting_set_namesrv(cc->ns_rt, list, errstr, errstr_size)) return RMQ_ERR_CONFIG;
+    cc->ns_taken = 1;
+    return 0;
+}
+
+/* The address service gave no list before the first one (its URL and the fault in msg). */
+static void on_ns_failure(void *ud, const char *msg)
+{
+    rmq_cli_conn_t *cc = ud;
+    if (!cc->ns_err) cc->ns_err = rmq__xstrdup(msg);
+}
+
+/* Asks the address service of --set namesrv_domain for the name servers of rt, running the loop
+ * until it answers; with cc->refresh it goes on asking (rmq__cli_conn_close stops it). Returns 0
+ * when rt has them, else the exit code after saying why on stderr: 2 (the domain makes no URL),
+ * 1 (no list). */
+static int ask_nsaddr(rmq_cli_conn_t *cc, uv_loop_t *loop, rmq_remoting_t *rt)
+{
+    char err[1024];
+    const rmq_conf_t *cf = cc->conf;
+    char *url = rmq__nsaddr_url(cf->namesrv_domain, cf->namesrv_domain_subgroup, NULL);
+    cc->ns_rt = rt;
+    int rc = rmq__nsaddr_start(loop, url, cf->namesrv_addr_refresh_interval, RMQ_NSADDR_TIMEOUT_MS,
+                               on_ns_list, cc, &cc->nsaddr, err, sizeof(err));
+    free(url);
+    if (rc) {
+        fprintf(stderr, "rmqlua %s: --set namesrv_domain: %s\n", cc->cmd, err);
+        return 2;
+    }
+    rmq__nsaddr_on_first_failure(cc->nsaddr, on_ns_failure);
+    while (!cc->ns_taken && !cc->ns_err)
+        if (!uv_run(loop, UV_RUN_ONCE)) break;
+    if (!cc->ns_taken) {
+        fprintf(stderr, "rmqlua %s: %s\n", cc->cmd,
+                cc->ns_err ? cc->ns_err : "the name server address service gave no list");
+        rmq__cli_conn_close(cc);
+        return 1;
+    }
+    if (!cc->refresh) rmq__cli_conn_close(cc);
+    return 0;
+}
+
 int rmq__cli_conn_open(rmq_cli_conn_t *cc, uv_loop_t *loop, rmq_remoting_t **rt)
 {
     char err[1024];
@@ -156,13 +224,24 @@ int rmq__cli_conn_open(rmq_cli_conn_t *cc, uv_loop_t *loop, rmq_remoting_t **rt)
     ro.ud = cc;
     *rt = NULL;
     if (rmq__remoting_new(&ro, rt, err, sizeof(err)) ||
-        rmq__remoting_set_namesrv(*rt, cc->namesrv, err, sizeof(err))) {
+        (cc->namesrv && rmq__remoting_set_namesrv(*rt, cc->namesrv, err, sizeof(err)))) {
         fprintf(stderr, "rmqlua %s: --namesrv: %s\n", cc->cmd, err);
         if (*rt) rmq__remoting_destroy(*rt, NULL, NULL);
         *rt = NULL;
-        return -1;
+        return 2;
     }
-    return 0;
+    int rc = cc->namesrv ? 0 : ask_nsaddr(cc, loop, *rt);
+    if (rc) {
+        rmq__remoting_destroy(*rt, NULL, NULL);
+        *rt = NULL;
+    }
+    return rc;
+}
+
+void rmq__cli_conn_close(rmq_cli_conn_t *cc)
+{
+    if (cc->nsaddr) rmq__nsaddr_close(cc->nsaddr);
+    cc->nsaddr = NULL;
 }
 
 static void on_signal(uv_signal_t *h, int sig)
@@ -205,13 +284,17 @@ void rmq__cli_conn_usage(const rmq_cli_conn_t *cc, FILE *out, int col)
             "%*saccess_key, secret_key, security_token (ACL signing), use_tls,\n"
             "%*stls_test_mode_enable, tls_client_cert_path, tls_client_key_path,\n"
             "%*stls_client_key_password, tls_client_trust_cert_path,\n"
-            "%*stls_client_auth_server, tls_verify_server_name%s\n",
-            pad > 1 ? pad : 1, "", col, "", col, "", col, "", col, "",
-            cc->with_namespace ? ", namespace" : "");
+            "%*stls_client_auth_server, tls_verify_server_name,\n"
+            "%*snamesrv_domain, namesrv_domain_subgroup",
+            pad > 1 ? pad : 1, "", col, "", col, "", col, "", col, "", col, "");
+    if (cc->refresh) fprintf(out, ",\n%*snamesrv_addr_refresh_interval", col, "");
+    fprintf(out, "%s\n", cc->with_namespace ? ", namespace" : "");
 }
 
 void rmq__cli_conn_free(rmq_cli_conn_t *cc)
 {
+    free(cc->ns_err);
+    cc->ns_err = NULL;
     rmq__tls_ctx_release(cc->tls);
     cc->tls = NULL;
     if (cc->conf) rmq__conf_destroy(cc->conf);

@@ -107,7 +107,8 @@ static void usage(const rmq_cli_conn_t *cc, FILE *out)
         "                      (default %REDRIVE%G); a second run goes on from there, so nothing\n"
         "                      moves twice. Another P starts again from the oldest dead letter.\n"
         "  --verbose           print one line per message moved\n"
-        "  --namesrv ADDR      name server(s) (default $NAMESRV_ADDR)\n",
+        "  --namesrv ADDR      name server(s) (default $NAMESRV_ADDR, else the list of the\n"
+        "                      address service of --set namesrv_domain, asked once at start)\n",
         out);
     rmq__cli_conn_usage(cc, out, 22);
     fputs(
@@ -120,9 +121,10 @@ static void usage(const rmq_cli_conn_t *cc, FILE *out)
         "A run reads up to the end %DLQ%G had when it started. Progress goes to stderr every 2 s\n"
         "and a summary at the end. A Java 4.9 broker creates %DLQ% topics write-only: allow\n"
         "reading first (mqadmin updateTopicPerm -t %DLQ%G -p 6 ...).\n"
-        "exit codes: 0 done (or nothing to move), 1 a message could not be moved or read,\n"
-        "2 usage error (certificates that do not load included), 3 refused by a broker's\n"
-        "access control (the message names access key, resource and permission)\n",
+        "exit codes: 0 done (or nothing to move), 1 a message could not be moved or read (or\n"
+        "the address service gave no name server list), 2 usage error (certificates that do\n"
+        "not load included), 3 refused by a broker's access control (the message names access\n"
+        "key, resource and permission)\n",
         out);
 }
 
@@ -635,10 +637,7 @@ int rmq__cli_redrive(int argc, char **argv)
     rmq_producer_opts_t po;
     memset(&po, 0, sizeof(po));
     po.retry_times = -1;
-    if (rmq__cli_conn_open(&r->cc, &r->loop, &r->rt)) {
-        rc = 2;
-        goto fail;
-    }
+    if ((rc = rmq__cli_conn_open(&r->cc, &r->loop, &r->rt)) != 0) goto fail;
     if (!r->dry_run && rmq__producer_new(&r->loop, r->rt, &po, &r->producer, err, sizeof(err))) {
         fprintf(stderr, "rmqlua redrive: %s\n", err);
         rc = 2;

@@ -96,7 +96,10 @@ static void usage(const rmq_cli_conn_t *cc, FILE *out)
         "\n"
         "options:\n"
         "  --namesrv ADDR       name server list \"host:port[;host:port]\" (default: "
-        "$NAMESRV_ADDR)\n"
+        "$NAMESRV_ADDR,\n"
+        "                       else the list of the address service of --set namesrv_domain,\n"
+        "                       http://<namesrv_domain>:8080/rocketmq/<namesrv_domain_subgroup>,\n"
+        "                       asked once before sending)\n"
         "  --topic T            target topic\n"
         "  --tags A             TAGS property\n"
         "  --keys K             KEYS property (space-separated keys); \"{n}\" becomes the message "
@@ -119,9 +122,9 @@ static void usage(const rmq_cli_conn_t *cc, FILE *out)
           "  --help               this text\n"
           "\n"
           "Prints \"sent N, failed M in X s (R msg/s)\" on stderr at the end.\n"
-          "exit codes: 0 all sent, 1 some failed, 2 usage error (certificates that do not load\n"
-          "included), 3 refused by a broker's access control (the message names access key,\n"
-          "topic and permission)\n",
+          "exit codes: 0 all sent, 1 some failed (or the address service gave no name server\n"
+          "list), 2 usage error (certificates that do not load included), 3 refused by a\n"
+          "broker's access control (the message names access key, topic and permission)\n",
           out);
 }
 
@@ -658,8 +661,8 @@ int rmq__cli_send(int argc, char **argv)
      * message id. */
     if (rc == 0 && r->verbose) setvbuf(stdout, NULL, _IOLBF, 0);
     if (rc == 0) {
-        if (rmq__cli_conn_open(&r->cc, &r->loop, &r->t)) {
-            rc = 2;
+        if ((rc = rmq__cli_conn_open(&r->cc, &r->loop, &r->t)) != 0) {
+            /* said by rmq__cli_conn_open */
         } else if (rmq__producer_new(&r->loop, r->t, &po, &r->p, err, sizeof(err))) {
             fprintf(stderr, "rmqlua send: %s\n", err);
             rc = 2;

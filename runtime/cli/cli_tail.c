@@ -107,7 +107,10 @@ static void usage(const rmq_cli_conn_t *cc, FILE *out)
         "                     or a table with consume (a consumer script works as it is); it runs\n"
         "                     in a consume thread, its result is reported, never acted upon\n"
         "\n"
-        "  --namesrv ADDR     name server(s) \"host:port;host:port\" (default $NAMESRV_ADDR)\n",
+        "  --namesrv ADDR     name server(s) \"host:port;host:port\" (default $NAMESRV_ADDR, else\n"
+        "                     the list of the address service of --set namesrv_domain, asked at\n"
+        "                     start and again every namesrv_addr_refresh_interval ms: new\n"
+        "                     connections use its latest good list)\n",
         out);
     rmq__cli_conn_usage(cc, out, 21);
     fputs("                     (ACL: the access key needs SUB on TOPIC and on group\n"
@@ -119,7 +122,8 @@ static void usage(const rmq_cli_conn_t *cc, FILE *out)
           "Stops on SIGINT/SIGTERM, at -n, or with -e at the end. Messages go to stdout, the rest "
           "to\n"
           "stderr. exit codes: 0 stopped, 1 runtime failure (no such topic, reading refused, a\n"
-          "failed --handler batch), 2 usage error (certificates that do not load included),\n"
+          "failed --handler batch, no name server list from the address service at start),\n"
+          "2 usage error (certificates that do not load included),\n"
           "3 refused by a broker's access control (the message names access key, resource and\n"
           "permission)\n",
           out);
@@ -474,6 +478,7 @@ static void stop(tail_run_t *t, int code)
     if (code > t->exit_code) t->exit_code = code;
     if (t->stopping) return;
     t->stopping = 1;
+    rmq__cli_conn_close(&t->cc);
     if (t->reader) rmq__reader_destroy(t->reader);
     t->reader = NULL;
     t->n_held = 0;
@@ -764,6 +769,7 @@ int rmq__cli_tail(int argc, char **argv)
     t->queue_id = -1;
     t->from = RMQ_FROM_LAST;
     rmq__cli_conn_init(&t->cc, "tail", 1, usage);
+    t->cc.refresh = 1; /* a long run: the address service is asked again */
     t->cc.on_refused = on_acl_refused;
     t->cc.ud = t;
     int rc = parse_args(t, argc, argv);
@@ -772,10 +778,7 @@ int rmq__cli_tail(int argc, char **argv)
         run_free(t);
         return rc == 1 ? 0 : rc;
     }
-    if (rmq__cli_conn_open(&t->cc, &t->loop, &t->rt)) {
-        rc = 2;
-        goto out;
-    }
+    if ((rc = rmq__cli_conn_open(&t->cc, &t->loop, &t->rt)) != 0) goto out;
     if (t->handler) {
         rmq_pool_opts_t po = {.script_path = t->handler,
                               .nthreads = 1,
@@ -822,6 +825,7 @@ int rmq__cli_tail(int argc, char **argv)
     run_free(t);
     return rc;
 out:
+    rmq__cli_conn_close(&t->cc);
     if (t->pool) rmq__pool_stop(t->pool, 0, NULL, NULL);
     if (t->out) rmq__fdw_close(t->out, NULL, NULL);
     if (t->rt) rmq__remoting_destroy(t->rt, NULL, NULL);

@@ -608,9 +608,9 @@ static int start_nsaddr(rmq_consumer_t *c, char *errstr, size_t errstr_size)
 {
     const rmq_conf_t *cf = c->conf;
     char *url = rmq__nsaddr_url(cf->namesrv_domain, cf->namesrv_domain_subgroup, cf->unit_name);
-    /* TopAddressing.fetchNSAddr's timeout: 3000 ms. */
-    int rc = rmq__nsaddr_start(&c->loop, url, cf->namesrv_addr_refresh_interval, 3000,
-                               on_nsaddr_list, c, &c->nsaddr, errstr, errstr_size);
+    int rc =
+        rmq__nsaddr_start(&c->loop, url, cf->namesrv_addr_refresh_interval, RMQ_NSADDR_TIMEOUT_MS,
+                          on_nsaddr_list, c, &c->nsaddr, errstr, errstr_size);
     if (!rc) rmq_log_info("client", "name server list from the address service %s", url);
     free(url);
     return rc;

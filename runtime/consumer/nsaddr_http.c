@@ -31,6 +31,7 @@ struct rmq_nsaddr {
     char *path;
     int64_t interval_ms, timeout_ms;
     rmq_nsaddr_cb cb;
+    rmq_nsaddr_fail_cb on_fail; /* a failure before the first list, else NULL (logged) */
     void *ud;
     uv_timer_t t_iv, t_to;
     uv_tcp_t tcp;
@@ -84,17 +85,25 @@ static void printable(const char *s, size_t len, char *out, size_t out_size)
     out[k] = 0;
 }
 
+/* A fetch failed (msg names the URL and the fault): told to on_fail while no list was taken, else
+ * logged. */
+static void failed(rmq_nsaddr_t *n, const char *msg)
+{
+    if (n->on_fail && !n->last)
+        n->on_fail(n->ud, msg);
+    else
+        rmq_log_warn("namesrv", "%s; keeping the last name server list", msg);
+}
+
 /* The fetch ended: err is NULL when body/len holds a 200 answer. Closes the connection; the next
  * fetch may start once it is closed. */
 static void fetch_end(rmq_nsaddr_t *n, const char *err, const char *body, size_t len)
 {
-    char e[256], shown[128];
+    char e[256], shown[128], msg[1024];
+    msg[0] = 0;
     uv_timer_stop(&n->t_to);
     if (err) {
-        rmq_log_warn("namesrv",
-                     "name server address service %s: %s; keeping the last name "
-                     "server list",
-                     n->url, err);
+        snprintf(msg, sizeof msg, "name server address service %s: %s", n->url, err);
     } else {
         /* TopAddressing.clearNewLine: trimmed, line breaks removed. */
         char *s = rmq__xstrndup(body, len), *w = s;
@@ -109,18 +118,14 @@ static void fetch_end(rmq_nsaddr_t *n, const char *err, const char *body, size_t
             a[--al] = 0;
         printable(a, al, shown, sizeof shown);
         if (!al) {
-            rmq_log_warn("namesrv",
-                         "name server address service %s answered an empty body; "
-                         "keeping the last name server list",
-                         n->url);
+            snprintf(msg, sizeof msg, "name server address service %s answered an empty body",
+                     n->url);
         } else if (n->last && strcmp(n->last, a) == 0) {
             rmq_dbg(RMQ_DBG_NAMESRV, "namesrv", "name server address service %s: unchanged (%s)",
                     n->url, shown);
         } else if (n->cb(n->ud, a, e, sizeof e)) {
-            rmq_log_warn("namesrv",
-                         "name server address service %s answered \"%s\": %s; keeping "
-                         "the last name server list",
-                         n->url, shown, e);
+            snprintf(msg, sizeof msg, "name server address service %s answered \"%s\": %s", n->url,
+                     shown, e);
         } else {
             rmq_log_info("namesrv", "name server list from %s: %s", n->url, a);
             free(n->last);
@@ -128,6 +133,7 @@ static void fetch_end(rmq_nsaddr_t *n, const char *err, const char *body, size_t
         }
         free(s);
     }
+    if (msg[0]) failed(n, msg);
     n->in.len = 0;
     if (n->tcp_open) {
         n->tcp_open = 0;
@@ -330,6 +336,11 @@ int rmq__nsaddr_start(uv_loop_t *loop, const char *url, int64_t interval_ms, int
     uv_timer_start(&n->t_iv, fetch, 0, (uint64_t)interval_ms);
     *out = n;
     return 0;
+}
+
+void rmq__nsaddr_on_first_failure(rmq_nsaddr_t *n, rmq_nsaddr_fail_cb cb)
+{
+    n->on_fail = cb;
 }
 
 void rmq__nsaddr_close(rmq_nsaddr_t *n)

@@ -4,6 +4,7 @@
 local helpers = require "helpers"
 local ffi = require "ffi"
 local bit = require "bit"
+local rh = require "run_helpers"
 local raw = dofile(helpers.root .. "/spec/02-integration/02-producer/rawmq.lua")
 
 require "devbroker_ffi" -- rmq_devbroker_* for helpers.lib()
@@ -79,6 +80,10 @@ describe("rmqlua send (usage)", function()
         "--body-template and --size exclude each other"},
       {"send --namesrv 127.0.0.1:1 --topic T --count 1 --body-template /nonexistent/t",
         "cannot open /nonexistent/t"},
+      {"send --topic T --set namesrv_domain=127.0.0.1:99999", "rmqlua send: --set namesrv_domain: "
+        .. "name server address service \"http://127.0.0.1:99999/rocketmq/nsaddr\": bad host or port"},
+      {"send --topic T --set namesrv_addr_refresh_interval=5",
+        "--set namesrv_addr_refresh_interval: not an option of rmqlua send"},
     }
     for _, c in ipairs(cases) do
       local rc, out = helpers.run("NAMESRV_ADDR= " .. bin .. " " .. c[1] .. " < /dev/null")
@@ -427,5 +432,60 @@ describe("rmqlua send (failing name server)", function()
     assert.equal(1, rc, out)
     assert.matches("no route info for the topic", out, 1, true)
     assert.matches("TOPIC_NOT_EXIST", out, 1, true)
+  end)
+end)
+
+describe("rmqlua send (name server address service)", function()
+  -- `rmqlua send --topic NsHttpT ARGS` with $NAMESRV_ADDR as env_ns says (unset when nil) and
+  -- the address service of svc: exit code and output.
+  local function send_by(svc, args, env_ns)
+    return helpers.run(("%s %s send --topic NsHttpT --set namesrv_domain=%s %s < /dev/null")
+      :format(env_ns and "NAMESRV_ADDR=" .. env_ns or "env -u NAMESRV_ADDR", bin, svc.domain, args))
+  end
+
+  it("sends through the name server the service names when neither --namesrv nor NAMESRV_ADDR is given", function()
+    local db, ns = start_broker("--topic NsHttpT:2")
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local svc = rh.address_service("ns-send", ns .. "\n")
+    local rc, out = send_by(svc, "--set namesrv_domain_subgroup=ns-send --count 5")
+    assert.equal(0, rc, out)
+    assert.matches("sent 5, failed 0", out, 1, true)
+    assert.matches("name server list from " .. svc.url .. ": " .. ns, out, 1, true)
+    assert.equal(5, lib.rmq_devbroker_count(db, ALL, SEND_V2))
+    assert.is_true(lib.rmq_devbroker_count(db, NAMESRV, ROUTE) > 0)
+
+    -- NAMESRV_ADDR comes first: the service (now down) is not asked.
+    svc.stop()
+    rc, out = send_by(svc, "--set namesrv_domain_subgroup=ns-send --count 2", ns)
+    assert.equal(0, rc, out)
+    assert.matches("sent 2, failed 0", out, 1, true)
+    assert.is_nil(out:find("address service", 1, true), out)
+    assert.equal(7, lib.rmq_devbroker_count(db, ALL, SEND_V2))
+  end)
+
+  it("names the URL and the fault and exits 1 when the service gives no list: garbage, empty, 404, down", function()
+    local db = start_broker("--topic NsHttpT:2")
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local svc = rh.address_service("nsaddr", "no address here\n") -- the default subgroup
+    local rc, out = send_by(svc, "--count 3")
+    assert.equal(1, rc, out)
+    assert.matches("rmqlua send: name server address service " .. svc.url
+      .. " answered \"no address here\": bad name server address", out, 1, true)
+    svc.set("\r\n")
+    rc, out = send_by(svc, "--count 3")
+    assert.equal(1, rc, out)
+    assert.matches("rmqlua send: name server address service " .. svc.url
+      .. " answered an empty body", out, 1, true)
+    rc, out = send_by(svc, "--count 3 --set namesrv_domain_subgroup=other")
+    assert.equal(1, rc, out)
+    assert.matches("rmqlua send: name server address service http://" .. svc.domain
+      .. "/rocketmq/other: HTTP status 404", out, 1, true)
+    svc.stop()
+    rc, out = send_by(svc, "--count 3")
+    assert.equal(1, rc, out)
+    assert.matches("rmqlua send: name server address service " .. svc.url .. ": cannot connect",
+      out, 1, true)
+    assert.equal(0, lib.rmq_devbroker_count(db, NAMESRV, ROUTE))
+    assert.equal(0, lib.rmq_devbroker_count(db, ALL, SEND_V2))
   end)
 end)

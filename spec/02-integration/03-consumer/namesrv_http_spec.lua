@@ -23,19 +23,12 @@ describe("consumer: name server from an HTTP address service", function()
     local db1, ns1 = cons.test_broker("--broker-name nsa --topic " .. TOPIC .. ":2")
     local db2, ns2 = cons.test_broker("--broker-name nsb --topic " .. TOPIC .. ":2")
     local dir = cons.tmpdir("nshttp")
-    local www = dir .. "/www"
-    assert(os.execute("mkdir -p " .. helpers.shq(www .. "/rocketmq")) == 0)
-    rh.replace(www .. "/rocketmq", "ns-spec", ns1 .. "\n")
-    local slog = dir .. "/http.log"
-    local spid = helpers.spawn("/usr/bin/python3 -u -m http.server --bind 127.0.0.1 --directory "
-      .. helpers.shq(www) .. " 0", { log = slog })
-    local port = helpers.wait_until(function()
-      return cons.read(slog):match("port (%d+)")
-    end, 20, "the HTTP server's port")
+    local svc = rh.address_service("ns-spec", ns1 .. "\n")
+    local port = svc.domain:match("%d+$")
     local out = dir .. "/out.txt"
     local s = cons.script(dir, { group = GROUP, ns = "", topic = TOPIC, out = out,
       extra = string.format("namesrv_domain = %q, namesrv_domain_subgroup = \"ns-spec\", "
-        .. "namesrv_addr_refresh_interval = 300,", "127.0.0.1:" .. port) })
+        .. "namesrv_addr_refresh_interval = 300,", svc.domain) })
     local log = dir .. "/run.log"
     local pid = cons.spawn(s, log, "--metrics 127.0.0.1:0")
     local url = cons.metrics_url(log)
@@ -52,17 +45,17 @@ describe("consumer: name server from an HTTP address service", function()
       .. ns1, cons.read(log), 1, true)
 
     -- A garbage answer keeps the list.
-    rh.replace(www .. "/rocketmq", "ns-spec", "no address here\n")
+    svc.set("no address here\n")
     helpers.wait_until(function()
       return cons.read(log):find("answered \"no address here\"", 1, true)
     end, 30, "the garbage answer logged")
     assert.matches("keeping the last name server list", cons.read(log), 1, true)
     -- So do an answer longer than 4096 bytes and an empty one.
-    rh.replace(www .. "/rocketmq", "ns-spec", string.rep(ns2 .. ";", 400))
+    svc.set(string.rep(ns2 .. ";", 400))
     helpers.wait_until(function()
       return cons.read(log):find("answer longer than 4096 bytes", 1, true)
     end, 30, "the long answer logged")
-    rh.replace(www .. "/rocketmq", "ns-spec", "\r\n")
+    svc.set("\r\n")
     helpers.wait_until(function()
       return cons.read(log):find("answered an empty body", 1, true)
     end, 30, "the empty answer logged")
@@ -70,7 +63,7 @@ describe("consumer: name server from an HTTP address service", function()
     helpers.wait_until(consumed_all(out, "c", 10), 60, "the first broker's later messages")
 
     -- The answer changes: the consumer follows it to the second broker.
-    rh.replace(www .. "/rocketmq", "ns-spec", ns2 .. "\n")
+    svc.set(ns2 .. "\n")
     helpers.wait_until(function()
       return cons.read(log):find("/rocketmq/ns-spec: " .. ns2, 1, true)
     end, 30, "the second name server taken")
@@ -78,7 +71,7 @@ describe("consumer: name server from an HTTP address service", function()
     helpers.wait_until(consumed_all(out, "b", 20), 60, "the second broker's messages")
 
     -- The service down: the list is kept, consumption goes on.
-    helpers.kill(spid, "KILL")
+    svc.stop()
     helpers.wait_until(function()
       local l = cons.read(log)
       return l:find("name server address service http://127.0.0.1:" .. port

@@ -314,6 +314,36 @@ describe("rmqlua redrive", function()
     assert.matches("rmqlua redrive: done, %DLQ%RxG: ", out, 1, true) -- the run ends as usual
   end)
 
+  it("reads and moves through the name server of the address service when neither --namesrv nor NAMESRV_ADDR is given", function()
+    -- The group's dead-letter and retry topics, one queue each, as a broker makes them.
+    lib.rmq_devbroker_create_topic(db, 0, "%DLQ%RnG", 1)
+    lib.rmq_devbroker_create_topic(db, 0, "%RETRY%RnG", 1)
+    for i = 1, 3 do produce("%DLQ%RnG", 0, "rn" .. i, nil, nil, { RETRY_TOPIC = "RnO" }) end
+    local svc = rh.address_service("ns-redrive", ns .. "\n")
+    local function run(args)
+      return helpers.run(string.format("env -u NAMESRV_ADDR timeout %d %s redrive --group RnG "
+        .. "--set namesrv_domain=%s --set namesrv_domain_subgroup=ns-redrive %s",
+        math.floor(60 * helpers.scale), helpers.bin, svc.domain, args))
+    end
+    local out = rh.expect(run, "", 0, "3 moved to %RETRY%RnG",
+      "name server list from " .. svc.url .. ": " .. ns)
+    assert.are.equal(3, count("%RETRY%RnG"), out)
+    assert.are.equal(3, progress("RnG"))
+
+    -- The service gives no list: the URL and the fault named, exit 1, nothing read or moved.
+    produce("%DLQ%RnG", 0, "rn4", nil, nil, { RETRY_TOPIC = "RnO" })
+    svc.set("\n")
+    rh.expect(run, "", 1, "rmqlua redrive: name server address service " .. svc.url
+      .. " answered an empty body")
+    svc.stop()
+    rh.expect(run, "", 1, "rmqlua redrive: name server address service " .. svc.url
+      .. ": cannot connect")
+    rh.expect(run, "--set namesrv_addr_refresh_interval=5", 2,
+      "--set namesrv_addr_refresh_interval: not an option of rmqlua redrive")
+    assert.are.equal(3, count("%RETRY%RnG"))
+    assert.are.equal(3, progress("RnG"))
+  end)
+
   it("has nothing to do for a group without dead letters, and wants --group", function()
     rh.expect(redrive, "--group NoDeadLetters", 0,
       "nothing to redrive: %DLQ%NoDeadLetters does not exist")

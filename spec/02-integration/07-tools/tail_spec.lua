@@ -20,7 +20,8 @@ local function now_ms()
   return tonumber(tv.tv_sec) * 1000 + math.floor(tonumber(tv.tv_usec) / 1000)
 end
 
-local PULL = 11
+local PULL, ROUTE = 11, 105
+local NAMESRV = rh.NAMESRV
 local TOPIC = "TailT"
 
 local db, ns
@@ -333,3 +334,84 @@ return {
       1, "topic NoSuchTopic does not exist")
   end)
 end)
+
+describe("rmqlua tail (name server address service)", function()
+  local NS_TOPIC = "NsTailT"
+
+  -- `rmqlua tail NsTailT ARGS` with $NAMESRV_ADDR unset and the address service of svc (ended
+  -- after 60 s, scaled, unless background).
+  local function tail_cmd(svc, args, background)
+    return string.format("env -u NAMESRV_ADDR %s %s tail %s --set namesrv_domain=%s "
+      .. "--set namesrv_domain_subgroup=ns-tail --format 'M %%q %%o %%s' %s",
+      background and "" or "timeout " .. math.floor(60 * helpers.scale), helpers.bin, NS_TOPIC,
+      svc.domain, args)
+  end
+
+  local function broker_with(n)
+    local tdb, tns = rh.start_broker("--topic " .. NS_TOPIC .. ":2")
+    helpers.defer(function() lib.rmq_devbroker_stop(tdb) end)
+    for i = 1, n do
+      local body = "n" .. i
+      assert(lib.rmq_devbroker_produce(tdb, 0, NS_TOPIC, (i - 1) % 2, nil, nil, body, #body) >= 0)
+    end
+    return tdb, tns
+  end
+
+  it("reads through the name server the service names when neither --namesrv nor NAMESRV_ADDR is given", function()
+    local _, tns = broker_with(4)
+    local svc = rh.address_service("ns-tail", tns .. "\n")
+    local rc, out = helpers.run(tail_cmd(svc, "--from first -e"))
+    assert.equal(0, rc, out)
+    assert.same({ "0:0:n1", "0:1:n3", "1:0:n2", "1:1:n4" }, got_of(out))
+  end)
+
+  it("asks again every namesrv_addr_refresh_interval ms, connects by the new list, keeps the last good one", function()
+    local tdb, tns = broker_with(3)
+    -- The first list names a port nothing listens on: the route request fails and is retried.
+    local svc = rh.address_service("ns-tail", "127.0.0.1:1\n")
+    local log = helpers.tmpdir("tail-nsaddr") .. "/out"
+    local rcf = log .. ".rc"
+    local pid = helpers.spawn(tail_cmd(svc, "--from first --set namesrv_addr_refresh_interval=300", true),
+      { log = log, rc = rcf })
+    helpers.wait_until(function()
+      return rh.read(log):find("route of " .. NS_TOPIC, 1, true)
+    end, 30, "a failed route request through 127.0.0.1:1")
+    assert.equal(0, lib.rmq_devbroker_count(tdb, NAMESRV, ROUTE))
+    -- The service names the development broker's name server: the next route request uses it.
+    svc.set(tns .. "\n")
+    helpers.wait_until(function() return #got_of(rh.read(log)) == 3 end, 30, "the 3 messages")
+    assert.matches("name server list from " .. svc.url .. ": " .. tns, rh.read(log), 1, true)
+    assert.is_true(lib.rmq_devbroker_count(tdb, NAMESRV, ROUTE) > 0)
+    -- Garbage, then the service down: logged with the URL, the list kept, tail reads on.
+    svc.set("no address here\n")
+    helpers.wait_until(function()
+      return rh.read(log):find(svc.url .. " answered \"no address here\"", 1, true)
+    end, 30, "the garbage answer logged")
+    svc.stop()
+    helpers.wait_until(function()
+      return rh.read(log):find(svc.url .. ": cannot connect", 1, true)
+    end, 30, "the failed fetch logged")
+    assert.matches("keeping the last name server list", rh.read(log), 1, true)
+    assert.is_true(helpers.alive(pid))
+    assert(lib.rmq_devbroker_produce(tdb, 0, NS_TOPIC, 0, nil, nil, "late", 4) >= 0)
+    helpers.wait_until(function() return #got_of(rh.read(log)) == 4 end, 30, "the later message")
+    helpers.kill(pid, "TERM")
+    assert.equal(0, rh.exit_code(rcf), rh.read(log))
+  end)
+
+  it("names the URL and the fault and exits 1 when the service gives no list at start", function()
+    local svc = rh.address_service("ns-tail", "no address here\n")
+    local rc, out = helpers.run(tail_cmd(svc, "-e"))
+    assert.equal(1, rc, out)
+    assert.matches("rmqlua tail: name server address service " .. svc.url
+      .. " answered \"no address here\": bad name server address", out, 1, true)
+    svc.stop()
+    rc, out = helpers.run(tail_cmd(svc, "-e"))
+    assert.equal(1, rc, out)
+    assert.matches("rmqlua tail: name server address service " .. svc.url .. ": cannot connect",
+      out, 1, true)
+    rh.expect(helpers.run, tail_cmd(svc, "--set namesrv_addr_refresh_interval=0"), 2,
+      "--set namesrv_addr_refresh_interval:")
+  end)
+end)
+

@@ -2,7 +2,8 @@
  * test_nsaddr_http.c -- the address service fetcher (consumer/nsaddr_http.c) against a real
  * local TCP server on the test's loop: the URL Java builds, a close-delimited answer, a
  * Content-Length answer on a connection left open, a status other than 200, a chunked answer and
- * a server that never answers (the fetch times out and the next one works); the fetcher closes
+ * a server that never answers (the fetch times out and the next one works); a failure before the
+ * first list told to the caller (rmq__nsaddr_on_first_failure), later ones not; the fetcher closes
  * with no handle left behind. Single-threaded: the test's loop.
  */
 #include "consumer/nsaddr_http.h"
@@ -18,8 +19,8 @@ enum { M_CLOSE, M_LENGTH_OPEN, M_404, M_CHUNKED, M_SILENT };
 static int mode;
 static uv_tcp_t server;
 static uv_tcp_t *clients[64];
-static int n_clients, n_lists;
-static char last_list[256];
+static int n_clients, n_lists, n_fails;
+static char last_list[256], fail_msg[512];
 
 static void on_client_closed(uv_handle_t *h)
 {
@@ -91,6 +92,13 @@ static int on_list(void *ud, const char *list, char *errstr, size_t errstr_size)
     return 0;
 }
 
+static void on_fail(void *ud, const char *msg)
+{
+    (void)ud;
+    snprintf(fail_msg, sizeof fail_msg, "%s", msg);
+    n_fails++;
+}
+
 static void test_url(void)
 {
     char *u = rmq__nsaddr_url("jmenv.tbsite.net", "nsaddr", NULL);
@@ -150,6 +158,26 @@ static void test_answers(void)
     mode = M_CLOSE;
     WAIT_UNTIL(n_lists == 3, 5000);
     CHECK(!strcmp(last_list, "127.0.0.1:1;127.0.0.1:2"));
+    CHECK(n_fails == 0);
+    rmq__nsaddr_close(n);
+
+    /* A failure before the first list goes to the caller, naming the URL and the fault; once a
+     * list was taken, failures are logged again (the last list stays). */
+    mode = M_404;
+    CHECK(rmq__nsaddr_start(loop, url, 100, 300, on_list, NULL, &n, err, sizeof err) == 0);
+    rmq__nsaddr_on_first_failure(n, on_fail);
+    WAIT_UNTIL(n_fails >= 1, 5000);
+    CHECK(strstr(fail_msg, url) != NULL);
+    CHECK(strstr(fail_msg, "HTTP status 404") != NULL);
+    CHECK(n_lists == 3);
+    mode = M_CLOSE;
+    WAIT_UNTIL(n_lists == 4, 5000);
+    int fails = n_fails;
+    mode = M_404;
+    before = n_clients;
+    WAIT_UNTIL(n_clients >= before + 2, 5000);
+    CHECK(n_fails == fails);
+    CHECK(n_lists == 4);
 
     rmq__nsaddr_close(n);
     for (int i = 0; i < n_clients; i++)
