@@ -87,10 +87,14 @@ int rmq__cli_conn_namesrv(rmq_cli_conn_t *cc)
     if (!cc->namesrv) cc->namesrv = getenv("NAMESRV_ADDR");
     if (cc->namesrv && *cc->namesrv) return 0;
     cc->namesrv = NULL;
+    /* The environment's ROCKETMQ_NAMESRV_DOMAIN(_SUBGROUP) come with the options' defaults. */
+    const char *dom = getenv("ROCKETMQ_NAMESRV_DOMAIN");
+    if (!cc->conf && dom && *dom) cc->conf = rmq__conf_new();
     if (cc->conf && cc->conf->namesrv_domain && *cc->conf->namesrv_domain) return 0;
     fprintf(stderr,
             "rmqlua %s: --namesrv is required (or set NAMESRV_ADDR, or --set "
-            "namesrv_domain=HOST[:PORT] for a name server address service)\n",
+            "namesrv_domain=HOST[:PORT] or ROCKETMQ_NAMESRV_DOMAIN for a name server address "
+            "service)\n",
             cc->cmd);
     return -1;
 }

@@ -353,8 +353,8 @@ static const rmq_conf_prop_t props[] = {
     /* ClientConfig */
     {"namesrv_addr", "namesrvAddr", RMQ_CONF_STRING, OFF(namesrv_addr), "env NAMESRV_ADDR", NOLIM,
      "host:port;host:port", NULL, NULL, F_DYNAMIC, "Name server addresses."},
-    {"namesrv_domain", NULL, RMQ_CONF_STRING, OFF(namesrv_domain), NULL,
-     NOLIM, "host or host:port", NULL, NULL, 0,
+    {"namesrv_domain", NULL, RMQ_CONF_STRING, OFF(namesrv_domain),
+     "env ROCKETMQ_NAMESRV_DOMAIN", NOLIM, "host or host:port", NULL, NULL, F_DYNAMIC,
      "Name server address service (Java's system property rocketmq.namesrv.domain): when "
      "namesrv_addr is not set, the list is fetched from "
      "http://<namesrv_domain>:8080/rocketmq/<namesrv_domain_subgroup> (a domain with a port is "
@@ -363,7 +363,8 @@ static const rmq_conf_prop_t props[] = {
      "assumed)."},
     {"namesrv_domain_subgroup", NULL, RMQ_CONF_STRING,
      OFF(namesrv_domain_subgroup), "nsaddr", NOLIM, NULL, NULL, NULL, 0,
-     "Last part of the address service's URL (Java's rocketmq.namesrv.domain.subgroup)."},
+     "Last part of the address service's URL (Java's rocketmq.namesrv.domain.subgroup); the "
+     "environment's ROCKETMQ_NAMESRV_DOMAIN_SUBGROUP, when set, replaces the default."},
     {"namesrv_addr_refresh_interval", NULL, RMQ_CONF_INT, OFF(namesrv_addr_refresh_interval),
      "120000", 1, INT32_MAX, NULL, NULL, NULL, 0,
      "Period of the address service fetch, ms (Java: a fixed 2 minutes)."},
@@ -793,6 +794,14 @@ rmq_conf_t *rmq__conf_new(void)
     {
         const char *ns = getenv("NAMESRV_ADDR");
         c->namesrv_addr = ns && *ns ? rmq__xstrdup(ns) : NULL;
+        /* Java's system properties rocketmq.namesrv.domain(.subgroup), as the environment. */
+        const char *dom = getenv("ROCKETMQ_NAMESRV_DOMAIN");
+        c->namesrv_domain = dom && *dom ? rmq__xstrdup(dom) : NULL;
+        const char *sub = getenv("ROCKETMQ_NAMESRV_DOMAIN_SUBGROUP");
+        if (sub && *sub) {
+            free(c->namesrv_domain_subgroup);
+            c->namesrv_domain_subgroup = rmq__xstrdup(sub);
+        }
     }
     c->local_offset_store_dir = expand_path("~/.rocketmq_offsets");
     return c;

@@ -463,6 +463,18 @@ describe("rmqlua send (name server address service)", function()
     assert.equal(7, lib.rmq_devbroker_count(db, ALL, SEND_V2))
   end)
 
+  it("takes the service from the environment (ROCKETMQ_NAMESRV_DOMAIN, ..._SUBGROUP)", function()
+    local db, ns = start_broker("--topic NsHttpT:2")
+    helpers.defer(function() lib.rmq_devbroker_stop(db) end)
+    local svc = rh.address_service("ns-envsend", ns .. "\n")
+    local rc, out = helpers.run(("env -u NAMESRV_ADDR ROCKETMQ_NAMESRV_DOMAIN=%s "
+      .. "ROCKETMQ_NAMESRV_DOMAIN_SUBGROUP=ns-envsend %s send --topic NsHttpT --count 4 < /dev/null")
+      :format(svc.domain, bin))
+    assert.equal(0, rc, out)
+    assert.matches("name server list from " .. svc.url .. ": " .. ns, out, 1, true)
+    assert.equal(4, lib.rmq_devbroker_count(db, ALL, SEND_V2))
+  end)
+
   it("names the URL and the fault and exits 1 when the service gives no list: garbage, empty, 404, down", function()
     local db = start_broker("--topic NsHttpT:2")
     helpers.defer(function() lib.rmq_devbroker_stop(db) end)

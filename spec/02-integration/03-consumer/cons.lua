@@ -136,10 +136,10 @@ end
 
 -- Start `rmqlua run script` in the background; returns the pid. Output goes to log, and the
 -- exit code to log .. ".rc" once it exited (M.exit_code).
-function M.spawn(script, log, args)
+function M.spawn(script, log, args, env)
   os.remove(log .. ".rc")
-  local cmd = string.format("(%s run %s %s > %q 2>&1 < /dev/null & echo $!; wait $!; echo $? > %q) &",
-    helpers.bin, script, args or "", log, log .. ".rc")
+  local cmd = string.format("(%s %s run %s %s > %q 2>&1 < /dev/null & echo $!; wait $!; echo $? > %q) &",
+    env or "", helpers.bin, script, args or "", log, log .. ".rc")
   local p = io.popen(cmd)
   local pid = tonumber(p:read("*l"))
   p:close()

@@ -83,4 +83,20 @@ describe("consumer: name server from an HTTP address service", function()
     cons.stop(pid)
     assert.equal(0, cons.exit_code(log))
   end)
+
+  it("takes the service from the environment (ROCKETMQ_NAMESRV_DOMAIN, ..._SUBGROUP) when the script names none", function()
+    local db, ns = cons.test_broker("--broker-name nse --topic " .. TOPIC .. ":2")
+    local dir = cons.tmpdir("nshttp-env")
+    local svc = rh.address_service("ns-env", ns .. "\n")
+    local out = dir .. "/out.txt"
+    local s = cons.script(dir, { group = GROUP .. "_env", ns = "", topic = TOPIC, out = out })
+    local log = dir .. "/run.log"
+    local pid = cons.spawn(s, log, "", string.format("env -u NAMESRV_ADDR ROCKETMQ_NAMESRV_DOMAIN=%s "
+      .. "ROCKETMQ_NAMESRV_DOMAIN_SUBGROUP=ns-env", svc.domain))
+    rh.produce_n(db, TOPIC, 10, "e")
+    helpers.wait_until(consumed_all(out, "e", 10), 60, "the messages found through the environment's service")
+    assert.matches("name server list from " .. svc.url .. ": " .. ns, cons.read(log), 1, true)
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(log))
+  end)
 end)
