@@ -20,9 +20,13 @@
 
 int rmq__assign_by_broker(const rmq_consumer_t *c)
 {
-    /* RebalancePushImpl.clientRebalance: orderly and BROADCASTING always allocate here. */
-    return !c->conf->client_rebalance && !c->orderly &&
-           c->conf->message_model == RMQ_MODEL_CLUSTERING && !c->assign_unsupported;
+    /* RebalancePushImpl.clientRebalance: BROADCASTING always allocates here. Java 5.3.3 does
+     * so for an orderly consumer too ("order pop consume not implement yet"); here one whose
+     * client_rebalance is false asks the broker, and pops its POP queues with order=true
+     * (pop.c). client_rebalance is true by default: an orderly consumer allocates here and
+     * pulls unless told otherwise, as in Java. */
+    return !c->conf->client_rebalance && c->conf->message_model == RMQ_MODEL_CLUSTERING &&
+           !c->assign_unsupported;
 }
 
 typedef struct assign_q {

@@ -4,7 +4,9 @@
  * UNLOCK_BATCH_MQ when a queue leaves), one batch per queue in the pool at a time, taken from the
  * front of the process queue, committed in offset order; SUSPEND re-runs the same messages after
  * suspend_current_queue_time_millis, and a message that reached max_reconsume_times goes to
- * %DLQ%<group> through the producer (checkReconsumeTimes).
+ * %DLQ%<group> through the producer (checkReconsumeTimes). The entry of a queue popped in
+ * order (orderly POP, pop.c) is dispatched the same way, without a broker lock (the broker's
+ * order is one), and its results are pop.c's (c->hook_pop_result).
  *
  * Ownership: a batch of an orderly queue is a view of the first messages the process queue holds;
  * they stay owned by the process queue until the batch commits them (then they are released),
@@ -162,8 +164,9 @@ void rmq__orderly_lock_all_timer(uv_timer_t *t)
     rmq_qent_t **qs = rmq__xmalloc(sizeof(*qs) * (size_t)c->n_queues);
     char *done = rmq__xcalloc((size_t)c->n_queues, 1);
     int nq = 0;
-    for (rmq_qent_t *q = c->queues; q; q = q->next) qs[nq++] = q;
-    rmq_qent_t **group = rmq__xmalloc(sizeof(*group) * (size_t)nq);
+    for (rmq_qent_t *q = c->queues; q; q = q->next)
+        if (!q->pop) qs[nq++] = q; /* a POP entry's order is the broker's (pop.c) */
+    rmq_qent_t **group = rmq__xmalloc(sizeof(*group) * ((size_t)nq + 1));
     for (int i = 0; i < nq; i++) {
         if (done[i] || qs[i]->pq.state == RMQ_PQ_STARTING) continue;
         int n = 0;
@@ -249,6 +252,22 @@ void rmq__orderly_lock_orphaned(rmq_qent_t *q)
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
+/* An orderly POP batch carries the extraInfo of each of its messages (copies of pop.c's) and
+ * the popped messages' deadline, as a concurrent POP batch does. */
+static void pop_attach(rmq_qent_t *q, rmq_cbatch_t *cb)
+{
+    int n = cb->b.n;
+    cb->pop_ck = rmq__xcalloc((size_t)n + 1, sizeof(char *));
+    cb->pop_n = n;
+    cb->pop_deadline_ms = q->pop_ord_deadline_ms;
+    for (int i = 0; i < n; i++) {
+        const char *ck = "";
+        for (int k = 0; k < q->pop_ord_n; k++)
+            if (q->pop_ord[k].off == cb->msgs[i]->queue_offset) ck = q->pop_ord[k].ck;
+        cb->pop_ck[i] = rmq__xstrdup(ck);
+    }
+}
+
 static void on_dtimer(uv_timer_t *t);
 
 static void dispatch_later(rmq_qent_t *q, int64_t ms, int relock)
@@ -289,7 +308,9 @@ void rmq__orderly_dispatch(rmq_qent_t *q)
         if (older_batch_in_pool(c, q)) return;
         q->after_revoke = 0;
     }
-    if (c->conf->message_model == RMQ_MODEL_CLUSTERING &&
+    /* An orderly POP entry needs no lock: the broker hands a queue's next messages to nobody
+     * while the last ones are neither acked nor visible again (pop.c). */
+    if (!q->pop && c->conf->message_model == RMQ_MODEL_CLUSTERING &&
         (!q->locked || rmq__mono_ms() - q->last_lock_ms > RMQ_LOCK_MAX_LIVE_MS)) {
         dispatch_later(q, 100, 1);
         return;
@@ -310,7 +331,8 @@ void rmq__orderly_dispatch(rmq_qent_t *q)
     rmq_cbatch_t *cb = rmq__cbatch_new(q, take, n);
     if (take != stack) free(take);
     cb->b.orderly = 1;
-    cb->need_lock = c->conf->message_model == RMQ_MODEL_CLUSTERING;
+    cb->need_lock = !q->pop && c->conf->message_model == RMQ_MODEL_CLUSTERING;
+    if (q->pop) pop_attach(q, cb);
     q->consuming = 1;
     /* Any idle consume thread takes it, as Java submits each queue's ConsumeRequest to the one
      * shared pool; q->consuming keeps it to one batch per queue (Java's per-queue lock), and the
@@ -395,10 +417,43 @@ static void on_dlq_sent(void *ud, int err, const rmq_send_result_t *res, const c
     if (--x->pending == 0) settle(x);
 }
 
+int rmq__orderly_send_dlq(rmq_consumer_t *c, const rmq_msg_t *m, rmq_send_cb cb, void *ud,
+                          char *errstr, size_t errstr_size)
+{
+    if (!c->producer) {
+        snprintf(errstr, errstr_size, "no producer to send it with");
+        return RMQ_ERR_STATE;
+    }
+    char id[64];
+    if (m->uniq_key_len > 0 && m->uniq_key_len < 57) {
+        memcpy(id, m->uniq_key, m->uniq_key_len);
+        id[m->uniq_key_len] = 0;
+    } else {
+        rmq_msg_offset_msg_id(m, id);
+    }
+    char *topic = rmq__c_wire_topic(c, m);
+    /* RECONSUME_TIME >= max makes the broker store it in %DLQ%<group>. */
+    int rt = m->reconsume_times > c->max_reconsume ? m->reconsume_times : c->max_reconsume;
+    int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len,
+                                      m->flag, m->props, m->props_len, id, rt - 1,
+                                      c->max_reconsume, cb, ud, errstr, errstr_size);
+    free(topic);
+    return rc;
+}
+
 void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
 {
     rmq_batch_t *b = &cb->b;
     rmq_qent_t *q = cb->q;
+    if (q->pop) {
+        /* rmq__pop_result: acks, invisible times, the queue's next batch or its next pop. */
+        int dropped = q->pq.state == RMQ_PQ_DROPPED;
+        rmq__qent_keep(q);
+        c->hook_pop_result(c, cb);
+        if (dropped) dropped_batch_over(c, q);
+        rmq__qent_release(q);
+        return;
+    }
     /* While the consumer drains (a graceful stop), results still apply: Java's
      * processConsumeResult commits what finished within awaitTerminationMillisWhenShutdown, and
      * persistAll then stores it. No new batch starts (rmq__orderly_dispatch needs RUNNING). */
@@ -451,24 +506,11 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
             m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);
             continue;
         }
-        char id[64], err[256];
-        if (m->uniq_key_len > 0 && m->uniq_key_len < 57) {
-            memcpy(id, m->uniq_key, m->uniq_key_len);
-            id[m->uniq_key_len] = 0;
-        } else {
-            rmq_msg_offset_msg_id(m, id);
-        }
-        char *topic = rmq__c_wire_topic(c, m);
-        /* RECONSUME_TIME >= max makes the broker store it in %DLQ%<group>. */
-        int rt = m->reconsume_times > c->max_reconsume ? m->reconsume_times : c->max_reconsume;
+        char err[256];
         dlq_one_t *o = rmq__xcalloc(1, sizeof(*o));
         o->x = x;
         o->idx = i;
-        int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len,
-                                          m->flag, m->props, m->props_len, id, rt - 1,
-                                          c->max_reconsume, on_dlq_sent, o, err, sizeof(err));
-        free(topic);
-        if (rc) {
+        if (rmq__orderly_send_dlq(c, m, on_dlq_sent, o, err, sizeof(err))) {
             rmq_log_warn("orderly", "%s: cannot send offset %" PRId64 " to the DLQ: %s",
                          q->name, m->queue_offset, err);
             m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);

@@ -127,7 +127,19 @@ typedef struct rmq_qent {
      * process queue and no offset (the broker keeps the group's). */
     int pop;
     int pop_waiting;       /* popped, not yet acked or changed (PopProcessQueue waitAckCounter) */
+    /* pop.c, orderly POP (an entry of one message queue, popped with order=true): the process
+     * queue holds the popped messages, consume_orderly.c dispatches them one batch at a time,
+     * and pop_ord keeps the extraInfo of each (by queue offset; owned). */
+    struct rmq_pop_ord *pop_ord;
+    int pop_ord_n;
+    int64_t pop_ord_deadline_ms; /* popTime + invisibleTime of the popped messages */
 } rmq_qent_t;
+
+/* The extraInfo (POP_CK) of one message an orderly POP entry holds. */
+typedef struct rmq_pop_ord {
+    int64_t off;
+    char *ck;
+} rmq_pop_ord_t;
 
 /* A queue's lag: the broker's max offset past the committed offset (the pull position before
  * any commit); 0 while the max is unknown. The status line, /stats and /metrics use it, and it
@@ -423,8 +435,14 @@ void rmq__orderly_lock_orphaned(rmq_qent_t *q);
 /* Hand the next batch of q to its consume thread if none is running. */
 void rmq__orderly_dispatch(rmq_qent_t *q);
 /* The result of an orderly batch (after any rmq.send went out), or its return unrun
- * (RMQ_CONSUME_NOT_RUN, RMQ_CONSUME_SKIPPED). Frees cb. */
+ * (RMQ_CONSUME_NOT_RUN, RMQ_CONSUME_SKIPPED). Frees cb. An orderly POP batch goes on to
+ * c->hook_pop_result. */
 void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
+/* checkReconsumeTimes' sendMessageBack: m re-sent to %RETRY%<group> with its reconsume count at
+ * max_reconsume_times, which the broker stores in %DLQ%<group>; cb(ud, ...) later. Returns 0
+ * when sent (cb then runs once), else an error with errstr (cb never runs). */
+int rmq__orderly_send_dlq(rmq_consumer_t *c, const rmq_msg_t *m, rmq_send_cb cb, void *ud,
+                          char *errstr, size_t errstr_size);
 
 /* undecodable.c: a message of a pull response that could not be decoded (set->bad) goes to
  * %DLQ%<group>; takes its reference. */
@@ -446,15 +464,19 @@ typedef void (*rmq_assign_cb)(void *ud, int rc, const rmq_assignment_t *a, int n
                               const char *why);
 int rmq__assign_query(rmq_consumer_t *c, const char *addr, const char *topic, rmq_assign_cb cb,
                       void *ud);
-/* 1 when the rebalance asks the broker (client_rebalance false, concurrent, CLUSTERING, and no
- * broker said it does not know QUERY_ASSIGNMENT). */
+/* 1 when the rebalance asks the broker (client_rebalance false, CLUSTERING, and no broker said
+ * it does not know QUERY_ASSIGNMENT); an orderly consumer too, unlike Java 5.3.3. */
 int rmq__assign_by_broker(const rmq_consumer_t *c);
 
 /* pop.c: POP consumption of a POP assignment (DefaultMQPushConsumerImpl.popMessage,
  * ConsumeMessagePopConcurrentlyService): POP_MESSAGE with long polling, the batches to the
  * runner, ACK_MESSAGE or CHANGE_MESSAGE_INVISIBLETIME for their results. */
 void rmq__pop_now(rmq_qent_t *q);
-/* A POP batch came back (any status): acks, invisible-time changes, release; frees cb. */
+/* A POP batch came back (any status): acks, invisible-time changes, release; frees cb. An
+ * orderly POP batch (b.orderly) comes here from rmq__orderly_result: success acks it, the
+ * next batch of its queue follows; a failure sends what reached max_reconsume_times to the
+ * DLQ and changes the invisible time of the rest of the queue's popped messages to the
+ * suspend time, so that the broker hands them out again in order. */
 void rmq__pop_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
 /* ExtraInfoUtil.buildExtraInfo with the message's offset: the POP_CK string into out (NUL
  * terminated, truncated to out_size). */

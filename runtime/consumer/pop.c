@@ -10,6 +10,17 @@
  * (ConsumeMessagePopConcurrentlyService.processConsumeResult): ACK_MESSAGE for what the
  * handler acknowledged, CHANGE_MESSAGE_INVISIBLETIME with the delay-level back-off for the rest.
  *
+ * Orderly POP (an orderly consumer with client_rebalance false; Java 5.3.3 leaves it
+ * unimplemented and pulls): each queue of a POP assignment is an entry of its own, popped with
+ * order=true once the last messages it popped were settled. Its messages wait in the entry's
+ * process queue and consume_orderly.c hands them to the pool one batch at a time, in offset
+ * order; the delivery count comes from the answer's orderCountInfo. A batch that succeeded is
+ * acked (the broker commits the group's offset); a suspended one, with every message after it,
+ * goes back to the broker with CHANGE_MESSAGE_INVISIBLETIME to the suspend time, so that the
+ * next pop (of any consumer of the group) gets the same messages again in order; a message
+ * that reached max_reconsume_times goes to the DLQ and is acked
+ * (ConsumeMessagePopOrderlyService.checkReconsumeTimes).
+ *
  * Unlike Java, a batch whose assignment was revoked (a mode switch, a rebalance) still runs
  * and is acked, and so are the messages of the long poll that was in flight: they were popped
  * for this client and would otherwise wait out their invisible time. A batch a stop never ran,
@@ -18,7 +29,10 @@
  *
  * Ownership: a pop in flight and an armed timer each hold one reference on the entry; a POP
  * batch owns its messages and their extraInfo strings (rmq_cbatch_t.pop_ck) until its result
- * was applied; an ack or change in flight holds one reference on the entry.
+ * was applied; an ack or change in flight holds one reference on the entry. An orderly POP
+ * entry owns the messages of its process queue and their extraInfo (pop_ord); its batch views
+ * them and owns copies of their extraInfo; a failed batch waiting for its DLQ sends is owned
+ * by their context (ord_fail_t) until they all answered.
  * Threads: loop thread only.
  */
 #include "consumer_int.h"
@@ -77,6 +91,9 @@ void rmq__pop_now(rmq_qent_t *q)
     rmq_consumer_t *c = q->c;
     const rmq_conf_t *cf = c->conf;
     if (q->pq.state != RMQ_PQ_ACTIVE || q->pull_inflight) return;
+    /* Orderly: the next pop once every message of the last one was acked or handed back (the
+     * broker would hand out nothing of the queue before that anyway). */
+    if (c->orderly && (q->consuming || q->pq.count > 0)) return;
     q->last_pull_ms = rmq__mono_ms();
     q->pq.last_pull_ms = q->last_pull_ms;
     if (c->state != RMQ_CLIENT_RUNNING) {
@@ -122,7 +139,7 @@ void rmq__pop_now(rmq_qent_t *q)
     rmq__cmd_set_ext_i64(&cmd, "initMode", init_mode);
     rmq__cmd_set_ext(&cmd, "expType", s->sd->expression_type);
     rmq__cmd_set_ext(&cmd, "exp", s->sd->sub_string);
-    rmq__cmd_set_ext(&cmd, "order", "false");
+    rmq__cmd_set_ext(&cmd, "order", c->orderly ? "true" : "false");
     rmq__cmd_set_ext(&cmd, "bname", q->mq.broker_name);
     rmq__qent_keep(q);
     q->pull_inflight = 1;
@@ -201,6 +218,58 @@ static int64_t list_at(const char *v, size_t len, int index, int64_t fallback)
 
 static void ack_one(rmq_consumer_t *c, rmq_qent_t *q, const char *ck);
 
+/* processPopResponse for an order=true pop: the delivery count of the message at (mark, qid,
+ * off) from the answer's orderCountInfo (ExtraInfoUtil.parseOrderCountInfo: "<retry> <key>
+ * <count>" entries separated by ";", the key "qo<queueId>%<offset>" for one message or
+ * "<queueId>" for the queue), the message's own key first; -1 when absent. */
+static int order_count(const char *info, char mark, int qid, int64_t off)
+{
+    char one[64], all[32];
+    snprintf(one, sizeof(one), "qo%d%%%" PRId64, qid, off);
+    snprintf(all, sizeof(all), "%d", qid);
+    int found_all = -1;
+    for (const char *p = info; p && *p;) {
+        const char *end = strchr(p, ';');
+        if (!end) end = p + strlen(p);
+        char m = 0, key[64];
+        int cnt = 0;
+        char entry[160];
+        size_t len = (size_t)(end - p) < sizeof(entry) - 1 ? (size_t)(end - p) : sizeof(entry) - 1;
+        memcpy(entry, p, len);
+        entry[len] = 0;
+        if (sscanf(entry, "%c %63s %d", &m, key, &cnt) == 3 && m == mark) {
+            if (!strcmp(key, one)) return cnt;
+            if (!strcmp(key, all)) found_all = cnt;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return found_all;
+}
+
+/* Orderly: the popped messages of q's queue enter its process queue, their extraInfo its
+ * pop_ord table, and consume_orderly.c runs them one batch at a time in offset order. Takes
+ * the messages' references and the strings. */
+static void ord_take(rmq_qent_t *q, rmq_msg_t **msgs, char **cks, int n, int64_t deadline)
+{
+    rmq_pop_ord_t *grown = rmq__xmalloc(sizeof(*grown) * (size_t)(q->pop_ord_n + n + 1));
+    if (q->pop_ord_n > 0) memcpy(grown, q->pop_ord, sizeof(*grown) * (size_t)q->pop_ord_n);
+    free(q->pop_ord);
+    q->pop_ord = grown;
+    for (int i = 0; i < n; i++) {
+        if (!rmq__pq_put(&q->pq, msgs[i])) {
+            /* Already held: the broker handed it out again while this client still has it. */
+            rmq__msg_release(msgs[i]);
+            free(cks[i]);
+            q->pop_waiting--;
+            continue;
+        }
+        q->pop_ord[q->pop_ord_n].off = msgs[i]->queue_offset;
+        q->pop_ord[q->pop_ord_n++].ck = cks[i];
+    }
+    q->pop_ord_deadline_ms = deadline;
+    rmq__orderly_dispatch(q);
+}
+
 static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
 {
     rmq_consumer_t *c = q->c;
@@ -212,6 +281,7 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
     rmq__cmd_ext_i64(resp, "reviveQid", &revive);
     const char *start_info = rmq__cmd_ext(resp, "startOffsetInfo");
     const char *msg_info = rmq__cmd_ext(resp, "msgOffsetInfo");
+    const char *count_info = c->orderly ? rmq__cmd_ext(resp, "orderCountInfo") : NULL;
     int rc = rmq__msgset_decode_ex(resp->frame, resp->body, resp->body_len, q->mq.broker_name, 0,
                                    0, RMQ_DECODE_KEEP_BAD, &set, err, sizeof(err));
     if (!set) {
@@ -265,6 +335,10 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
         } else if (first >= 0) {
             ck_off = set->msgs[first].queue_offset;
         }
+        if (count_info) {
+            int cnt = order_count(count_info, mark, m->queue_id, msg_off);
+            if (cnt > 0) m->reconsume_times = cnt;
+        }
         char ck[CK_MAX];
         rmq__pop_extra_info(ck, sizeof(ck), ck_off, pop_time, invisible, (int)revive, st,
                             q->mq.broker_name, m->queue_id, msg_off);
@@ -287,7 +361,10 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
     rmq__flow_charge(q, nk);
     rmq_dbg(RMQ_DBG_PULL, "pop", "%s: %d message(s) popped, popTime=%" PRId64, q->name, nk,
             pop_time);
-    if (nk > 0) {
+    if (nk > 0 && c->orderly) {
+        ord_take(q, keep, cks, nk, pop_time > 0 && invisible > 0 ? pop_time + invisible : 0);
+        nk = 0; /* taken */
+    } else if (nk > 0) {
         int bs = c->conf->consume_message_batch_max_size;
         if (bs < 1) bs = 1;
         c->hops->hold(c->pool);
@@ -305,6 +382,7 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
     rmq__msgset_release(set);
     free(keep);
     free(cks);
+    /* (Orderly: the next pop waits for the messages taken; rmq__pop_now knows.) */
     if (nk == 0 || c->conf->pull_interval <= 0)
         rmq__pop_now(q);
     else
@@ -491,8 +569,186 @@ static void consume_later(rmq_consumer_t *c, rmq_qent_t *q, const rmq_msg_t *m, 
     send_ack(c, q, ck, (int64_t)sec * 1000);
 }
 
+/* ---- orderly POP results (ConsumeMessagePopOrderlyService) ------------------------------------ */
+
+/* m leaves the orderly entry q: out of its process queue and pop_ord, released. */
+static void ord_forget(rmq_qent_t *q, rmq_msg_t *m)
+{
+    for (int k = 0; k < q->pop_ord_n; k++)
+        if (q->pop_ord[k].off == m->queue_offset) {
+            free(q->pop_ord[k].ck);
+            q->pop_ord[k] = q->pop_ord[--q->pop_ord_n];
+            break;
+        }
+    rmq__pq_remove(&q->pq, &m, 1);
+    rmq__msg_release(m);
+    if (--q->pop_waiting < 0) q->pop_waiting = 0;
+}
+
+/* Every message q still holds goes back to the broker: CHANGE_MESSAGE_INVISIBLETIME to
+ * invisible ms (-1: none, they come back after their own invisible time), in offset order. */
+static void ord_hand_back(rmq_consumer_t *c, rmq_qent_t *q, int64_t invisible)
+{
+    rmq_msg_t *m;
+    while ((m = rmq__pq_first(&q->pq)) != NULL) {
+        for (int k = 0; invisible >= 0 && k < q->pop_ord_n; k++)
+            if (q->pop_ord[k].off == m->queue_offset) send_ack(c, q, q->pop_ord[k].ck, invisible);
+        ord_forget(q, m);
+    }
+}
+
+/* A failed orderly POP batch whose messages that reached max_reconsume_times are on their way
+ * to the DLQ: its entry runs nothing else until every send answered (Java sends them
+ * synchronously), then acks what was stored and suspends the rest, if any. */
+typedef struct ord_fail {
+    rmq_consumer_t *c;
+    rmq_cbatch_t *cb;   /* the batch (holds the entry's reference) */
+    int pending;
+    int suspend;        /* a message stays on the queue: hand it and what follows back */
+    int64_t suspend_ms;
+    char *sent;         /* per message: 1 = stored in the DLQ */
+} ord_fail_t;
+
+typedef struct ord_dlq {
+    ord_fail_t *x;
+    int idx;
+} ord_dlq_t;
+
+static void free_cks(rmq_cbatch_t *cb)
+{
+    for (int i = 0; i < cb->pop_n; i++) free(cb->pop_ck[i]);
+    free(cb->pop_ck);
+    cb->pop_ck = NULL;
+    cb->pop_n = 0;
+}
+
+/* checkReconsumeTimes' outcome: the messages stored in the DLQ are acked; when any message
+ * stays, it and every message after it go back to the broker for suspend_ms, else the queue
+ * goes on. */
+static void ord_fail_settle(ord_fail_t *x)
+{
+    rmq_consumer_t *c = x->c;
+    rmq_cbatch_t *cb = x->cb;
+    rmq_qent_t *q = cb->q;
+    for (int i = 0; i < cb->b.n; i++) {
+        if (!x->sent[i]) continue;
+        c->n_dlq++;
+        rmq__stats_sent_back(q, 1);
+        ack_one(c, q, cb->pop_ck[i]);
+        ord_forget(q, cb->msgs[i]);
+    }
+    q->consuming = 0;
+    int running = c->state == RMQ_CLIENT_RUNNING || c->state == RMQ_CLIENT_DRAINING;
+    if (running && (x->suspend || q->pq.state == RMQ_PQ_DROPPED)) {
+        rmq_dbg(RMQ_DBG_CONSUME, "pop", "%s: suspended, %d message(s) back in %" PRId64 " ms",
+                q->name, q->pq.count, x->suspend_ms);
+        ord_hand_back(c, q, x->suspend ? x->suspend_ms : 0);
+    }
+    if (q->pq.count > 0) rmq__orderly_dispatch(q);
+    else rmq__pop_now(q);
+    free(x->sent);
+    free(x);
+    free_cks(cb);
+    rmq__cbatch_free(cb);
+}
+
+static void on_ord_dlq(void *ud, int err, const rmq_send_result_t *res, const char *errmsg)
+{
+    ord_dlq_t *d = ud;
+    ord_fail_t *x = d->x;
+    (void)res;
+    x->c->inflight_sendbacks--;
+    if (err) {
+        rmq_log_warn("pop", "%s: offset %" PRId64 " to the DLQ failed: %s; suspending",
+                     x->cb->q->name, x->cb->msgs[d->idx]->queue_offset, errmsg);
+        x->suspend = 1;
+    } else {
+        x->sent[d->idx] = 1;
+    }
+    free(d);
+    if (--x->pending == 0) ord_fail_settle(x);
+}
+
+/* The result of an orderly POP batch, the first messages q holds. */
+static void ord_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
+{
+    rmq_batch_t *b = &cb->b;
+    rmq_qent_t *q = cb->q;
+    int n = b->n;
+    if (b->status == RMQ_CONSUME_NOT_RUN ||
+        (c->state != RMQ_CLIENT_RUNNING && c->state != RMQ_CLIENT_DRAINING)) {
+        /* Stopping: not acked; the broker hands them out again after their invisible time. */
+        q->consuming = 0;
+    } else if (b->status == RMQ_CONSUME_SKIPPED) {
+        q->consuming = 0;
+        rmq_log_info("pop", "%s: %d message(s) not consumed: their invisible time passed before "
+                     "a consume thread took them (the broker delivers them again)", q->name,
+                     q->pq.count);
+        ord_hand_back(c, q, -1);
+        rmq__pop_now(q);
+    } else if (b->status == RMQ_CONSUME_SUCCESS || b->status == RMQ_CONSUME_COMMIT) {
+        q->consuming = 0;
+        c->n_consumed += n;
+        rmq__stats_consumed(q, n, 0);
+        for (int i = 0; i < n; i++) {
+            ack_one(c, q, cb->pop_ck[i]);
+            ord_forget(q, cb->msgs[i]);
+        }
+        /* A revoked entry hands the rest back at once, for the queue's next owner. */
+        if (q->pq.state == RMQ_PQ_DROPPED) ord_hand_back(c, q, 0);
+        if (q->pq.count > 0) rmq__orderly_dispatch(q);
+        else rmq__pop_now(q);
+    } else {
+        /* SUSPEND_CURRENT_QUEUE_A_MOMENT (RECONSUME_LATER, DLQ and errors count as suspend):
+         * the messages come back, in order, after the suspend time, to this consumer or
+         * another (their count raised by the broker); one that reached max_reconsume_times
+         * (or all, for rmq.DLQ) goes to the DLQ and is acked (checkReconsumeTimes). */
+        c->n_failed += n;
+        rmq__stats_consumed(q, 0, n);
+        int64_t susp = b->suspend_millis >= 0 ? b->suspend_millis
+                                              : c->conf->suspend_current_queue_time_millis;
+        if (susp < 10) susp = 10;
+        if (susp > 30000) susp = 30000;
+        ord_fail_t *x = rmq__xcalloc(1, sizeof(*x));
+        x->c = c;
+        x->cb = cb;
+        x->suspend_ms = susp;
+        x->sent = rmq__xcalloc((size_t)n + 1, 1);
+        x->pending = 1;
+        for (int i = 0; i < n; i++) {
+            rmq_msg_t *m = cb->msgs[i];
+            int to_dlq = b->status == RMQ_CONSUME_DLQ || m->reconsume_times >= c->max_reconsume;
+            if (!to_dlq || !c->producer) {
+                x->suspend = 1;
+                continue;
+            }
+            char err[256];
+            ord_dlq_t *d = rmq__xcalloc(1, sizeof(*d));
+            d->x = x;
+            d->idx = i;
+            if (rmq__orderly_send_dlq(c, m, on_ord_dlq, d, err, sizeof(err))) {
+                rmq_log_warn("pop", "%s: cannot send offset %" PRId64 " to the DLQ: %s",
+                             q->name, m->queue_offset, err);
+                free(d);
+                x->suspend = 1;
+                continue;
+            }
+            x->pending++;
+            c->inflight_sendbacks++; /* a graceful stop waits for it, as for send-backs */
+        }
+        if (--x->pending == 0) ord_fail_settle(x);
+        return; /* q->consuming until settled */
+    }
+    free_cks(cb);
+    rmq__cbatch_free(cb);
+}
+
 void rmq__pop_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
 {
+    if (cb->b.orderly) {
+        ord_result(c, cb);
+        return;
+    }
     rmq_batch_t *b = &cb->b;
     rmq_qent_t *q = cb->q;
     int n = b->n, ack = 0, ran = b->status != RMQ_CONSUME_NOT_RUN &&

@@ -48,6 +48,10 @@ void rmq__qent_release(rmq_qent_t *q)
     /* Nobody else holds any of the messages still indexed: they are ours to release. */
     rmq__pq_clear(&q->pq, release_msg, NULL);
     rmq__pq_free(&q->pq);
+    for (int i = 0; i < q->pop_ord_n; i++) free(q->pop_ord[i].ck);
+    free(q->pop_ord);
+    q->pop_ord = NULL;
+    q->pop_ord_n = 0;
     q->n_closing = 2;
     uv_close((uv_handle_t *)&q->timer, qent_closed);
     uv_close((uv_handle_t *)&q->dtimer, qent_closed);

@@ -413,6 +413,32 @@ static void on_consumer_list(void *ud, int err, rmq_cmd_t *resp, const char *err
  * update of the client-side path (a queue now popped leaves it with its offset persisted, so
  * the broker's POP goes on from there); each new POP assignment gets an entry and its pop
  * loop. Returns 1 when something changed. */
+/* An orderly consumer pops each message queue apart (order=true, one batch per queue at a
+ * time): a POP assignment of queue -1 (every queue of the broker) stands for an entry per queue
+ * of the broker in the topic's route. 1 when the POP assignment a covers the entry of mq. */
+static int pop_covers(const rmq_consumer_t *c, const rmq_assignment_t *a, const rmq_mq_t *mq)
+{
+    if (!a->pop) return 0;
+    if (c->orderly && a->mq.queue_id == -1)
+        return !strcmp(a->mq.broker_name, mq->broker_name) && !strcmp(a->mq.topic, mq->topic);
+    return mq_same(&a->mq, mq);
+}
+
+/* A new POP entry of mq unless one is held; 1 when added. */
+static int pop_entry(rmq_consumer_t *c, const rmq_mq_t *mq)
+{
+    for (rmq_qent_t *o = c->queues; o; o = o->next)
+        if (o->pop && mq_same(&o->mq, mq)) return 0;
+    rmq_qent_t *p = rmq__qent_new(c, mq);
+    p->pop = 1;
+    p->after_revoke = c->orderly; /* the queue may come back while its old batch runs */
+    rmq_log_info("rebalance", "%s: assigned in POP mode%s", p->name,
+                 c->orderly ? " (orderly)" : "");
+    rmq__pq_set_state(&p->pq, RMQ_PQ_ACTIVE);
+    rmq__pop_now(p);
+    return 1;
+}
+
 static int apply_assignment(rmq_consumer_t *c, rmq_csub_t *s, const rmq_assignment_t *a, int n)
 {
     const char *topic = s->sd->topic;
@@ -422,7 +448,7 @@ static int apply_assignment(rmq_consumer_t *c, rmq_csub_t *s, const rmq_assignme
         rmq_qent_t *next = q->next;
         if (q->pop && !strcmp(q->mq.topic, topic)) {
             int keep = 0;
-            for (int i = 0; i < n && !keep; i++) keep = a[i].pop && mq_same(&a[i].mq, &q->mq);
+            for (int i = 0; i < n && !keep; i++) keep = pop_covers(c, &a[i], &q->mq);
             if (!keep) {
                 rmq_log_info("rebalance", "%s: POP assignment revoked", q->name);
                 rmq__rb_drop_queue(c, q, 0);
@@ -447,16 +473,12 @@ static int apply_assignment(rmq_consumer_t *c, rmq_csub_t *s, const rmq_assignme
     free(idx);
     for (int i = 0; i < n; i++) {
         if (!a[i].pop || strcmp(a[i].mq.topic, topic)) continue;
-        int held = 0;
-        for (rmq_qent_t *o = c->queues; o && !held; o = o->next)
-            held = o->pop && mq_same(&o->mq, &a[i].mq);
-        if (held) continue;
-        rmq_qent_t *p = rmq__qent_new(c, &a[i].mq);
-        p->pop = 1;
-        rmq_log_info("rebalance", "%s: assigned in POP mode", p->name);
-        rmq__pq_set_state(&p->pq, RMQ_PQ_ACTIVE);
-        rmq__pop_now(p);
-        changed = 1;
+        if (!c->orderly || a[i].mq.queue_id != -1) {
+            if (pop_entry(c, &a[i].mq)) changed = 1;
+            continue;
+        }
+        for (int k = 0; k < s->n_mqs; k++)
+            if (pop_covers(c, &a[i], &s->mqs[k]) && pop_entry(c, &s->mqs[k])) changed = 1;
     }
     if (changed) rmq__rb_flow_thresholds(c);
     return changed;

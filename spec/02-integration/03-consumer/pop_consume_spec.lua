@@ -147,17 +147,19 @@ describe("consumer: RocketMQ 5 broker-side assignment and POP", function()
     assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
   end)
 
-  it("an orderly consumer allocates on the client and pulls, as the Java 5.3.3 client", function()
-    -- RebalancePushImpl.clientRebalance: orderly always allocates on the client, whatever
-    -- clientRebalance and the broker's mode for the group say.
+  it("an orderly consumer allocates on the client and pulls by default, as the Java 5.3.3 client",
+    function()
+    -- RebalancePushImpl.clientRebalance: orderly always allocates on the client, whatever the
+    -- broker's mode for the group says; with client_rebalance = false rmqlua pops it in order
+    -- (pop_orderly_spec), with the default (true) it behaves as Java.
     local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5ord:4")
     set_mode(db, "T5ord", "g5ord", "POP")
     local dir = cons.tmpdir("pop-ord")
     cons.fill_queues(db, "T5ord", 4, 25)
     local out = dir .. "/out.txt"
     local pid = cons.spawn(cons.script(dir, { group = "g5ord", ns = ns, topic = "T5ord", out = out,
-      orderly = true, extra = "client_rebalance = false, consume_thread_min = 2, " ..
-        "consume_thread_max = 2," }), dir .. "/run.log")
+      orderly = true, extra = "consume_thread_min = 2, consume_thread_max = 2," }),
+      dir .. "/run.log")
     helpers.wait_until(function() return select(2, consumed({out})) == 100 end, 60,
       "every message consumed")
     cons.stop(pid)
