@@ -275,8 +275,11 @@ static const rmq_conf_prop_t props[] = {
      NULL, NULL, NULL, 0,
      "RocketMQ 5: false asks the broker which queues this client gets and in which mode, PULL "
      "or POP (QUERY_ASSIGNMENT, RebalanceImpl.getRebalanceResultFromBroker); a 4.x broker that "
-     "does not know the request falls back to the client-side allocation. Orderly and "
-     "BROADCASTING consumers always allocate on the client, as in Java."},
+     "does not know the request falls back to the client-side allocation. BROADCASTING "
+     "consumers always allocate on the client, as in Java. Unlike Java 5.3.3, which leaves "
+     "orderly POP unimplemented and always allocates an orderly consumer on the client, an "
+     "orderly consumer with false asks the broker too and pops its POP queues with order=true, "
+     "each queue in offset order (README, RocketMQ 5)."},
     {"pop_threshold_for_queue", "popThresholdForQueue", RMQ_CONF_INT,
      OFF(pop_threshold_for_queue), "96", 1, 65535, NULL, NULL, NULL, 0,
      "POP flow control: popped messages of one assignment waiting for their ack before the "
