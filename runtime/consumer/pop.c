@@ -246,6 +246,8 @@ static int order_count(const char *info, char mark, int qid, int64_t off)
     return found_all;
 }
 
+static void ord_hand_back(rmq_consumer_t *c, rmq_qent_t *q, int64_t invisible);
+
 /* Orderly: the popped messages of q's queue enter its process queue, their extraInfo its
  * pop_ord table, and consume_orderly.c runs them one batch at a time in offset order. Takes
  * the messages' references and the strings. */
@@ -267,6 +269,9 @@ static void ord_take(rmq_qent_t *q, rmq_msg_t **msgs, char **cks, int n, int64_t
         q->pop_ord[q->pop_ord_n++].ck = cks[i];
     }
     q->pop_ord_deadline_ms = deadline;
+    /* The long poll of a revoked entry: its messages go back at once, for the queue's next
+     * owner (no batch of a revoked entry starts). */
+    if (q->pq.state != RMQ_PQ_ACTIVE && !q->consuming) ord_hand_back(q->c, q, 0);
     rmq__orderly_dispatch(q);
 }
 

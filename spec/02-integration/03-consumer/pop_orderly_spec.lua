@@ -229,4 +229,60 @@ describe("consumer: orderly POP (client_rebalance = false)", function()
       "q0_6/2" }, seq)
     assert.equal(1, tonumber(lib.rmq_devbroker_max_offset(db, 0, "%DLQ%g5od", 0)))
   end)
+
+  it("gives a killed consumer's batch to the other after the invisible time, in order", function()
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5ok:1")
+    set_mode(db, "T5ok", "g5ok", "POP")
+    local dir = cons.tmpdir("pop-ordk")
+    local shared = dir .. "/shared.txt"
+    local out1, out2 = dir .. "/out1.txt", dir .. "/out2.txt"
+    cons.fill_queues(db, "T5ok", 1, 8)
+    -- the first consumer never comes back from q0_3
+    local pid1 = cons.spawn(script(dir, "c1", "g5ok", ns, "T5ok", out1, shared,
+      "pop_invisible_time = 5000,", 'if msgs[1].body == "q0_3" then rmq.sleep(3600) end'),
+      dir .. "/run1.log")
+    helpers.wait_until(function()
+      for _, r in ipairs(cons.records(out1)) do if r.body == "q0_3" then return true end end
+    end, 30, "the first consumer stuck on q0_3")
+    -- the second pops the queue too, and gets nothing while that batch is out
+    local pid2 = cons.spawn(script(dir, "c2", "g5ok", ns, "T5ok", out2, shared,
+      "pop_invisible_time = 5000,"), dir .. "/run2.log")
+    helpers.wait_until(function() return lib.rmq_devbroker_group_size(db, 0, "g5ok") == 2 end,
+      30, "two consumers registered")
+    cons.stop(pid1, "KILL")
+    helpers.wait_until(function() return (cons.all_committed(db, "g5ok", "T5ok", 1)) end, 60,
+      "the queue consumed by the second")
+    cons.stop(pid2)
+    assert.equal(0, cons.exit_code(dir .. "/run2.log"), "a clean stop")
+    local seq = {}
+    for _, r in ipairs(shared_records(shared)) do seq[#seq + 1] = r.name .. ":" .. r.off end
+    -- q0_1 .. q0_3 by the first; q0_3 again (delivered a second time) and the rest by the second
+    assert.same({ "c1:0", "c1:1", "c1:2", "c2:2", "c2:3", "c2:4", "c2:5", "c2:6", "c2:7" }, seq)
+    for _, r in ipairs(cons.records(out2)) do
+      assert.is_true(r.rt >= 1, r.body .. " delivered again")
+    end
+  end)
+
+  it("pulls in order, locked, what the broker assigns in PULL mode", function()
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5opl:4")
+    local dir = cons.tmpdir("pop-ordpl")
+    local shared, out = dir .. "/shared.txt", dir .. "/out.txt"
+    cons.fill_queues(db, "T5opl", 4, 25)
+    local pid = cons.spawn(script(dir, "c", "g5opl", ns, "T5opl", out, shared),
+      dir .. "/run.log")
+    helpers.wait_until(function() return #cons.records(out) >= 100 end, 60,
+      "every message consumed")
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
+    local last = {}
+    for _, r in ipairs(cons.records(out)) do
+      assert.is_true(r.off > (last[r.qid] or -1), r.body .. " in order")
+      last[r.qid] = r.off
+    end
+    assert.same({ [0] = 24, 24, 24, 24 }, last)
+    assert.is_true(lib.rmq_devbroker_count(db, cons.ALL, 400 --[[QUERY_ASSIGNMENT]]) >= 1)
+    assert.is_true(lib.rmq_devbroker_count(db, cons.ALL, LOCK_BATCH_MQ) >= 1)
+    assert.is_true(lib.rmq_devbroker_count(db, cons.ALL, 11 --[[PULL_MESSAGE]]) >= 1)
+    assert.equal(0, lib.rmq_devbroker_count(db, cons.ALL, POP))
+  end)
 end)
