@@ -483,6 +483,13 @@ void rmq__pop_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
 void rmq__pop_extra_info(char *out, size_t out_size, int64_t ck_offset, int64_t pop_time,
                          int64_t invisible, int revive_qid, const char *topic,
                          const char *broker, int qid, int64_t msg_offset);
+/* processPopResponse for an order=true pop: the delivery count of the message at (mark, qid,
+ * off) -- mark the retry mark of its topic, '0', '1' or '2' -- from the answer's
+ * orderCountInfo (ExtraInfoUtil.parseOrderCountInfo: "<retry> <key> <count>" entries separated
+ * by ";", the key "qo<queueId>%<offset>" for one message or "<queueId>" for the queue): the
+ * message's own entry, else its queue's; -1 when neither is there (malformed entries are
+ * skipped). */
+int rmq__pop_order_count(const char *info, char mark, int qid, int64_t off);
 
 /* pull.c (and flow.c, flow.h: they call each other) */
 void rmq__pull_now(rmq_qent_t *q);

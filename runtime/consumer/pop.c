@@ -218,11 +218,8 @@ static int64_t list_at(const char *v, size_t len, int index, int64_t fallback)
 
 static void ack_one(rmq_consumer_t *c, rmq_qent_t *q, const char *ck);
 
-/* processPopResponse for an order=true pop: the delivery count of the message at (mark, qid,
- * off) from the answer's orderCountInfo (ExtraInfoUtil.parseOrderCountInfo: "<retry> <key>
- * <count>" entries separated by ";", the key "qo<queueId>%<offset>" for one message or
- * "<queueId>" for the queue), the message's own key first; -1 when absent. */
-static int order_count(const char *info, char mark, int qid, int64_t off)
+/* (consumer_int.h) */
+int rmq__pop_order_count(const char *info, char mark, int qid, int64_t off)
 {
     char one[64], all[32];
     snprintf(one, sizeof(one), "qo%d%%%" PRId64, qid, off);
@@ -341,7 +338,7 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
             ck_off = set->msgs[first].queue_offset;
         }
         if (count_info) {
-            int cnt = order_count(count_info, mark, m->queue_id, msg_off);
+            int cnt = rmq__pop_order_count(count_info, mark, m->queue_id, msg_off);
             if (cnt > 0) m->reconsume_times = cnt;
         }
         char ck[CK_MAX];
