@@ -408,11 +408,6 @@ static void on_consumer_list(void *ud, int err, rmq_cmd_t *resp, const char *err
 
 /* ---- broker-side assignment (RocketMQ 5) ---------------------------------------------------- */
 
-/* RebalanceImpl.updateMessageQueueAssignment: the POP entries of the topic that are no longer
- * assigned in POP mode leave; the PULL assignments (those of the route) go through the table
- * update of the client-side path (a queue now popped leaves it with its offset persisted, so
- * the broker's POP goes on from there); each new POP assignment gets an entry and its pop
- * loop. Returns 1 when something changed. */
 /* An orderly consumer pops each message queue apart (order=true, one batch per queue at a
  * time): a POP assignment of queue -1 (every queue of the broker) stands for an entry per queue
  * of the broker in the topic's route. 1 when the POP assignment a covers the entry of mq. */
@@ -439,6 +434,11 @@ static int pop_entry(rmq_consumer_t *c, const rmq_mq_t *mq)
     return 1;
 }
 
+/* RebalanceImpl.updateMessageQueueAssignment: the POP entries of the topic that are no longer
+ * assigned in POP mode leave; the PULL assignments (those of the route) go through the table
+ * update of the client-side path (a queue now popped leaves it with its offset persisted, so
+ * the broker's POP goes on from there); each new POP assignment gets an entry and its pop
+ * loop. Returns 1 when something changed. */
 static int apply_assignment(rmq_consumer_t *c, rmq_csub_t *s, const rmq_assignment_t *a, int n)
 {
     const char *topic = s->sd->topic;
