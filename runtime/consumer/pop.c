@@ -679,8 +679,10 @@ static void ord_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
     int n = b->n;
     if (b->status == RMQ_CONSUME_NOT_RUN ||
         (c->state != RMQ_CLIENT_RUNNING && c->state != RMQ_CLIENT_DRAINING)) {
-        /* Stopping: not acked; the broker hands them out again after their invisible time. */
+        /* Stopping: not acked; the broker hands them out again after their invisible time.
+         * (Not run while running: the same batch again.) */
         q->consuming = 0;
+        if (c->state == RMQ_CLIENT_RUNNING) rmq__orderly_dispatch(q);
     } else if (b->status == RMQ_CONSUME_SKIPPED) {
         q->consuming = 0;
         rmq_log_info("pop", "%s: %d message(s) not consumed: their invisible time passed before "
