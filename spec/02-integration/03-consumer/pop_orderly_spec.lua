@@ -285,4 +285,52 @@ describe("consumer: orderly POP (client_rebalance = false)", function()
     assert.is_true(lib.rmq_devbroker_count(db, cons.ALL, 11 --[[PULL_MESSAGE]]) >= 1)
     assert.equal(0, lib.rmq_devbroker_count(db, cons.ALL, POP))
   end)
+
+  it("switches an orderly group from POP to PULL while consuming, queue order kept", function()
+    local db, ns = cons.test_broker("--rocketmq-version 5 --topic T5osw:2")
+    set_mode(db, "T5osw", "g5osw", "POP")
+    local dir = cons.tmpdir("pop-ordsw")
+    local shared, out = dir .. "/shared.txt", dir .. "/out.txt"
+    local function put(from, to)
+      for i = from, to do
+        for q = 0, 1 do cons.put(db, "T5osw", q, string.format("q%d_%d", q, i)) end
+      end
+    end
+    put(1, 20)
+    local pid = cons.spawn(script(dir, "c", "g5osw", ns, "T5osw", out, shared,
+      "pop_batch_nums = 4,"), dir .. "/run.log")
+    helpers.wait_until(function() return #cons.records(out) >= 40 end, 60, "POP mode consumed")
+    assert.is_true(lib.rmq_devbroker_count(db, cons.ALL, POP) >= 2)
+    -- the next rebalance (within 20 s) revokes the POP queues, whose long polls are parked on
+    -- the broker, and pulls the queues instead
+    set_mode(db, "T5osw", "g5osw", "PULL")
+    local function pulled()
+      for i = 0, lib.rmq_devbroker_count(db, cons.ALL, 11 --[[PULL_MESSAGE]]) - 1 do
+        if ext(db, 11, i, "topic") == "T5osw" then return true end
+      end
+    end
+    helpers.wait_until(pulled, 60, "pulling the topic")
+    put(21, 40)
+    helpers.wait_until(function()
+      local seen = {}
+      for _, r in ipairs(cons.records(out)) do seen[r.body] = true end
+      for i = 1, 40 do
+        if not seen["q0_" .. i] or not seen["q1_" .. i] then return false end
+      end
+      return true
+    end, 60, "everything consumed across the switch")
+    cons.stop(pid)
+    assert.equal(0, cons.exit_code(dir .. "/run.log"), "a clean stop")
+    -- no first delivery before an earlier offset of its queue was consumed
+    local first, last = {}, {}
+    for _, r in ipairs(cons.records(out)) do
+      if not first[r.body] then
+        first[r.body] = true
+        assert.is_true(r.off > (last[r.qid] or -1), string.format("queue %d: offset %d after %s",
+          r.qid, r.off, tostring(last[r.qid])))
+        last[r.qid] = r.off
+      end
+    end
+    assert.same({ [0] = 39, 39 }, last)
+  end)
 end)
