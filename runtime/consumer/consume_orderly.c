@@ -434,9 +434,9 @@ int rmq__orderly_send_dlq(rmq_consumer_t *c, const rmq_msg_t *m, rmq_send_cb cb,
     char *topic = rmq__c_wire_topic(c, m);
     /* RECONSUME_TIME >= max makes the broker store it in %DLQ%<group>. */
     int rt = m->reconsume_times > c->max_reconsume ? m->reconsume_times : c->max_reconsume;
-    int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len,
-                                      m->flag, m->props, m->props_len, id, rt - 1,
-                                      c->max_reconsume, cb, ud, errstr, errstr_size);
+    int rc = rmq__producer_send_retry(c->producer, c->group, topic, m->body, m->body_len, m->flag,
+                                      m->props, m->props_len, id, rt - 1, c->max_reconsume, cb, ud,
+                                      errstr, errstr_size);
     free(topic);
     return rc;
 }

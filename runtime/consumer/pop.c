@@ -571,7 +571,7 @@ static void consume_later(rmq_consumer_t *c, rmq_qent_t *q, const rmq_msg_t *m, 
     send_ack(c, q, ck, (int64_t)sec * 1000);
 }
 
-/* ---- orderly POP results (ConsumeMessagePopOrderlyService) ------------------------------------ */
+/* ---- orderly POP results (ConsumeMessagePopOrderlyService) ----------------------------------- */
 
 /* m leaves the orderly entry q: out of its process queue and pop_ord, released. */
 static void ord_forget(rmq_qent_t *q, rmq_msg_t *m)
@@ -604,11 +604,11 @@ static void ord_hand_back(rmq_consumer_t *c, rmq_qent_t *q, int64_t invisible)
  * synchronously), then acks what was stored and suspends the rest, if any. */
 typedef struct ord_fail {
     rmq_consumer_t *c;
-    rmq_cbatch_t *cb;   /* the batch (holds the entry's reference) */
+    rmq_cbatch_t *cb; /* the batch (holds the entry's reference) */
     int pending;
-    int suspend;        /* a message stays on the queue: hand it and what follows back */
+    int suspend; /* a message stays on the queue: hand it and what follows back */
     int64_t suspend_ms;
-    char *sent;         /* per message: 1 = stored in the DLQ */
+    char *sent; /* per message: 1 = stored in the DLQ */
 } ord_fail_t;
 
 typedef struct ord_dlq {
@@ -618,7 +618,8 @@ typedef struct ord_dlq {
 
 static void free_cks(rmq_cbatch_t *cb)
 {
-    for (int i = 0; i < cb->pop_n; i++) free(cb->pop_ck[i]);
+    for (int i = 0; i < cb->pop_n; i++)
+        free(cb->pop_ck[i]);
     free(cb->pop_ck);
     cb->pop_ck = NULL;
     cb->pop_n = 0;
@@ -646,8 +647,10 @@ static void ord_fail_settle(ord_fail_t *x)
                 q->name, q->pq.count, x->suspend_ms);
         ord_hand_back(c, q, x->suspend ? x->suspend_ms : 0);
     }
-    if (q->pq.count > 0) rmq__orderly_dispatch(q);
-    else rmq__pop_now(q);
+    if (q->pq.count > 0)
+        rmq__orderly_dispatch(q);
+    else
+        rmq__pop_now(q);
     free(x->sent);
     free(x);
     free_cks(cb);
@@ -685,9 +688,10 @@ static void ord_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         if (c->state == RMQ_CLIENT_RUNNING) rmq__orderly_dispatch(q);
     } else if (b->status == RMQ_CONSUME_SKIPPED) {
         q->consuming = 0;
-        rmq_log_info("pop", "%s: %d message(s) not consumed: their invisible time passed before "
-                     "a consume thread took them (the broker delivers them again)", q->name,
-                     q->pq.count);
+        rmq_log_info("pop",
+                     "%s: %d message(s) not consumed: their invisible time passed before "
+                     "a consume thread took them (the broker delivers them again)",
+                     q->name, q->pq.count);
         ord_hand_back(c, q, -1);
         rmq__pop_now(q);
     } else if (b->status == RMQ_CONSUME_SUCCESS || b->status == RMQ_CONSUME_COMMIT) {
@@ -700,8 +704,10 @@ static void ord_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         }
         /* A revoked entry hands the rest back at once, for the queue's next owner. */
         if (q->pq.state == RMQ_PQ_DROPPED) ord_hand_back(c, q, 0);
-        if (q->pq.count > 0) rmq__orderly_dispatch(q);
-        else rmq__pop_now(q);
+        if (q->pq.count > 0)
+            rmq__orderly_dispatch(q);
+        else
+            rmq__pop_now(q);
     } else {
         /* SUSPEND_CURRENT_QUEUE_A_MOMENT (RECONSUME_LATER, DLQ and errors count as suspend):
          * the messages come back, in order, after the suspend time, to this consumer or
@@ -709,8 +715,8 @@ static void ord_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
          * (or all, for rmq.DLQ) goes to the DLQ and is acked (checkReconsumeTimes). */
         c->n_failed += n;
         rmq__stats_consumed(q, 0, n);
-        int64_t susp = b->suspend_millis >= 0 ? b->suspend_millis
-                                              : c->conf->suspend_current_queue_time_millis;
+        int64_t susp =
+            b->suspend_millis >= 0 ? b->suspend_millis : c->conf->suspend_current_queue_time_millis;
         if (susp < 10) susp = 10;
         if (susp > 30000) susp = 30000;
         ord_fail_t *x = rmq__xcalloc(1, sizeof(*x));
@@ -731,8 +737,8 @@ static void ord_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
             d->x = x;
             d->idx = i;
             if (rmq__orderly_send_dlq(c, m, on_ord_dlq, d, err, sizeof(err))) {
-                rmq_log_warn("pop", "%s: cannot send offset %" PRId64 " to the DLQ: %s",
-                             q->name, m->queue_offset, err);
+                rmq_log_warn("pop", "%s: cannot send offset %" PRId64 " to the DLQ: %s", q->name,
+                             m->queue_offset, err);
                 free(d);
                 x->suspend = 1;
                 continue;

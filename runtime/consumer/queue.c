@@ -48,7 +48,8 @@ void rmq__qent_release(rmq_qent_t *q)
     /* Nobody else holds any of the messages still indexed: they are ours to release. */
     rmq__pq_clear(&q->pq, release_msg, NULL);
     rmq__pq_free(&q->pq);
-    for (int i = 0; i < q->pop_ord_n; i++) free(q->pop_ord[i].ck);
+    for (int i = 0; i < q->pop_ord_n; i++)
+        free(q->pop_ord[i].ck);
     free(q->pop_ord);
     q->pop_ord = NULL;
     q->pop_ord_n = 0;

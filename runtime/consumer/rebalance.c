@@ -448,7 +448,8 @@ static int apply_assignment(rmq_consumer_t *c, rmq_csub_t *s, const rmq_assignme
         rmq_qent_t *next = q->next;
         if (q->pop && !strcmp(q->mq.topic, topic)) {
             int keep = 0;
-            for (int i = 0; i < n && !keep; i++) keep = pop_covers(c, &a[i], &q->mq);
+            for (int i = 0; i < n && !keep; i++)
+                keep = pop_covers(c, &a[i], &q->mq);
             if (!keep) {
                 rmq_log_info("rebalance", "%s: POP assignment revoked", q->name);
                 rmq__rb_drop_queue(c, q, 0);

@@ -44,9 +44,9 @@ static void test_order_count(void)
     const char *info = "0 qo3%7 2;0 qo3%8 1;0 3 1";
     CHECK(rmq__pop_order_count(info, '0', 3, 7) == 2);
     CHECK(rmq__pop_order_count(info, '0', 3, 8) == 1);
-    CHECK(rmq__pop_order_count(info, '0', 3, 9) == 1);   /* the queue's entry */
-    CHECK(rmq__pop_order_count(info, '0', 4, 7) == -1);  /* another queue */
-    CHECK(rmq__pop_order_count(info, '1', 3, 7) == -1);  /* another retry mark */
+    CHECK(rmq__pop_order_count(info, '0', 3, 9) == 1);  /* the queue's entry */
+    CHECK(rmq__pop_order_count(info, '0', 4, 7) == -1); /* another queue */
+    CHECK(rmq__pop_order_count(info, '1', 3, 7) == -1); /* another retry mark */
     CHECK(rmq__pop_order_count("0 2 0", '0', 2, 0) == 0);
     /* one entry, no ";"; the queue's entry before the message's does not hide it */
     CHECK(rmq__pop_order_count("0 12 1;0 qo12%5 4", '0', 12, 5) == 4);
