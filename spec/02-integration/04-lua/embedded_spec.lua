@@ -50,9 +50,11 @@ return {
     local log, rcf = dir .. "/run.log", dir .. "/run.rc"
     local pid = helpers.spawn(string.format("%s run --embedded --sample-messages %d %s",
       helpers.bin, N, helpers.shq(script)), { log = log, rc = rcf })
+    -- The log in the message is read at the timeout, not when the wait starts.
     local function wait_log(pattern, what)
-      helpers.wait_until(function() return rh.read(log):find(pattern, 1, true) end, 60,
-        what .. " (log: " .. rh.read(log) .. ")")
+      local ok, err = pcall(helpers.wait_until,
+        function() return rh.read(log):find(pattern, 1, true) end, 60, what)
+      if not ok then error(tostring(err) .. " (log: " .. rh.read(log) .. ")", 2) end
     end
     wait_log("started as", "the consumer started")
     os.execute("kill -HUP " .. pid)
