@@ -1,5 +1,6 @@
 /*
- * common.c -- error names, logging, buffers, clocks, Java String.hashCode.
+ * common.c -- error names, logging, buffers, clocks, Java String.hashCode, the signal mask of a
+ * finishing thread.
  *
  * Ownership: the log level and debug mask are process globals, written at start-up before any
  * thread runs and read without locks afterwards. Everything else is stateless.
@@ -9,6 +10,8 @@
 #include "codes.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -274,6 +277,13 @@ int64_t rmq__mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void rmq__thread_finishing(void)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
 }
 
 int32_t rmq_java_hash(const char *utf8, size_t len)

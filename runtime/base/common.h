@@ -215,6 +215,16 @@ void *rmq__xcalloc(size_t n, size_t sz);
 char *rmq__xstrdup(const char *s);
 char *rmq__xstrndup(const char *s, size_t n);
 
+/*
+ * The last call of every thread the runtime starts (a consume thread, the sample producer, the
+ * log writer...), on that thread: it blocks every signal, so from then on the kernel gives a
+ * signal sent to the process (SIGHUP, SIGINT, SIGTERM, SIGUSR1) to a thread that lives on. A
+ * signal that reached this thread before has run its handler when this returns. Without it a
+ * ThreadSanitizer build loses such a signal: TSan runs a handler at the thread's next
+ * intercepted call, and a thread on its way out makes none.
+ */
+void rmq__thread_finishing(void);
+
 #define RMQ_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

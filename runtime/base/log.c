@@ -623,6 +623,7 @@ static void *writer_main(void *arg)
         if (stop) break;
     }
     rmq__buf_free(&w.buf);
+    rmq__thread_finishing();
     return NULL;
 }
 

@@ -624,6 +624,7 @@ static void status_main(void *arg)
             if (rmq__log_level >= RMQ_LOG_INFO) rmq__logf(RMQ_LOG_INFO, "status", f, nf, "%s", line);
         }
     }
+    rmq__thread_finishing();
 }
 
 /*

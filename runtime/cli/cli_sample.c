@@ -138,4 +138,5 @@ void rmq__sample_main(void *arg)
             sent++;
     }
     rmq_log_info("cli", "sample producer: %ld message(s) stored", sent);
+    rmq__thread_finishing();
 }

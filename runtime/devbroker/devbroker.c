@@ -650,6 +650,7 @@ static void thread_main(void *arg)
 {
     rmq_devbroker_t *db = arg;
     uv_run(&db->loop, UV_RUN_DEFAULT);
+    rmq__thread_finishing();
 }
 
 /* ---- start / stop ---------------------------------------------------------------------------- */

@@ -837,6 +837,7 @@ static void thread_main(void *arg)
         if (t->L) lua_close(t->L);
         t->L = NULL;
         rmq__coloop_free_self();
+        rmq__thread_finishing();
         return;
     }
     if (p->o.defer_init) {
@@ -930,6 +931,7 @@ static void thread_main(void *arg)
     t->co = NULL;
     uv_mutex_unlock(&p->mu);
     rmq__coloop_free_self();
+    rmq__thread_finishing();
 }
 
 /* ---- loop thread side --------------------------------------------------------------------- */
@@ -1401,6 +1403,7 @@ static void reaper_main(void *arg)
     p->reaped = 1;
     uv_async_send(&p->async);
     uv_mutex_unlock(&p->mu);
+    rmq__thread_finishing();
 }
 
 void rmq__pool_stop(rmq_pool_t *p, int64_t await_ms, void (*close_cb)(void *ud), void *ud)

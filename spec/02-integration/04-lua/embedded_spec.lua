@@ -50,9 +50,17 @@ return {
     local log, rcf = dir .. "/run.log", dir .. "/run.rc"
     local pid = helpers.spawn(string.format("%s run --embedded --sample-messages %d %s",
       helpers.bin, N, helpers.shq(script)), { log = log, rc = rcf })
+    -- The log in the message is read when the wait ends, not when it starts; a process that
+    -- ended (a sanitizer report) ends the wait.
     local function wait_log(pattern, what)
-      helpers.wait_until(function() return rh.read(log):find(pattern, 1, true) end, 60,
-        what .. " (log: " .. rh.read(log) .. ")")
+      local ok, err = pcall(helpers.wait_until, function()
+        return rh.read(log):find(pattern, 1, true) or not helpers.alive(pid)
+      end, 60, what)
+      local out = rh.read(log)
+      if not ok or not out:find(pattern, 1, true) then
+        error((ok and "rmqlua run ended before " .. what or tostring(err)) .. " (log: " .. out
+          .. ")", 2)
+      end
     end
     wait_log("started as", "the consumer started")
     os.execute("kill -HUP " .. pid)
