@@ -221,15 +221,28 @@ local bad_patterns = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtim
                       "UndefinedBehaviorSanitizer", "WARNING: ThreadSanitizer",
                       "PANIC: unprotected error",
                       "double free", "corrupted size", "Segmentation fault", "Aborted"}
+-- The log is scanned in parts: a soak's producer log passes a gigabyte, more than a Lua string
+-- may hold.
+local SCAN = 8 * 1024 * 1024
 function Proc:sanitizer_report()
-  local s = M.read(self.log)
-  for _, pat in ipairs(bad_patterns) do
-    local at = s:find(pat, 1, true)
-    if at then
-      local line = s:sub(math.max(1, at - 80), at + 160):gsub("\n", " ")
-      return line
+  local f = io.open(self.log, "rb")
+  if not f then return nil end
+  local carry = ""
+  while true do
+    local data = f:read(SCAN)
+    if not data then break end
+    local s = carry .. data
+    for _, pat in ipairs(bad_patterns) do
+      local at = s:find(pat, 1, true)
+      if at then
+        s = s .. (f:read(256) or "") -- the context after it, when the part ended too soon
+        f:close()
+        return (s:sub(math.max(1, at - 80), at + 160):gsub("\n", " "))
+      end
     end
+    carry = s:sub(-256)
   end
+  f:close()
 end
 
 -- Why this process counts as crashed, or nil.
@@ -245,7 +258,15 @@ end
 
 function Proc:tail(n)
   local lines = {}
-  for l in M.read(self.log):gmatch("[^\n]+") do lines[#lines + 1] = l end
+  local f = io.open(self.log, "rb")
+  local s = ""
+  if f then -- the last 64 KiB are enough for a tail (and a log may be huge)
+    local size = f:seek("end")
+    f:seek("set", math.max(0, size - 65536))
+    s = f:read("*a") or ""
+    f:close()
+  end
+  for l in s:gmatch("[^\n]+") do lines[#lines + 1] = l end
   local out = {}
   for i = math.max(1, #lines - (n or 10) + 1), #lines do out[#out + 1] = lines[i] end
   return table.concat(out, "\n")

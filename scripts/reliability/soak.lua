@@ -62,6 +62,7 @@ S[21] = {title = "soak", dev = true, soak = true, run = function(ctx, o)
     local now = L.mono()
     if now >= next_sample then
       local s = sample(ca)
+      s.t = now - t0
       samples[#samples + 1] = s
       if not base and now - t0 >= 60 then base = s end -- (the thread pool and caches are up)
       next_sample = next_sample + 10
@@ -121,6 +122,28 @@ S[21] = {title = "soak", dev = true, soak = true, run = function(ctx, o)
     end
   end
   ctx:note("first consumer every minute: %s", table.concat(series, ", "))
+  -- Every sample into the scenario's folder; when the thread count changed; RSS range per tenth.
+  local f = io.open(ctx.dir .. "/samples.txt", "w")
+  local changes, prev = {}, nil
+  for _, s in ipairs(samples) do
+    f:write(string.format("%.0f %d %d %d\n", s.t, s.rss, s.fds, s.threads))
+    if prev and s.threads ~= prev then
+      changes[#changes + 1] = string.format("%d -> %d at %.0f s", prev, s.threads, s.t)
+    end
+    prev = s.threads
+  end
+  f:close()
+  if #changes > 0 then ctx:note("thread count changes: %s", table.concat(changes, ", ")) end
+  local tenth, ranges = math.max(1, math.floor(#samples / 10)), {}
+  for i = 1, #samples, tenth do
+    local lo, hi = math.huge, 0
+    for j = i, math.min(#samples, i + tenth - 1) do
+      lo, hi = math.min(lo, samples[j].rss), math.max(hi, samples[j].rss)
+    end
+    ranges[#ranges + 1] = string.format("%.0f-%.0f s: %.1f-%.1f", samples[i].t,
+      samples[math.min(#samples, i + tenth - 1)].t, lo / 1024, hi / 1024)
+  end
+  ctx:note("RSS (MB, lowest-highest sample) by tenth of the run: %s", table.concat(ranges, "; "))
   if base then
     local function within(a, b0, slack) return math.abs(a - b0) <= math.max(b0 * 0.05, slack) end
     if not (L.asan or L.tsan) then
