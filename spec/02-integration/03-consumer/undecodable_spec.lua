@@ -175,6 +175,43 @@ describe("consumer: undecodable messages", function()
     pop_case(true)
   end)
 
+  it("popped: refused 3 times by the broker, acked anyway and logged as lost (orderly POP)",
+    function()
+      local topic, group, bad = "BadPopLost", "g_badpop_lost", 5
+      local db, ns = cons.test_broker("--rocketmq-version 5 --topic " .. topic .. ":1")
+      set_mode(db, topic, group, "POP")
+      for i = 1, N do
+        local b = "b" .. i
+        assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, b, #b) == i - 1)
+      end
+      assert.equal(0, lib.rmq_devbroker_corrupt(db, 0, topic, 0, bad, SYSFLAG_LOW_BYTE, 1))
+      assert.equal(0, lib.rmq_devbroker_push_error(db, 0, SEND_BACK, 1 --[[SYSTEM_ERROR]], 3))
+      local dir = helpers.tmpdir("badpoplost")
+      local out = dir .. "/out.txt"
+      -- an invisible time longer than the send-back's retries (5 s apart)
+      local s = cons.script(dir, { group = group, ns = ns, topic = topic, out = out,
+        orderly = true, extra = "client_rebalance = false, pop_invisible_time = 60000, " ..
+          "pop_batch_nums = 4," })
+      local log = dir .. "/run.log"
+      local pid = helpers.spawn(helpers.bin .. " run " .. s, { log = log, rc = log .. ".rc" })
+      -- the acks (the corrupt message's too) commit the queue to its end
+      helpers.wait_until(function()
+        return tonumber(lib.rmq_devbroker_committed_offset(db, 0, group, topic, 0)) == N
+      end, 60, "committed offset " .. N .. " (log " .. log .. ")")
+      helpers.kill(pid)
+      assert.equal(0, cons.exit_code(log))
+      assert.equal(0, tonumber(lib.rmq_devbroker_max_offset(db, 0, "%DLQ%" .. group, 0)))
+      assert.equal(3, lib.rmq_devbroker_count(db, cons.ALL, SEND_BACK))
+      local last = -1
+      for _, r in ipairs(cons.records(out)) do
+        assert.is_true(r.off ~= bad and r.off > last, "offset " .. r.off .. " after " .. last)
+        last = r.off
+      end
+      assert.equal(N - 1, #cons.records(out))
+      assert.is_truthy(cons.read(log):find("undecodable message at offset " .. bad ..
+        " %(commit log offset %d+%) refused 3 times by the broker .*it is lost"))
+    end)
+
   it("LZ4 and ZSTD bodies of 5.x producers reach the handler decompressed", function()
     local topic, group = "ZTopic", "g_z"
     local db, ns = cons.test_broker("--topic " .. topic .. ":1")
