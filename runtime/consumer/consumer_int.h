@@ -447,6 +447,10 @@ int rmq__orderly_send_dlq(rmq_consumer_t *c, const rmq_msg_t *m, rmq_send_cb cb,
 /* undecodable.c: a message of a pull response that could not be decoded (set->bad) goes to
  * %DLQ%<group>; takes its reference. */
 void rmq__undecodable_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m);
+/* A popped message of q that could not be decoded goes to %DLQ%<group> the same way, then
+ * rmq__pop_undecodable_done acks it with ck, its extraInfo. Takes m's reference (one of its own:
+ * an orderly POP entry's process queue holds another) and ck (malloc'd). */
+void rmq__undecodable_submit_pop(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, char *ck);
 void rmq__undecodable_timer(uv_timer_t *t);
 /* Shutdown: forget those waiting to be sent again (their messages stay held). */
 void rmq__undecodable_abandon(rmq_consumer_t *c);
@@ -478,6 +482,10 @@ void rmq__pop_now(rmq_qent_t *q);
  * DLQ and changes the invisible time of the rest of the queue's popped messages to the
  * suspend time, so that the broker hands them out again in order. */
 void rmq__pop_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
+/* A popped message m of q that could not be decoded was stored in %DLQ%<group>, or given up
+ * (undecodable.c): ACK_MESSAGE with ck, its extraInfo; an orderly POP entry lets it go and goes
+ * on with the messages after it. Borrows m and ck. */
+void rmq__pop_undecodable_done(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, const char *ck);
 /* ExtraInfoUtil.buildExtraInfo with the message's offset: the POP_CK string into out (NUL
  * terminated, truncated to out_size). */
 void rmq__pop_extra_info(char *out, size_t out_size, int64_t ck_offset, int64_t pop_time,

@@ -21,6 +21,11 @@
  * that reached max_reconsume_times goes to the DLQ and is acked
  * (ConsumeMessagePopOrderlyService.checkReconsumeTimes).
  *
+ * A popped message that cannot be decoded goes to %DLQ%<group> with CONSUMER_SEND_MSG_BACK as
+ * a pulled one does (undecodable.c) and is acked once stored there, or once the broker refused
+ * it 3 times (logged as lost): it does not come back after every invisible time, and an
+ * orderly POP queue, whose dispatch stops before it, goes on with the messages after it.
+ *
  * Unlike Java, a batch whose assignment was revoked (a mode switch, a rebalance) still runs
  * and is acked, and so are the messages of the long poll that was in flight: they were popped
  * for this client and would otherwise wait out their invisible time. A batch a stop never ran,
@@ -272,6 +277,62 @@ static void ord_take(rmq_qent_t *q, rmq_msg_t **msgs, char **cks, int n, int64_t
     rmq__orderly_dispatch(q);
 }
 
+/* The store topic of m (its topic when not given; empty for an undecodable message) into st,
+ * and its retry mark. */
+static char msg_store_topic(const rmq_msg_t *m, char *st, size_t size)
+{
+    size_t tl = m->store_topic_len ? m->store_topic_len : m->topic_len;
+    const char *tp = m->store_topic_len ? m->store_topic : m->topic;
+    if (tl >= size) tl = size - 1;
+    if (tl) memcpy(st, tp, tl);
+    st[tl] = 0;
+    return retry_mark(st, tl);
+}
+
+/* One POP answer's fields for the extraInfo of its messages. */
+typedef struct pop_answer {
+    rmq_msgset_t *set;
+    int64_t pop_time, invisible, revive;
+    const char *start_info, *msg_info;
+} pop_answer_t;
+
+/* processPopResponse: the extraInfo of m (a message of a->set, decoded or not) into ck; its
+ * checkpoint's start offset and its own offset from the answer's offset infos (the index among
+ * this answer's messages, the undecodable ones included, of the same retry mark and queue);
+ * without them, the first offset of each topic and queue. Returns the message's offset. */
+static int64_t build_ck(rmq_qent_t *q, const pop_answer_t *a, const rmq_msg_t *m, char *ck,
+                        size_t ck_size)
+{
+    const rmq_msgset_t *set = a->set;
+    char st[512], ot[512];
+    char mark = msg_store_topic(m, st, sizeof(st));
+    int64_t ck_off = m->queue_offset, msg_off = m->queue_offset, first = -1;
+    int index = 0;
+    for (int k = 0; k < set->n + set->n_bad; k++) {
+        const rmq_msg_t *o = k < set->n ? &set->msgs[k] : &set->bad[k - set->n];
+        if (o->queue_id != m->queue_id || msg_store_topic(o, ot, sizeof(ot)) != mark) continue;
+        if (first < 0 || o->queue_offset < first) first = o->queue_offset;
+        if (o->queue_offset < m->queue_offset) index++;
+    }
+    size_t vl = 0;
+    const char *v = info_find(a->start_info, mark, m->queue_id, &vl);
+    if (v) {
+        ck_off = strtoll(v, NULL, 10);
+        const char *mv = info_find(a->msg_info, mark, m->queue_id, &vl);
+        if (mv) msg_off = list_at(mv, vl, index, m->queue_offset);
+        if (msg_off != m->queue_offset)
+            rmq_log_warn("pop",
+                         "%s: queue offset %" PRId64 " of a message is strange, not "
+                         "equal to the stored %" PRId64,
+                         q->name, msg_off, m->queue_offset);
+    } else if (first >= 0) {
+        ck_off = first;
+    }
+    rmq__pop_extra_info(ck, ck_size, ck_off, a->pop_time, a->invisible, (int)a->revive, st,
+                        q->mq.broker_name, m->queue_id, msg_off);
+    return msg_off;
+}
+
 static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
 {
     rmq_consumer_t *c = q->c;
@@ -292,58 +353,30 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
         pop_later(q, c->conf->pull_time_delay_mills_when_exception);
         return;
     }
-    for (int i = 0; i < set->n_bad; i++) {
-        rmq_log_error("pop", "%s: undecodable popped message at queue offset %" PRId64
-                      " skipped (%s)", q->name, set->bad[i].queue_offset,
-                      rmq__msg_undecodable_why(&set->bad[i]));
-        rmq__msg_release(&set->bad[i]);
-    }
-    int n = set->n;
-    rmq_msg_t **keep = rmq__xcalloc((size_t)n + 1, sizeof(*keep));
-    char **cks = rmq__xcalloc((size_t)n + 1, sizeof(*cks));
+    pop_answer_t ans = {set, pop_time, invisible, revive, start_info, msg_info};
+    int n = set->n, nb = set->n_bad;
+    rmq_msg_t **keep = rmq__xcalloc((size_t)(n + nb) + 1, sizeof(*keep));
+    char **cks = rmq__xcalloc((size_t)(n + nb) + 1, sizeof(*cks));
+    char **bad_cks = rmq__xcalloc((size_t)nb + 1, sizeof(*bad_cks));
     int nk = 0;
+    /* Undecodable messages go to the DLQ and are acked then (undecodable.c); built first, while
+     * every message of the answer still counts for the offset infos' indexes. */
+    for (int i = 0; i < nb; i++) {
+        char ck[CK_MAX];
+        build_ck(q, &ans, &set->bad[i], ck, sizeof(ck));
+        bad_cks[i] = rmq__xstrdup(ck);
+    }
     rmq_csub_t *s = rmq__c_sub(c, q->mq.topic);
     for (int i = 0; i < n; i++) {
         rmq_msg_t *m = &set->msgs[i];
-        char st[512];
-        size_t tl = m->store_topic_len ? m->store_topic_len : m->topic_len;
-        const char *tp = m->store_topic_len ? m->store_topic : m->topic;
-        if (tl >= sizeof(st)) tl = sizeof(st) - 1;
-        memcpy(st, tp, tl);
-        st[tl] = 0;
-        char mark = retry_mark(st, tl);
-        /* processPopResponse: the checkpoint's start offset and the message's offset from the
-         * answer's offset infos (the index among this answer's messages of the same retry
-         * mark and queue); without them, the first offset of each topic and queue. */
-        int64_t ck_off = m->queue_offset, msg_off = m->queue_offset;
-        int index = 0, first = -1;
-        for (int k = 0; k < n; k++) {
-            rmq_msg_t *o = &set->msgs[k];
-            size_t ol = o->store_topic_len ? o->store_topic_len : o->topic_len;
-            const char *op = o->store_topic_len ? o->store_topic : o->topic;
-            if (o->queue_id != m->queue_id || retry_mark(op, ol) != mark) continue;
-            if (first < 0) first = k;
-            if (o->queue_offset < m->queue_offset) index++;
-        }
-        size_t vl = 0;
-        const char *v = info_find(start_info, mark, m->queue_id, &vl);
-        if (v) {
-            ck_off = strtoll(v, NULL, 10);
-            const char *mv = info_find(msg_info, mark, m->queue_id, &vl);
-            if (mv) msg_off = list_at(mv, vl, index, m->queue_offset);
-            if (msg_off != m->queue_offset)
-                rmq_log_warn("pop", "%s: queue offset %" PRId64 " of a message is strange, not "
-                             "equal to the stored %" PRId64, q->name, msg_off, m->queue_offset);
-        } else if (first >= 0) {
-            ck_off = set->msgs[first].queue_offset;
-        }
+        char ck[CK_MAX];
+        int64_t msg_off = build_ck(q, &ans, m, ck, sizeof(ck));
         if (count_info) {
+            char st[512];
+            char mark = msg_store_topic(m, st, sizeof(st));
             int cnt = rmq__pop_order_count(count_info, mark, m->queue_id, msg_off);
             if (cnt > 0) m->reconsume_times = cnt;
         }
-        char ck[CK_MAX];
-        rmq__pop_extra_info(ck, sizeof(ck), ck_off, pop_time, invisible, (int)revive, st,
-                            q->mq.broker_name, m->queue_id, msg_off);
         /* The handler sees the subscribed topic, also for a message revived into the retry
          * topic (processPopResponse: setTopic(withoutNamespace(topic))). */
         m->topic = q->mq.topic;
@@ -363,10 +396,26 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
     rmq__flow_charge(q, nk);
     rmq_dbg(RMQ_DBG_PULL, "pop", "%s: %d message(s) popped, popTime=%" PRId64, q->name, nk,
             pop_time);
-    if (nk > 0 && c->orderly) {
-        ord_take(q, keep, cks, nk, pop_time > 0 && invisible > 0 ? pop_time + invisible : 0);
+    if (c->orderly && nk + nb > 0) {
+        /* An undecodable message holds its place in the process queue (the orderly dispatch
+         * stops before it) until it was stored in the DLQ and acked. */
+        for (int i = 0; i < nb; i++) {
+            keep[nk + i] = &set->bad[i];
+            cks[nk + i] = rmq__xstrdup(bad_cks[i]);
+        }
+        q->pop_waiting += nb;
+        ord_take(q, keep, cks, nk + nb, pop_time > 0 && invisible > 0 ? pop_time + invisible : 0);
         nk = 0; /* taken */
-    } else if (nk > 0) {
+        for (int i = 0; i < nb; i++) {
+            rmq_msg_t *m = &set->bad[i];
+            if (rmq__pq_get(&q->pq, m->queue_offset) != m) { /* held already, or handed back */
+                free(bad_cks[i]);
+                continue;
+            }
+            rmq__msgset_keep(set); /* the entry's own reference */
+            rmq__undecodable_submit_pop(c, q, m, bad_cks[i]);
+        }
+    } else if (nk > 0 || nb > 0) {
         int bs = c->conf->consume_message_batch_max_size;
         if (bs < 1) bs = 1;
         c->hops->hold(c->pool);
@@ -380,10 +429,13 @@ static void handle_found(rmq_qent_t *q, rmq_cmd_t *resp)
             rmq__cbatch_submit(c, cb, -1);
         }
         c->hops->flush(c->pool);
+        for (int i = 0; i < nb; i++)
+            rmq__undecodable_submit_pop(c, q, &set->bad[i], bad_cks[i]);
     }
     rmq__msgset_release(set);
     free(keep);
     free(cks);
+    free(bad_cks);
     /* (Orderly: the next pop waits for the messages taken; rmq__pop_now knows.) */
     if (nk == 0 || c->conf->pull_interval <= 0)
         rmq__pop_now(q);
@@ -597,6 +649,19 @@ static void ord_hand_back(rmq_consumer_t *c, rmq_qent_t *q, int64_t invisible)
             if (q->pop_ord[k].off == m->queue_offset) send_ack(c, q, q->pop_ord[k].ck, invisible);
         ord_forget(q, m);
     }
+}
+
+void rmq__pop_undecodable_done(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, const char *ck)
+{
+    ack_one(c, q, ck);
+    if (!c->orderly || rmq__pq_get(&q->pq, m->queue_offset) != m) return;
+    ord_forget(q, m);
+    if (q->consuming) return; /* the running batch goes on when it returns */
+    if (q->pq.state == RMQ_PQ_DROPPED) ord_hand_back(c, q, 0);
+    if (q->pq.count > 0)
+        rmq__orderly_dispatch(q);
+    else
+        rmq__pop_now(q);
 }
 
 /* A failed orderly POP batch whose messages that reached max_reconsume_times are on their way

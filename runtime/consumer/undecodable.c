@@ -13,9 +13,16 @@
  * corrupt too) is given up, logged as lost, and the queue moves on: nothing else could ever
  * deliver it, and holding it would stop the queue for good.
  *
+ * A popped message (POP mode, pop.c) that cannot be decoded goes the same way; once stored (or
+ * given up) pop.c acks it with its extraInfo (rmq__pop_undecodable_done), so that the broker
+ * does not bring it back after every invisible time, and an orderly POP queue goes on past it.
+ *
  * Ownership: an entry owns its message (one reference on its set) and one reference on the
  * queue. Entries waiting to be tried again are on c->bad_list; at shutdown they are dropped and
- * their messages stay in the process queues (released with them, the offset before them).
+ * their messages stay in the process queues (released with them, the offset before them). A
+ * popped entry also owns the message's extraInfo (ck); its message reference is its own (an
+ * orderly POP entry's process queue holds another), released when the entry goes; dropped at
+ * shutdown, the message comes back after its invisible time.
  * Threads: loop thread only.
  */
 #include "consumer_int.h"
@@ -31,6 +38,7 @@ struct rmq_bad {
     rmq_msg_t *m;
     int refusals;
     int64_t due_ms; /* monotonic: when to try again (on c->bad_list) */
+    char *ck;       /* popped: its extraInfo (owned); NULL for a pulled message */
     struct rmq_bad *next;
 };
 
@@ -38,14 +46,30 @@ static void bad_send(struct rmq_bad *b);
 
 static void bad_free(struct rmq_bad *b)
 {
+    if (b->ck) { /* popped: the entry's own reference */
+        rmq__msg_release(b->m);
+        free(b->ck);
+    }
     rmq__qent_release(b->q);
     free(b);
 }
 
-/* Out of the process queue (offset moved unless dropped), released. */
+/* 1 when b is a popped message that no longer needs this client: an orderly POP entry handed
+ * it back to the broker (a suspend, a revoke), which delivers it again. */
+static int bad_gone(const struct rmq_bad *b)
+{
+    return b->ck && b->c->orderly && rmq__pq_get(&b->q->pq, b->m->queue_offset) != b->m;
+}
+
+/* Out of the process queue (offset moved unless dropped), released; popped: acked. */
 static void bad_resolve(struct rmq_bad *b)
 {
     rmq_qent_t *q = b->q;
+    if (b->ck) {
+        rmq__pop_undecodable_done(b->c, q, b->m, b->ck);
+        bad_free(b);
+        return;
+    }
     int64_t off = rmq__pq_remove(&q->pq, &b->m, 1);
     if (off >= 0 && q->pq.state != RMQ_PQ_DROPPED) rmq__offset_update(q, off, 1);
     rmq__msg_release(b->m);
@@ -104,8 +128,9 @@ static void on_bad_sendback(void *ud, int err, rmq_cmd_t *resp, const char *errm
     if (!err && resp->code == RMQ_RESP_SUCCESS) {
         c->n_dlq++;
         rmq__stats_sent_back(q, 1);
-        rmq_log_info("pull", "%s: undecodable message at offset %" PRId64 " stored in %%DLQ%%%s",
-                     q->name, b->m->queue_offset, c->group);
+        rmq_log_info(b->ck ? "pop" : "pull",
+                     "%s: undecodable message at offset %" PRId64 " stored in %%DLQ%%%s", q->name,
+                     b->m->queue_offset, c->group);
         bad_resolve(b);
         return;
     }
@@ -114,20 +139,27 @@ static void on_bad_sendback(void *ud, int err, rmq_cmd_t *resp, const char *errm
         bad_free(b); /* stays in the process queue: the offset stays before it */
         return;
     }
-    if (q->pq.state == RMQ_PQ_DROPPED) {
+    if (bad_gone(b)) {
+        bad_free(b);
+        return;
+    }
+    if (q->pq.state == RMQ_PQ_DROPPED && !b->ck) {
         bad_resolve(b); /* the queue's next owner pulls it again */
         return;
     }
     if (b->refusals >= BAD_MAX_REFUSALS) {
-        rmq_log_error("pull", "%s: undecodable message at offset %" PRId64 " (commit log offset %"
-                      PRId64 ") refused %d times by the broker (%s): skipped, it is lost",
+        rmq_log_error(b->ck ? "pop" : "pull",
+                      "%s: undecodable message at offset %" PRId64 " (commit log offset %" PRId64
+                      ") refused %d times by the broker (%s): skipped, it is lost",
                       q->name, b->m->queue_offset, b->m->commit_log_offset, b->refusals,
                       resp->remark ? resp->remark : rmq_err_name(resp->code));
         bad_resolve(b);
         return;
     }
-    rmq_log_warn("pull", "%s: sending undecodable offset %" PRId64 " to the DLQ failed: %s; "
-                 "again in %d ms", q->name, b->m->queue_offset,
+    rmq_log_warn(b->ck ? "pop" : "pull",
+                 "%s: sending undecodable offset %" PRId64 " to the DLQ failed: %s; "
+                 "again in %d ms",
+                 q->name, b->m->queue_offset,
                  err ? errmsg : (resp->remark ? resp->remark : rmq_err_name(resp->code)),
                  RMQ_SENDBACK_RETRY_DELAY_MS);
     bad_later(b);
@@ -142,7 +174,13 @@ static void bad_send(struct rmq_bad *b)
         bad_free(b);
         return;
     }
-    if (q->pq.state == RMQ_PQ_DROPPED) {
+    if (bad_gone(b)) {
+        bad_free(b);
+        return;
+    }
+    /* A popped message was popped for this client: it goes on even when its entry was
+     * revoked (pop.c acks what a revoked entry popped). */
+    if (q->pq.state == RMQ_PQ_DROPPED && !b->ck) {
         bad_resolve(b);
         return;
     }
@@ -160,10 +198,26 @@ static void bad_send(struct rmq_bad *b)
     rmq__cmd_free(&cmd);
     if (rc) {
         c->inflight_sendbacks--;
-        rmq_log_warn("pull", "%s: cannot send undecodable offset %" PRId64 " to the DLQ: %s",
-                     q->name, m->queue_offset, rmq_err_str(rc));
+        rmq_log_warn(b->ck ? "pop" : "pull",
+                     "%s: cannot send undecodable offset %" PRId64 " to the DLQ: %s", q->name,
+                     m->queue_offset, rmq_err_str(rc));
         bad_later(b);
     }
+}
+
+static void bad_start(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, char *ck)
+{
+    rmq_log_error(ck ? "pop" : "pull",
+                  "%s: %smessage at offset %" PRId64 " (commit log offset %" PRId64
+                  ") cannot be decoded: %s; sending it to %%DLQ%%%s",
+                  q->name, ck ? "popped " : "", m->queue_offset, m->commit_log_offset,
+                  rmq__msg_undecodable_why(m), c->group);
+    struct rmq_bad *b = rmq__xcalloc(1, sizeof(*b));
+    b->c = c;
+    b->q = rmq__qent_keep(q);
+    b->m = m;
+    b->ck = ck;
+    bad_send(b);
 }
 
 void rmq__undecodable_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m)
@@ -172,12 +226,10 @@ void rmq__undecodable_submit(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m)
         rmq__msg_release(m);
         return;
     }
-    rmq_log_error("pull", "%s: message at offset %" PRId64 " (commit log offset %" PRId64
-                  ") cannot be decoded: %s; sending it to %%DLQ%%%s", q->name, m->queue_offset,
-                  m->commit_log_offset, rmq__msg_undecodable_why(m), c->group);
-    struct rmq_bad *b = rmq__xcalloc(1, sizeof(*b));
-    b->c = c;
-    b->q = rmq__qent_keep(q);
-    b->m = m;
-    bad_send(b);
+    bad_start(c, q, m, NULL);
+}
+
+void rmq__undecodable_submit_pop(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, char *ck)
+{
+    bad_start(c, q, m, ck);
 }
