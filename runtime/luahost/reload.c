@@ -1,14 +1,18 @@
 /*
  * reload.c -- hot reload of the consumer script (reload.h): the request (SIGHUP through
- * rmq__consumer_reload, a --watch change), the job on a libuv worker thread (configuration,
- * refused changes, the throwaway check, the new control state, the new pool), and the hand-over
+ * rmq__consumer_reload, a --watch change), the job on a thread of its own that ends with it
+ * (configuration, refused changes, the throwaway check, the new control state, the new pool),
+ * and the hand-over
  * on the loop thread (the control state swapped here, the rest adopted by the engine:
  * rmq__consumer_adopt, consumer/reconf.c).
  *
  * Ownership: the Lua handler owns its rmq_reload_t; the job's conf / script / pool belong to it
  * until the hand-over gives them to the handler and the engine (or they are freed); every
- * fs-poll handle is ours (freed in its close callback).
- * Threads: work() on a libuv worker thread (it reads the engine's running configuration, the
+ * fs-poll handle is ours (freed in its close callback); each job's rmq_reload_job_t (its thread
+ * and the async handle that reports its end) is freed in that handle's close callback, after the
+ * thread was joined.
+ * Threads: work() on the job's own thread (not libuv's pool, which a rare job would otherwise
+ * start for good: four threads held for the process's life; it reads the engine's running configuration, the
  * handler's path, shared dictionaries and flow, which nothing changes while a job runs: only
  * after_work() has the configuration replaced); every other function on the loop thread, except
  * rmq__reload_new/free (the consumer's own thread, before the loop runs / after it ended) and
@@ -29,7 +33,6 @@ struct rmq_reload {
     int busy;   /* a job runs */
     int again;  /* asked again meanwhile: one more job after it */
     int closed; /* shutting down: no more jobs */
-    uv_work_t work;
     /* the job's outcome (written by work(), read by after_work()) */
     int failed; /* 1 failed, 2 refused */
     char err[4096];
@@ -46,7 +49,6 @@ rmq_reload_t *rmq__reload_new(rmq_lua_handler_t *lh)
 {
     rmq_reload_t *r = rmq__xcalloc(1, sizeof(*r));
     r->lh = lh;
-    r->work.data = r;
     return r;
 }
 
@@ -90,9 +92,8 @@ static int default_build(const rmq_conf_t *running, const char *path, rmq_conf_t
     return 0;
 }
 
-static void work(uv_work_t *w)
+static void work(rmq_reload_t *r)
 {
-    rmq_reload_t *r = w->data;
     rmq_lua_handler_t *lh = r->lh;
     rmq_consumer_t *c = lh->c;
     const char *path = lh->path;
@@ -175,12 +176,35 @@ static void commit(rmq_reload_t *r)
 
 static void start(rmq_reload_t *r);
 
-static void after_work(uv_work_t *w, int status)
+/* One job: its thread, and the handle that wakes the loop when it ends. */
+typedef struct {
+    uv_async_t done;
+    uv_thread_t tid;
+    rmq_reload_t *r;
+} rmq_reload_job_t;
+
+static void job_main(void *arg)
 {
-    rmq_reload_t *r = w->data;
+    rmq_reload_job_t *j = arg;
+    work(j->r);
+    rmq__thread_finishing();
+    uv_async_send(&j->done);
+}
+
+static void on_job_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void after_work(uv_async_t *a)
+{
+    rmq_reload_job_t *j = a->data;
+    rmq_reload_t *r = j->r;
+    uv_thread_join(&j->tid);
+    uv_close((uv_handle_t *)a, on_job_closed);
     rmq_lua_handler_t *lh = r->lh;
     r->busy = 0;
-    if (status || r->closed || !rmq__consumer_can_adopt(lh->c)) {
+    if (r->closed || !rmq__consumer_can_adopt(lh->c)) {
         discard(r);
         return;
     }
@@ -210,10 +234,20 @@ static void start(rmq_reload_t *r)
         return;
     }
     rmq_log_info("reload", "reloading %s", lh->path);
+    rmq_reload_job_t *j = rmq__xcalloc(1, sizeof(*j));
+    j->r = r;
+    j->done.data = j;
+    int rc = uv_async_init(rmq__consumer_loop(lh->c), &j->done, after_work);
+    if (rc) {
+        free(j);
+        rmq_log_error("reload", "cannot reload %s: %s", lh->path, uv_strerror(rc));
+        return;
+    }
     r->busy = 1;
-    int rc = uv_queue_work(rmq__consumer_loop(lh->c), &r->work, work, after_work);
+    rc = uv_thread_create(&j->tid, job_main, j);
     if (rc) {
         r->busy = 0;
+        uv_close((uv_handle_t *)&j->done, on_job_closed);
         rmq_log_error("reload", "cannot reload %s: %s", lh->path, uv_strerror(rc));
     }
 }
@@ -302,5 +336,5 @@ void rmq__reload_close(rmq_lua_handler_t *lh)
     r->closed = 1;
     for (int i = 0; i < r->n_polls; i++) uv_close((uv_handle_t *)r->polls[i], on_poll_closed);
     r->n_polls = 0;
-    if (r->busy) uv_cancel((uv_req_t *)&r->work); /* after_work discards what it made */
+    /* A job running ends on its own; after_work discards what it made. */
 }

@@ -177,6 +177,33 @@ return {
     assert.are.equal(0, h.stop())
   end)
 
+  it("leaves the process with the threads it had: the job runs on a thread that ends with it",
+    function()
+    local function version(v)
+      return R.script_head("reload_threads", "ThreadsTopic") .. string.format([[
+  consume_thread_min = 2, consume_thread_max = 2,
+  consume = function(msgs) print("%s got " .. msgs[1].body) end,
+}
+]], v)
+    end
+    local _, h = start_v1("threads.lua", version("v1"), "ThreadsTopic")
+    local function threads()
+      return tonumber(rh.read("/proc/" .. h.pid() .. "/status"):match("Threads:%s*(%d+)"))
+    end
+    local before = threads()
+    for k = 1, 3 do
+      put("threads.lua", version("v" .. (k + 1)))
+      h.signal("HUP")
+      h.wait_for("reloaded [^\n]*threads%.lua %(reload " .. k .. "%)", "reload " .. k)
+      R.produce("ThreadsTopic", "m" .. k)
+      h.wait_for("v" .. (k + 1) .. " got m" .. k, "v" .. (k + 1))
+      -- The old version's threads end once their batches are done; nothing else stays.
+      helpers.wait_until(function() return threads() == before end, 20,
+        string.format("%d threads as before reload %d (now %d)", before, k, threads()))
+    end
+    assert.are.equal(0, h.stop())
+  end)
+
   it("applies new subscriptions, expressions and allocate hooks; the new control hooks see them",
     function()
     R.create_topic("SubA", 4)
