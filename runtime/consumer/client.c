@@ -82,8 +82,10 @@ static void stats_build(rmq_consumer_t *c)
 
 static void on_stats_timer(uv_timer_t *t)
 {
-    stats_build(t->data);
-    rmq__stats_tick(t->data);
+    rmq_consumer_t *c = t->data;
+    stats_build(c);
+    rmq__stats_tick(c);
+    rmq__memtrim_tick(&c->memtrim, c->n_pulled + c->n_popped);
 }
 
 void rmq__consumer_stats(rmq_consumer_t *c, rmq_consumer_stats_t *out)

@@ -24,6 +24,7 @@
 #include "consumer.h"
 #include "flow.h"
 #include "handler.h"
+#include "memtrim.h"
 #include "protocol/message.h"
 #include "process_queue.h"
 #include "producer/producer.h"
@@ -257,6 +258,7 @@ struct rmq_consumer {
     int64_t n_consumed, n_failed, n_retried, n_dlq, n_pulled;
     int64_t n_sent; /* rmq.send() messages sent */
     int64_t last_consumed, last_pulled, last_stats_ms;
+    rmq_memtrim_t memtrim; /* memtrim.h: freed heap pages handed back */
     uv_mutex_t stats_mu;
     rmq_consumer_stats_t snap;
     rmq_cstats_t stats;     /* stats.c: metrics, on_stats, health */
