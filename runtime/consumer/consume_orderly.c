@@ -11,7 +11,8 @@
  * Ownership: a batch of an orderly queue is a view of the first messages the process queue holds;
  * they stay owned by the process queue until the batch commits them (then they are released),
  * so a suspended batch simply ends and the next dispatch takes the same messages again. Lock
- * requests and DLQ sends hold a queue reference.
+ * requests and DLQ sends hold a queue reference. A failed batch's DLQ step (rmq__orderly_fail,
+ * PULL's and POP's) owns its rmq_ord_fail_t and each send its dlq_one_t.
  * Threads: loop thread only.
  */
 #include "consumer_int.h"
@@ -352,73 +353,47 @@ static void commit(rmq_qent_t *q, rmq_msg_t **msgs, int n)
     for (int i = 0; i < n; i++) rmq__msg_release(msgs[i]);
 }
 
-typedef struct dlq_ctx {
-    rmq_consumer_t *c;
-    rmq_cbatch_t *cb;   /* the batch being settled (owns the queue reference) */
-    int pending;
-    int kept;           /* messages kept for another try */
-    int64_t suspend_ms;
-    char *sent;         /* per message: 1 = stored in the DLQ */
-} dlq_ctx_t;
-
 typedef struct dlq_one {
-    dlq_ctx_t *x;
+    rmq_ord_fail_t *x;
     int idx;
 } dlq_one_t;
 
-static void settle(dlq_ctx_t *x)
+/* Every send answered: the mode's settle, then the context goes. */
+static void fail_settled(rmq_ord_fail_t *x)
 {
-    rmq_consumer_t *c = x->c;
-    rmq_cbatch_t *cb = x->cb;
-    rmq_qent_t *q = cb->q;
-    /* Messages stored in the DLQ are done (offset order is kept: the process queue still holds
-     * whatever was kept, so the offset cannot pass it). */
-    int k = 0;
-    for (int i = 0; i < cb->b.n; i++) {
-        rmq_msg_t *m = cb->msgs[i];
-        if (x->sent && x->sent[i]) {
-            int64_t off = rmq__pq_remove(&q->pq, &m, 1);
-            if (off >= 0 && q->pq.state != RMQ_PQ_DROPPED) rmq__offset_update(q, off, 1);
-            rmq__msg_release(m);
-            c->n_dlq++;
-            rmq__stats_sent_back(q, 1);
-        } else {
-            k++;
-        }
-    }
-    q->consuming = 0;
-    if (q->pq.state == RMQ_PQ_DROPPED) {
-        dropped_batch_over(c, q);
-    } else if (k > 0) {
-        dispatch_later(q, x->suspend_ms, 0);
-    } else {
-        rmq__orderly_dispatch(q);
-    }
+    x->settle(x);
     free(x->sent);
     free(x);
-    rmq__cbatch_free(cb);
+}
+
+/* A message not stored in the DLQ stays on the queue; PULL raises its count here (the broker
+ * never saw it fail), POP leaves that to the broker. */
+static void fail_kept(rmq_ord_fail_t *x, rmq_msg_t *m)
+{
+    x->kept++;
+    if (x->raise) m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);
 }
 
 static void on_dlq_sent(void *ud, int err, const rmq_send_result_t *res, const char *errmsg)
 {
     dlq_one_t *o = ud;
-    dlq_ctx_t *x = o->x;
+    rmq_ord_fail_t *x = o->x;
     (void)res;
     rmq_msg_t *m = x->cb->msgs[o->idx];
     x->c->inflight_sendbacks--;
     if (err) {
-        rmq_log_warn("orderly", "%s: offset %" PRId64 " to the DLQ failed: %s; suspending",
+        rmq_log_warn(x->sub, "%s: offset %" PRId64 " to the DLQ failed: %s; suspending",
                      x->cb->q->name, m->queue_offset, errmsg);
-        m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);
+        fail_kept(x, m);
     } else {
         x->sent[o->idx] = 1;
     }
     free(o);
-    if (--x->pending == 0) settle(x);
+    if (--x->pending == 0) fail_settled(x);
 }
 
-int rmq__orderly_send_dlq(rmq_consumer_t *c, const rmq_msg_t *m, rmq_send_cb cb, void *ud,
-                          char *errstr, size_t errstr_size)
+static int send_dlq(rmq_consumer_t *c, const rmq_msg_t *m, rmq_send_cb cb, void *ud,
+                    char *errstr, size_t errstr_size)
 {
     if (!c->producer) {
         snprintf(errstr, errstr_size, "no producer to send it with");
@@ -439,6 +414,79 @@ int rmq__orderly_send_dlq(rmq_consumer_t *c, const rmq_msg_t *m, rmq_send_cb cb,
                                       errstr, errstr_size);
     free(topic);
     return rc;
+}
+
+void rmq__orderly_fail(rmq_consumer_t *c, rmq_cbatch_t *cb, int raise, const char *sub,
+                       void (*settle)(rmq_ord_fail_t *x))
+{
+    rmq_batch_t *b = &cb->b;
+    rmq_qent_t *q = cb->q;
+    int n = b->n;
+    c->n_failed += n;
+    rmq__stats_consumed(q, 0, n);
+    int64_t susp = b->suspend_millis >= 0 ? b->suspend_millis
+                                          : c->conf->suspend_current_queue_time_millis;
+    if (susp < 10) susp = 10;
+    if (susp > 30000) susp = 30000;
+    rmq_ord_fail_t *x = rmq__xcalloc(1, sizeof(*x));
+    x->c = c;
+    x->cb = cb;
+    x->suspend_ms = susp;
+    x->sent = rmq__xcalloc((size_t)n + 1, 1);
+    x->raise = raise;
+    x->sub = sub;
+    x->settle = settle;
+    x->pending = 1;
+    for (int i = 0; i < n; i++) {
+        rmq_msg_t *m = cb->msgs[i];
+        int to_dlq = b->status == RMQ_CONSUME_DLQ || m->reconsume_times >= c->max_reconsume;
+        if (!to_dlq || !c->producer) {
+            fail_kept(x, m);
+            continue;
+        }
+        char err[256];
+        dlq_one_t *o = rmq__xcalloc(1, sizeof(*o));
+        o->x = x;
+        o->idx = i;
+        if (send_dlq(c, m, on_dlq_sent, o, err, sizeof(err))) {
+            rmq_log_warn(sub, "%s: cannot send offset %" PRId64 " to the DLQ: %s", q->name,
+                         m->queue_offset, err);
+            free(o);
+            fail_kept(x, m);
+            continue;
+        }
+        x->pending++;
+        c->inflight_sendbacks++; /* a graceful stop waits for it, as for send-backs */
+    }
+    if (--x->pending == 0) fail_settled(x);
+}
+
+/* PULL's settle: the messages stored in the DLQ are done (offset order is kept: the process
+ * queue still holds whatever was kept, so the offset cannot pass it); the queue goes on after
+ * the suspend time if any message was kept, else at once. */
+static void settle(rmq_ord_fail_t *x)
+{
+    rmq_consumer_t *c = x->c;
+    rmq_cbatch_t *cb = x->cb;
+    rmq_qent_t *q = cb->q;
+    for (int i = 0; i < cb->b.n; i++) {
+        rmq_msg_t *m = cb->msgs[i];
+        if (!x->sent[i]) continue;
+        int64_t off = rmq__pq_remove(&q->pq, &m, 1);
+        if (off >= 0 && q->pq.state != RMQ_PQ_DROPPED) rmq__offset_update(q, off, 1);
+        rmq__msg_release(m);
+        c->n_dlq++;
+        rmq__stats_sent_back(q, 1);
+    }
+    q->consuming = 0;
+    if (q->pq.state == RMQ_PQ_DROPPED) {
+        dropped_batch_over(c, q);
+    } else if (x->kept > 0) {
+        dispatch_later(q, x->suspend_ms, 0);
+    } else {
+        rmq__orderly_dispatch(q);
+    }
+    rmq__cbatch_free(cb);
 }
 
 void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
@@ -487,38 +535,5 @@ void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
         return;
     }
     /* SUSPEND_CURRENT_QUEUE_A_MOMENT (RECONSUME_LATER, DLQ and errors count as suspend). */
-    c->n_failed += n;
-    rmq__stats_consumed(q, 0, n);
-    int64_t susp = b->suspend_millis >= 0 ? b->suspend_millis
-                                          : c->conf->suspend_current_queue_time_millis;
-    if (susp < 10) susp = 10;
-    if (susp > 30000) susp = 30000;
-    dlq_ctx_t *x = rmq__xcalloc(1, sizeof(*x));
-    x->c = c;
-    x->cb = cb;
-    x->suspend_ms = susp;
-    x->sent = rmq__xcalloc((size_t)n + 1, 1);
-    x->pending = 1;
-    for (int i = 0; i < n; i++) {
-        rmq_msg_t *m = cb->msgs[i];
-        int to_dlq = b->status == RMQ_CONSUME_DLQ || m->reconsume_times >= c->max_reconsume;
-        if (!to_dlq || !c->producer) {
-            m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);
-            continue;
-        }
-        char err[256];
-        dlq_one_t *o = rmq__xcalloc(1, sizeof(*o));
-        o->x = x;
-        o->idx = i;
-        if (rmq__orderly_send_dlq(c, m, on_dlq_sent, o, err, sizeof(err))) {
-            rmq_log_warn("orderly", "%s: cannot send offset %" PRId64 " to the DLQ: %s",
-                         q->name, m->queue_offset, err);
-            m->reconsume_times = rmq__reconsume_plus(m->reconsume_times, 1);
-            free(o);
-            continue;
-        }
-        x->pending++;
-        c->inflight_sendbacks++; /* a graceful stop waits for it, as for send-backs */
-    }
-    if (--x->pending == 0) settle(x);
+    rmq__orderly_fail(c, cb, 1, "orderly", settle);
 }

@@ -440,11 +440,28 @@ void rmq__orderly_dispatch(rmq_qent_t *q);
  * (RMQ_CONSUME_NOT_RUN, RMQ_CONSUME_SKIPPED). Frees cb. An orderly POP batch goes on to
  * c->hook_pop_result. */
 void rmq__orderly_result(rmq_consumer_t *c, rmq_cbatch_t *cb);
-/* checkReconsumeTimes' sendMessageBack: m re-sent to %RETRY%<group> with its reconsume count at
- * max_reconsume_times, which the broker stores in %DLQ%<group>; cb(ud, ...) later. Returns 0
- * when sent (cb then runs once), else an error with errstr (cb never runs). */
-int rmq__orderly_send_dlq(rmq_consumer_t *c, const rmq_msg_t *m, rmq_send_cb cb, void *ud,
-                          char *errstr, size_t errstr_size);
+/* A failed orderly batch (SUSPEND_CURRENT_QUEUE_A_MOMENT; RECONSUME_LATER, DLQ and errors count
+ * as suspend), PULL or POP: checkReconsumeTimes. Its messages that reached max_reconsume_times
+ * (all of them for rmq.DLQ) are re-sent to %RETRY%<group> with their reconsume count at the
+ * maximum, which the broker stores in %DLQ%<group>; the others, and any whose send failed, are
+ * kept (with raise, their reconsume count goes up by one here: PULL; POP's broker counts).
+ * Once every send answered, settle(x) runs (then x is freed): sent[i] says which are stored,
+ * kept how many stay, suspend_ms the suspend time (the batch's or
+ * suspend_current_queue_time_millis, within 10..30000 as Java). Counts the batch as failed. */
+typedef struct rmq_ord_fail rmq_ord_fail_t;
+struct rmq_ord_fail {
+    rmq_consumer_t *c;
+    rmq_cbatch_t *cb; /* the batch (holds its queue's reference): settle frees it */
+    int64_t suspend_ms;
+    char *sent; /* per message: 1 = stored in the DLQ */
+    int kept;   /* messages not stored: they stay on the queue */
+    /* rmq__orderly_fail's own */
+    int pending, raise;
+    const char *sub;
+    void (*settle)(rmq_ord_fail_t *x);
+};
+void rmq__orderly_fail(rmq_consumer_t *c, rmq_cbatch_t *cb, int raise, const char *sub,
+                       void (*settle)(rmq_ord_fail_t *x));
 
 /* undecodable.c: a message of a pull response that could not be decoded (set->bad) goes to
  * %DLQ%<group>; takes its reference. */

@@ -37,7 +37,7 @@
  * was applied; an ack or change in flight holds one reference on the entry. An orderly POP
  * entry owns the messages of its process queue and their extraInfo (pop_ord); its batch views
  * them and owns copies of their extraInfo; a failed batch waiting for its DLQ sends is owned
- * by their context (ord_fail_t) until they all answered.
+ * by their context (rmq_ord_fail_t, consume_orderly.c) until they all answered.
  * Threads: loop thread only.
  */
 #include "consumer_int.h"
@@ -664,23 +664,6 @@ void rmq__pop_undecodable_done(rmq_consumer_t *c, rmq_qent_t *q, rmq_msg_t *m, c
         rmq__pop_now(q);
 }
 
-/* A failed orderly POP batch whose messages that reached max_reconsume_times are on their way
- * to the DLQ: its entry runs nothing else until every send answered (Java sends them
- * synchronously), then acks what was stored and suspends the rest, if any. */
-typedef struct ord_fail {
-    rmq_consumer_t *c;
-    rmq_cbatch_t *cb; /* the batch (holds the entry's reference) */
-    int pending;
-    int suspend; /* a message stays on the queue: hand it and what follows back */
-    int64_t suspend_ms;
-    char *sent; /* per message: 1 = stored in the DLQ */
-} ord_fail_t;
-
-typedef struct ord_dlq {
-    ord_fail_t *x;
-    int idx;
-} ord_dlq_t;
-
 static void free_cks(rmq_cbatch_t *cb)
 {
     for (int i = 0; i < cb->pop_n; i++)
@@ -690,10 +673,10 @@ static void free_cks(rmq_cbatch_t *cb)
     cb->pop_n = 0;
 }
 
-/* checkReconsumeTimes' outcome: the messages stored in the DLQ are acked; when any message
- * stays, it and every message after it go back to the broker for suspend_ms, else the queue
- * goes on. */
-static void ord_fail_settle(ord_fail_t *x)
+/* checkReconsumeTimes' outcome (rmq__orderly_fail): the messages stored in the DLQ are acked;
+ * when any message stays, it and every message after it go back to the broker for suspend_ms,
+ * else the queue goes on. */
+static void ord_fail_settle(rmq_ord_fail_t *x)
 {
     rmq_consumer_t *c = x->c;
     rmq_cbatch_t *cb = x->cb;
@@ -707,36 +690,17 @@ static void ord_fail_settle(ord_fail_t *x)
     }
     q->consuming = 0;
     int running = c->state == RMQ_CLIENT_RUNNING || c->state == RMQ_CLIENT_DRAINING;
-    if (running && (x->suspend || q->pq.state == RMQ_PQ_DROPPED)) {
+    if (running && (x->kept || q->pq.state == RMQ_PQ_DROPPED)) {
         rmq_dbg(RMQ_DBG_CONSUME, "pop", "%s: suspended, %d message(s) back in %" PRId64 " ms",
                 q->name, q->pq.count, x->suspend_ms);
-        ord_hand_back(c, q, x->suspend ? x->suspend_ms : 0);
+        ord_hand_back(c, q, x->kept ? x->suspend_ms : 0);
     }
     if (q->pq.count > 0)
         rmq__orderly_dispatch(q);
     else
         rmq__pop_now(q);
-    free(x->sent);
-    free(x);
     free_cks(cb);
     rmq__cbatch_free(cb);
-}
-
-static void on_ord_dlq(void *ud, int err, const rmq_send_result_t *res, const char *errmsg)
-{
-    ord_dlq_t *d = ud;
-    ord_fail_t *x = d->x;
-    (void)res;
-    x->c->inflight_sendbacks--;
-    if (err) {
-        rmq_log_warn("pop", "%s: offset %" PRId64 " to the DLQ failed: %s; suspending",
-                     x->cb->q->name, x->cb->msgs[d->idx]->queue_offset, errmsg);
-        x->suspend = 1;
-    } else {
-        x->sent[d->idx] = 1;
-    }
-    free(d);
-    if (--x->pending == 0) ord_fail_settle(x);
 }
 
 /* The result of an orderly POP batch, the first messages q holds. */
@@ -778,40 +742,7 @@ static void ord_result(rmq_consumer_t *c, rmq_cbatch_t *cb)
          * the messages come back, in order, after the suspend time, to this consumer or
          * another (their count raised by the broker); one that reached max_reconsume_times
          * (or all, for rmq.DLQ) goes to the DLQ and is acked (checkReconsumeTimes). */
-        c->n_failed += n;
-        rmq__stats_consumed(q, 0, n);
-        int64_t susp =
-            b->suspend_millis >= 0 ? b->suspend_millis : c->conf->suspend_current_queue_time_millis;
-        if (susp < 10) susp = 10;
-        if (susp > 30000) susp = 30000;
-        ord_fail_t *x = rmq__xcalloc(1, sizeof(*x));
-        x->c = c;
-        x->cb = cb;
-        x->suspend_ms = susp;
-        x->sent = rmq__xcalloc((size_t)n + 1, 1);
-        x->pending = 1;
-        for (int i = 0; i < n; i++) {
-            rmq_msg_t *m = cb->msgs[i];
-            int to_dlq = b->status == RMQ_CONSUME_DLQ || m->reconsume_times >= c->max_reconsume;
-            if (!to_dlq || !c->producer) {
-                x->suspend = 1;
-                continue;
-            }
-            char err[256];
-            ord_dlq_t *d = rmq__xcalloc(1, sizeof(*d));
-            d->x = x;
-            d->idx = i;
-            if (rmq__orderly_send_dlq(c, m, on_ord_dlq, d, err, sizeof(err))) {
-                rmq_log_warn("pop", "%s: cannot send offset %" PRId64 " to the DLQ: %s", q->name,
-                             m->queue_offset, err);
-                free(d);
-                x->suspend = 1;
-                continue;
-            }
-            x->pending++;
-            c->inflight_sendbacks++; /* a graceful stop waits for it, as for send-backs */
-        }
-        if (--x->pending == 0) ord_fail_settle(x);
+        rmq__orderly_fail(c, cb, 0, "pop", ord_fail_settle);
         return; /* q->consuming until settled */
     }
     free_cks(cb);
