@@ -16,6 +16,33 @@ end
 -- A development broker in-process: db, name server address.
 M.start_broker = rh.start_broker
 
+-- What the development broker recorded of the requests it got (any broker of it): the extField
+-- key of the idx-th request with code, and that request's body (nil when absent).
+function M.request_ext(db, code, idx, key)
+  local buf = ffi.new("char[1024]")
+  local n = lib.rmq_devbroker_request_ext(db, M.ALL, code, idx, key, buf, 1024)
+  if n < 0 then return nil end
+  return ffi.string(buf, n)
+end
+
+function M.request_body(db, code, idx)
+  local buf = ffi.new("char[4096]")
+  local n = lib.rmq_devbroker_request_body(db, M.ALL, code, idx, buf, 4096)
+  if n < 0 then return nil end
+  return ffi.string(buf, n)
+end
+
+-- SET_MESSAGE_REQUEST_MODE (401) as mqadmin setConsumeMode sends it, a raw frame to broker 0:
+-- mode "POP" or "PULL", share the popShareQueueNum (default 0).
+function M.set_mode(db, topic, group, mode, share)
+  local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
+  local c = assert(wire.connect(M.broker_addr(db, 0)))
+  local r = assert(c:request(401, nil, require("cjson").encode({ topic = topic,
+    consumerGroup = group, mode = mode, popShareQueueNum = share or 0 })))
+  c:close()
+  if r.code ~= 0 then error("SET_MESSAGE_REQUEST_MODE answered " .. tostring(r.code), 2) end
+end
+
 -- The development broker of a describe block, started (args as M.start_broker) in its
 -- lazy_setup and stopped in its lazy_teardown: returns the table the setup fills, with db, ns,
 -- and dir (M.tmpdir(tmpname)) when tmpname is given.

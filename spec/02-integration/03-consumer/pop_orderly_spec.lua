@@ -6,46 +6,15 @@
 -- max_reconsume_times to the DLQ; against the development broker in 5.x mode, whose
 -- PopMessageProcessor / ConsumerOrderInfoManager keep one batch per queue and group out.
 local helpers = require "helpers"
-local ffi = require "ffi"
-local cjson = require "cjson"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
-local wire = dofile(helpers.root .. "/spec/02-integration/01-devbroker/wire.lua")
 local lib = cons.lib
 
-pcall(ffi.cdef, [[
-int rmq_devbroker_request_ext(rmq_devbroker_t *db, int target, int req_code, int idx,
-                              const char *key, char *buf, size_t size);
-int rmq_devbroker_request_body(rmq_devbroker_t *db, int target, int req_code, int idx,
-                               char *buf, size_t size);
-]])
-
-local SET_MODE, POP, ACK, CHANGE_INVISIBLE = 401, 200050, 200051, 200053
+local POP, ACK, CHANGE_INVISIBLE = 200050, 200051, 200053
 local LOCK_BATCH_MQ = 41
 local ORDER_REVIVE_QID = "999" -- KeyBuilder.POP_ORDER_REVIVE_QUEUE
 
--- extField key of the idx-th recorded request with code (nil when absent).
-local function ext(db, code, idx, key)
-  local buf = ffi.new("char[1024]")
-  local n = lib.rmq_devbroker_request_ext(db, cons.ALL, code, idx, key, buf, 1024)
-  if n < 0 then return nil end
-  return ffi.string(buf, n)
-end
-
-local function body(db, code, idx)
-  local buf = ffi.new("char[4096]")
-  local n = lib.rmq_devbroker_request_body(db, cons.ALL, code, idx, buf, 4096)
-  if n < 0 then return nil end
-  return ffi.string(buf, n)
-end
-
--- SET_MESSAGE_REQUEST_MODE as mqadmin setConsumeMode sends it (raw frame to broker 0).
-local function set_mode(db, topic, group, mode)
-  local c = assert(wire.connect(cons.broker_addr(db, 0)))
-  local r = assert(c:request(SET_MODE, nil, cjson.encode({ topic = topic, consumerGroup = group,
-    mode = mode, popShareQueueNum = 0 })))
-  c:close()
-  assert.equal(0, r.code)
-end
+-- The broker's record of requests (extField, body), and setConsumeMode.
+local ext, body, set_mode = cons.request_ext, cons.request_body, cons.set_mode
 
 -- An orderly consumer script: its records go to out (cons.script's format), and each batch is
 -- also appended, in one write, to the file shared (lines "<name> <queue id> <offset>"), so that

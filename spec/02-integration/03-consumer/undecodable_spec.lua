@@ -14,13 +14,12 @@
 -- an orderly POP queue goes on with the messages after it, in order.
 local helpers = require "helpers"
 local ffi = require "ffi"
-local cjson = require "cjson"
 local raw = require "rawclient"
 local cons = dofile(helpers.root .. "/spec/02-integration/03-consumer/cons.lua")
 local lib = cons.lib
 
 local SEND, SEND_BACK = 10, 36
-local PULL, SET_MODE, POP = 11, 401, 200050
+local PULL, POP = 11, 200050
 local N = 12
 local CORRUPT = { [0] = true, [5] = true } -- queue offsets damaged (b1 and b6)
 local SYSFLAG_LOW_BYTE = 39                 -- PROTOCOL 4.1: SYSFLAG at byte 36, big-endian
@@ -80,13 +79,26 @@ local function run_case(orderly)
   end
 end
 
--- SET_MESSAGE_REQUEST_MODE as mqadmin setConsumeMode sends it (raw frame to broker 0).
-local function set_mode(db, topic, group, mode)
-  local c = assert(raw.connect(ffi.string(lib.rmq_devbroker_broker_addr(db, 0))))
-  helpers.defer(function() c:close() end)
-  local r = assert(c:request(SET_MODE, nil, cjson.encode({ topic = topic, consumerGroup = group,
-    mode = mode, popShareQueueNum = 0 })))
-  assert.equal(0, r.code)
+-- A consumer of group in POP mode against a 5.x development broker: topic on one queue holding
+-- N messages "b1".."bN", queue offset bad corrupted, before(db) run (when given) before the
+-- consumer starts with the options extra (and client_rebalance = false, pop_batch_nums = 4).
+-- Returns db, the consumer's record file, its log and its pid.
+local function pop_run(topic, group, bad, orderly, extra, before)
+  local db, ns = cons.test_broker("--rocketmq-version 5 --topic " .. topic .. ":1")
+  cons.set_mode(db, topic, group, "POP")
+  for i = 1, N do
+    local body = "b" .. i
+    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, body, #body) == i - 1)
+  end
+  assert.equal(0, lib.rmq_devbroker_corrupt(db, 0, topic, 0, bad, SYSFLAG_LOW_BYTE, 1))
+  if before then before(db) end
+  local dir = helpers.tmpdir("badpop")
+  local out = dir .. "/out.txt"
+  local s = cons.script(dir, { group = group, ns = ns, topic = topic, out = out,
+    orderly = orderly, extra = "client_rebalance = false, pop_batch_nums = 4, " .. extra })
+  local log = dir .. "/run.log"
+  local pid = helpers.spawn(helpers.bin .. " run " .. s, { log = log, rc = log .. ".rc" })
+  return db, out, log, pid
 end
 
 -- POP mode: N messages on one queue, queue offset 5 corrupted; the consumer pops with a 5 s
@@ -98,20 +110,7 @@ local function pop_case(orderly)
   local group = orderly and "g_badpop_ord" or "g_badpop"
   local dlq = "%DLQ%" .. group
   local bad = 5
-  local db, ns = cons.test_broker("--rocketmq-version 5 --topic " .. topic .. ":1")
-  set_mode(db, topic, group, "POP")
-  for i = 1, N do
-    local body = "b" .. i
-    assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, body, #body) == i - 1)
-  end
-  assert.equal(0, lib.rmq_devbroker_corrupt(db, 0, topic, 0, bad, SYSFLAG_LOW_BYTE, 1))
-  local dir = helpers.tmpdir("badpop")
-  local out = dir .. "/out.txt"
-  local s = cons.script(dir, { group = group, ns = ns, topic = topic, out = out,
-    orderly = orderly, extra = "client_rebalance = false, pop_invisible_time = 5000, " ..
-      "pop_batch_nums = 4," })
-  local log = dir .. "/run.log"
-  local pid = helpers.spawn(helpers.bin .. " run " .. s, { log = log, rc = log .. ".rc" })
+  local db, out, log, pid = pop_run(topic, group, bad, orderly, "pop_invisible_time = 5000,")
   helpers.wait_until(function()
     return cons.count_lines(out) >= N - 1 and
       tonumber(lib.rmq_devbroker_max_offset(db, 0, dlq, 0)) >= 1
@@ -178,22 +177,12 @@ describe("consumer: undecodable messages", function()
   it("popped: refused 3 times by the broker, acked anyway and logged as lost (orderly POP)",
     function()
       local topic, group, bad = "BadPopLost", "g_badpop_lost", 5
-      local db, ns = cons.test_broker("--rocketmq-version 5 --topic " .. topic .. ":1")
-      set_mode(db, topic, group, "POP")
-      for i = 1, N do
-        local b = "b" .. i
-        assert(lib.rmq_devbroker_produce(db, 0, topic, 0, nil, nil, b, #b) == i - 1)
-      end
-      assert.equal(0, lib.rmq_devbroker_corrupt(db, 0, topic, 0, bad, SYSFLAG_LOW_BYTE, 1))
-      assert.equal(0, lib.rmq_devbroker_push_error(db, 0, SEND_BACK, 1 --[[SYSTEM_ERROR]], 3))
-      local dir = helpers.tmpdir("badpoplost")
-      local out = dir .. "/out.txt"
-      -- an invisible time longer than the send-back's retries (5 s apart)
-      local s = cons.script(dir, { group = group, ns = ns, topic = topic, out = out,
-        orderly = true, extra = "client_rebalance = false, pop_invisible_time = 60000, " ..
-          "pop_batch_nums = 4," })
-      local log = dir .. "/run.log"
-      local pid = helpers.spawn(helpers.bin .. " run " .. s, { log = log, rc = log .. ".rc" })
+      -- The broker refuses the send-back 3 times; an invisible time longer than its retries
+      -- (5 s apart).
+      local db, out, log, pid = pop_run(topic, group, bad, true, "pop_invisible_time = 60000,",
+        function(d)
+          assert.equal(0, lib.rmq_devbroker_push_error(d, 0, SEND_BACK, 1 --[[SYSTEM_ERROR]], 3))
+        end)
       -- the acks (the corrupt message's too) commit the queue to its end
       helpers.wait_until(function()
         return tonumber(lib.rmq_devbroker_committed_offset(db, 0, group, topic, 0)) == N
