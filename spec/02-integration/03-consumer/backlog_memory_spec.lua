@@ -12,10 +12,14 @@ local function rss_kb(pid)
   return tonumber(rh.read("/proc/" .. pid .. "/status"):match("VmRSS:%s*(%d+)")) or 0
 end
 
+-- A sanitizer's allocator keeps what is freed (ASan's quarantine): what this asserts is glibc's.
+local sanitized = os.getenv("RMQ_LD_PRELOAD") ~= nil
+
 describe("a drained backlog", function()
   R.broker_fixture()
 
-  it("hands its memory back: the RSS comes down from the backlog's peak", function()
+  local it_glibc = sanitized and pending or it
+  it_glibc("hands its memory back: the RSS comes down from the backlog's peak", function()
     local N, Q = 24000, 8
     local body = string.rep("x", 2000)
     R.create_topic("BacklogTopic", Q)
