@@ -2,21 +2,20 @@
  * reload.c -- hot reload of the consumer script (reload.h): the request (SIGHUP through
  * rmq__consumer_reload, a --watch change), the job on a thread of its own that ends with it
  * (configuration, refused changes, the throwaway check, the new control state, the new pool),
- * and the hand-over
- * on the loop thread (the control state swapped here, the rest adopted by the engine:
- * rmq__consumer_adopt, consumer/reconf.c).
+ * and the hand-over on the loop thread (the control state swapped here, the rest adopted by the
+ * engine: rmq__consumer_adopt, consumer/reconf.c).
  *
  * Ownership: the Lua handler owns its rmq_reload_t; the job's conf / script / pool belong to it
  * until the hand-over gives them to the handler and the engine (or they are freed); every
  * fs-poll handle is ours (freed in its close callback); each job's rmq_reload_job_t (its thread
  * and the async handle that reports its end) is freed in that handle's close callback, after the
  * thread was joined.
- * Threads: work() on the job's own thread (not libuv's pool, which a rare job would otherwise
- * start for good: four threads held for the process's life; it reads the engine's running configuration, the
- * handler's path, shared dictionaries and flow, which nothing changes while a job runs: only
- * after_work() has the configuration replaced); every other function on the loop thread, except
- * rmq__reload_new/free (the consumer's own thread, before the loop runs / after it ended) and
- * the setters called before run.
+ * Threads: work() on the job's own thread, not on libuv's pool, which a rare job would start for
+ * good (four threads held for the life of the process). It reads the engine's running
+ * configuration, the handler's path, shared dictionaries and flow, which nothing changes while a
+ * job runs: only after_work() has the configuration replaced. Every other function runs on the
+ * loop thread, except rmq__reload_new/free (the consumer's own thread, before the loop runs /
+ * after it ended) and the setters called before run.
  */
 #include "reload.h"
 
