@@ -120,7 +120,7 @@ typedef struct cthread {
                          * counted in p->waking) */
     int64_t lua_bytes;  /* its Lua heap (relaxed atomic: any thread reads) */
     unsigned since_note;/* batches since lua_bytes was last noted */
-    unsigned since_gc;  /* batches since its last idle collection (idle_collect) */
+    int worked;         /* ran a batch since its last idle collection */
     rmq_memlimit_t ml;  /* lua_memory_limit_mb on L (lua_memlimit.h) when ml.limit > 0 */
     rmq_coloop_t *co;   /* the thread's event loop (coloop.h) once it made one (under p->mu) */
     /* Serve mode (consume_batches_per_thread > 1): once a handler of its state waited in place
@@ -793,7 +793,7 @@ static void serve(cthread_t *t)
             lua_pop(L, 3);
         }
         if (++t->since_note >= 64) note_lua_memory(t);
-        t->since_gc++;
+        t->worked = 1;
         uv_mutex_lock(&p->mu);
         if (t->abandoned) break;
         if (inflight == 0 && (p->quit || (!t->q.n && !p->shared.n) ||
@@ -899,7 +899,7 @@ static void thread_main(void *arg)
             run.end_ns = (int64_t)uv_hrtime();
             if (rmq__coloop_take_waited()) t->waits = 1; /* serve mode from the next batch */
             if (++t->since_note == 64) note_lua_memory(t);
-            t->since_gc++;
+            t->worked = 1;
             if (t->ml.limit) check_memory(t, b);
 
             uv_mutex_lock(&p->mu);
@@ -921,14 +921,14 @@ static void thread_main(void *arg)
         }
         if (p->quit) break;
         if (t->since_note) note_lua_memory(t);
-        if (t->since_gc) {
+        if (t->worked) {
             /* Idle after work: once it stays idle RMQ_POOL_IDLE_GC_MS, a full collection, so
              * the garbage of a burst (a backlog caught up by every thread at once) does not keep
              * its heap at the high-water mark until its next batch. Work that arrives meanwhile
              * is found by the loop's next look at the queues. */
             int waited = uv_cond_timedwait(&t->cond, &p->mu, RMQ_POOL_IDLE_GC_MS * 1000000ull);
             if (waited == UV_ETIMEDOUT && !p->quit && !t->q.n && !p->shared.n) {
-                t->since_gc = 0;
+                t->worked = 0;
                 uv_mutex_unlock(&p->mu);
                 lua_gc(t->L, LUA_GCCOLLECT, 0);
                 note_lua_memory(t);
